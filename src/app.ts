@@ -1,0 +1,75 @@
+// Builds the Elysia app from an AppContext. Tests and `offpeak serve` both
+// use this; nothing here reads the environment.
+import { Elysia } from "elysia";
+import { swagger } from "@elysiajs/swagger";
+import { authenticate } from "./auth/plugin";
+import { createVerifier } from "./auth/verify";
+import type { AppContext } from "./context";
+import { ApiError, errorResponse } from "./errors";
+import { base62 } from "./ids";
+import { filesRoutes } from "./files/routes";
+import { keysRoutes } from "./keys/routes";
+
+export const API_BASES = ["/api/v1", "/v1"] as const;
+
+const requestIds = new WeakMap<Request, string>();
+export const requestIdOf = (request: Request) => requestIds.get(request) ?? "req_unknown";
+
+function isUnderApi(pathname: string): boolean {
+  return API_BASES.some((b) => pathname === b || pathname.startsWith(b + "/"));
+}
+
+/** All routes under one base; mounted once per base path. */
+const apiRoutes = (ctx: AppContext, prefix: string) => new Elysia({ prefix }).use(filesRoutes(ctx)).use(keysRoutes(ctx));
+
+export function buildApp(ctx: AppContext) {
+  const verify = createVerifier(ctx.db, ctx.config.adminKey);
+  return (
+    new Elysia()
+      .onRequest(({ request, set }) => {
+        const id = "req_" + base62(24);
+        requestIds.set(request, id);
+        set.headers["x-request-id"] = id;
+        const path = pathOf(request.url);
+        if (isUnderApi(path)) authenticate(request, verify);
+      })
+      .onError(({ code, error, request }) => toErrorResponse(ctx, code, error, request))
+      .get("/healthz", () => new Response("ok", { headers: { "content-type": "text/plain" } }), { detail: { hide: true } })
+      .use(
+        swagger({
+          path: "/docs",
+          documentation: { info: { title: "offpeak", version: "0.1.0", description: "OpenAI-compatible Files + Batch API" } },
+          exclude: [/^\/v1\//],
+        }),
+      )
+      .use(apiRoutes(ctx, "/api/v1"))
+      .use(apiRoutes(ctx, "/v1"))
+  );
+}
+
+function pathOf(url: string): string {
+  // Faster than new URL(): the path starts at the first "/" after "//host".
+  const start = url.indexOf("/", url.indexOf("//") + 2);
+  const q = url.indexOf("?", start);
+  return q === -1 ? url.slice(start) : url.slice(start, q);
+}
+
+/** The single place where anything thrown becomes an HTTP answer. */
+function toErrorResponse(ctx: AppContext, code: string | number, error: unknown, request: Request): Response {
+  const requestId = requestIdOf(request);
+  if (error instanceof ApiError) return errorResponse(error, requestId);
+  switch (code) {
+    case "VALIDATION": {
+      const ve = (error as { valueError?: { path?: string; message?: string } }).valueError;
+      const param = ve?.path ? ve.path.replace(/^\//, "").replace(/\//g, ".") : null;
+      const msg = ve ? `${param ? param + ": " : ""}${ve.message}` : "invalid request";
+      return errorResponse(new ApiError("invalid_value", msg, { param }), requestId);
+    }
+    case "PARSE":
+      return errorResponse(new ApiError("invalid_json", "The request body is not valid JSON (or does not match its Content-Type)"), requestId);
+    case "NOT_FOUND":
+      return errorResponse(new ApiError("not_found", `Unknown route: ${request.method} ${pathOf(request.url).slice(0, 200)}`), requestId);
+  }
+  ctx.log.error("unhandled error", { request_id: requestId, method: request.method, path: pathOf(request.url).slice(0, 200), error: String((error as Error)?.stack ?? error) });
+  return errorResponse(new ApiError("internal_error", `Internal server error (request ${requestId})`), requestId);
+}

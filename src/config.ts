@@ -1,0 +1,208 @@
+// Configuration is resolved exactly once, at start, in the order
+// flag > environment > config file > default, and then passed down as a plain
+// object. Nothing reads process.env at request time.
+import { Type, type Static } from "@sinclair/typebox";
+import { Value } from "@sinclair/typebox/value";
+import { readFileSync } from "node:fs";
+import { resolve } from "node:path";
+
+const Pricing = Type.Object(
+  {
+    input_per_million: Type.Optional(Type.Number({ minimum: 0 })),
+    output_per_million: Type.Optional(Type.Number({ minimum: 0 })),
+  },
+  { additionalProperties: false },
+);
+
+const UpstreamFile = Type.Object(
+  {
+    name: Type.String({ minLength: 1 }),
+    base_url: Type.String({ minLength: 1 }),
+    api_key_env: Type.Optional(Type.String()),
+    models: Type.Optional(Type.Array(Type.String({ minLength: 1 }))),
+    model_map: Type.Optional(Type.Record(Type.String(), Type.String())),
+    max_concurrency: Type.Optional(Type.Integer({ minimum: 1 })),
+    queue_size: Type.Optional(Type.Integer({ minimum: 0 })),
+    timeout_s: Type.Optional(Type.Number({ exclusiveMinimum: 0 })),
+  },
+  { additionalProperties: false },
+);
+
+const ModelFile = Type.Object(
+  {
+    latency_ms: Type.Optional(Type.Number({ minimum: 0 })),
+    tokens_per_second: Type.Optional(Type.Number({ minimum: 0 })),
+    max_concurrency: Type.Optional(Type.Integer({ minimum: 1 })),
+    queue_size: Type.Optional(Type.Integer({ minimum: 0 })),
+    pricing: Type.Optional(Pricing),
+  },
+  { additionalProperties: false },
+);
+
+export const ConfigFile = Type.Object(
+  {
+    server: Type.Optional(
+      Type.Object(
+        {
+          port: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535 })),
+          host: Type.Optional(Type.String()),
+          data_dir: Type.Optional(Type.String()),
+          log_level: Type.Optional(Type.Union([Type.Literal("debug"), Type.Literal("info"), Type.Literal("warn"), Type.Literal("error")])),
+        },
+        { additionalProperties: false },
+      ),
+    ),
+    limits: Type.Optional(
+      Type.Object(
+        {
+          max_file_bytes: Type.Optional(Type.Integer({ minimum: 1 })),
+          max_batch_lines: Type.Optional(Type.Integer({ minimum: 1 })),
+          rpm: Type.Optional(Type.Integer({ minimum: 1 })),
+          tpm: Type.Optional(Type.Integer({ minimum: 1 })),
+        },
+        { additionalProperties: false },
+      ),
+    ),
+    batches: Type.Optional(
+      Type.Object(
+        {
+          workers: Type.Optional(Type.Integer({ minimum: 0, maximum: 64 })),
+          max_attempts: Type.Optional(Type.Integer({ minimum: 1, maximum: 20 })),
+          retry_base_ms: Type.Optional(Type.Integer({ minimum: 1 })),
+          lease_ms: Type.Optional(Type.Integer({ minimum: 1000 })),
+        },
+        { additionalProperties: false },
+      ),
+    ),
+    upstreams: Type.Optional(Type.Array(UpstreamFile)),
+    models: Type.Optional(Type.Record(Type.String(), ModelFile)),
+  },
+  { additionalProperties: false },
+);
+export type ConfigFile = Static<typeof ConfigFile>;
+export type UpstreamConfig = Static<typeof UpstreamFile> & { api_key: string | null };
+export type ModelConfig = Static<typeof ModelFile>;
+
+export type LogLevel = "debug" | "info" | "warn" | "error";
+
+export interface Config {
+  port: number;
+  host: string;
+  dataDir: string;
+  configPath: string | null;
+  maxFileBytes: number;
+  maxBatchLines: number;
+  logLevel: LogLevel;
+  /** Exact admin key from OFFPEAK_ADMIN_KEY, if set. */
+  adminKey: string | null;
+  /** Default per-key limits when a key sets none (null: unlimited). */
+  defaultRpm: number | null;
+  defaultTpm: number | null;
+  batches: { workers: number; maxAttempts: number; retryBaseMs: number; leaseMs: number };
+  upstreams: UpstreamConfig[];
+  models: Record<string, ModelConfig>;
+}
+
+export class ConfigError extends Error {}
+
+type Flags = Record<string, string>;
+
+/** Parses `--name value` and `--name=value` pairs; positional words are returned apart. */
+export function parseFlags(argv: string[]): { flags: Flags; positional: string[] } {
+  const flags: Flags = {};
+  const positional: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (!arg.startsWith("--")) {
+      positional.push(arg);
+      continue;
+    }
+    const eq = arg.indexOf("=");
+    if (eq > 0) flags[arg.slice(2, eq)] = arg.slice(eq + 1);
+    else if (i + 1 < argv.length && !argv[i + 1]!.startsWith("--")) flags[arg.slice(2)] = argv[++i]!;
+    else flags[arg.slice(2)] = "true";
+  }
+  return { flags, positional };
+}
+
+function intOf(name: string, raw: string | undefined, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
+  if (raw === undefined || raw === "") return undefined;
+  if (!/^\d+$/.test(raw)) throw new ConfigError(`${name} must be an integer, got "${raw}"`);
+  const n = Number(raw);
+  if (n < min || n > max) throw new ConfigError(`${name} must be between ${min} and ${max}, got ${n}`);
+  return n;
+}
+
+export function readConfigFile(path: string): ConfigFile {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    throw new ConfigError(`cannot read config file ${path}: ${(e as Error).message}`);
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (e) {
+    throw new ConfigError(`config file ${path} is not valid JSON: ${(e as Error).message}`);
+  }
+  const first = Value.Errors(ConfigFile, json).First();
+  if (first) {
+    const where = first.path || "/";
+    throw new ConfigError(`config file ${path}: ${where}: ${first.message}`);
+  }
+  return json as ConfigFile;
+}
+
+const DEFAULTS = {
+  port: 8080,
+  host: "127.0.0.1",
+  dataDir: "./data",
+  maxFileBytes: 8 * 1024 ** 3,
+  maxBatchLines: 10_000_000,
+};
+
+export function resolveConfig(argv: string[], env: Record<string, string | undefined> = process.env): Config {
+  const { flags } = parseFlags(argv);
+  const configPath = flags["config"] ?? env.OFFPEAK_CONFIG ?? null;
+  const file: ConfigFile = configPath ? readConfigFile(configPath) : {};
+
+  const pick = <T>(...values: (T | undefined)[]): T | undefined => values.find((v) => v !== undefined);
+
+  const upstreams: UpstreamConfig[] = (file.upstreams ?? []).map((u) => ({
+    ...u,
+    api_key: u.api_key_env ? (env[u.api_key_env] ?? null) : null,
+  }));
+  if (env.OFFPEAK_UPSTREAM_URL) {
+    upstreams.push({ name: "upstream", base_url: env.OFFPEAK_UPSTREAM_URL, api_key: env.OFFPEAK_UPSTREAM_KEY ?? null });
+  }
+
+  const logLevel = (flags["log-level"] ?? env.OFFPEAK_LOG_LEVEL ?? file.server?.log_level ?? "info") as LogLevel;
+  if (!["debug", "info", "warn", "error"].includes(logLevel)) throw new ConfigError(`log level must be debug|info|warn|error, got "${logLevel}"`);
+
+  const dataDir = pick(flags["data-dir"], env.OFFPEAK_DATA_DIR, file.server?.data_dir) ?? DEFAULTS.dataDir;
+  return {
+    port: pick(intOf("--port", flags["port"], 0, 65535), intOf("PORT", env.PORT, 0, 65535), file.server?.port) ?? DEFAULTS.port,
+    host: pick(flags["host"], env.HOST, file.server?.host) ?? DEFAULTS.host,
+    dataDir: resolve(dataDir),
+    configPath,
+    maxFileBytes:
+      pick(intOf("--max-file-bytes", flags["max-file-bytes"], 1), intOf("OFFPEAK_MAX_FILE_BYTES", env.OFFPEAK_MAX_FILE_BYTES, 1), file.limits?.max_file_bytes) ??
+      DEFAULTS.maxFileBytes,
+    maxBatchLines:
+      pick(intOf("--max-batch-lines", flags["max-batch-lines"], 1), intOf("OFFPEAK_MAX_BATCH_LINES", env.OFFPEAK_MAX_BATCH_LINES, 1), file.limits?.max_batch_lines) ??
+      DEFAULTS.maxBatchLines,
+    logLevel,
+    adminKey: env.OFFPEAK_ADMIN_KEY || null,
+    defaultRpm: pick(intOf("OFFPEAK_RPM", env.OFFPEAK_RPM, 1), file.limits?.rpm) ?? null,
+    defaultTpm: pick(intOf("OFFPEAK_TPM", env.OFFPEAK_TPM, 1), file.limits?.tpm) ?? null,
+    batches: {
+      workers: pick(intOf("OFFPEAK_BATCH_WORKERS", env.OFFPEAK_BATCH_WORKERS, 0, 64), file.batches?.workers) ?? Math.max(1, navigator.hardwareConcurrency ?? 2),
+      maxAttempts: pick(intOf("OFFPEAK_BATCH_MAX_ATTEMPTS", env.OFFPEAK_BATCH_MAX_ATTEMPTS, 1, 20), file.batches?.max_attempts) ?? 5,
+      retryBaseMs: pick(intOf("OFFPEAK_BATCH_RETRY_BASE_MS", env.OFFPEAK_BATCH_RETRY_BASE_MS, 1), file.batches?.retry_base_ms) ?? 500,
+      leaseMs: pick(intOf("OFFPEAK_BATCH_LEASE_MS", env.OFFPEAK_BATCH_LEASE_MS, 1000), file.batches?.lease_ms) ?? 30_000,
+    },
+    upstreams,
+    models: file.models ?? {},
+  };
+}

@@ -1,0 +1,2 @@
+export * from "./apiKeys";
+export * from "./files";

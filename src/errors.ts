@@ -1,0 +1,73 @@
+// One error type for the whole service, and the one place that maps it to
+// HTTP. Services throw ApiError; the app's onError turns anything thrown into
+// the OpenAI error body `{error:{message,type,param,code}}`.
+const CODES = {
+  invalid_value: 400,
+  invalid_json: 400,
+  missing_field: 400,
+  invalid_file: 400,
+  duplicate_custom_id: 400,
+  invalid_api_key: 401,
+  insufficient_scope: 403,
+  not_found: 404,
+  model_not_found: 404,
+  invalid_state: 409,
+  file_too_large: 413,
+  range_not_satisfiable: 416,
+  rate_limit_exceeded: 429,
+  internal_error: 500,
+  upstream_error: 502,
+  upstream_timeout: 504,
+  overloaded: 529,
+} as const;
+
+export type ErrorCode = keyof typeof CODES;
+
+const TYPE_BY_STATUS: Record<number, string> = {
+  400: "invalid_request_error",
+  401: "authentication_error",
+  403: "permission_error",
+  404: "not_found_error",
+  409: "conflict_error",
+  413: "invalid_request_error",
+  416: "invalid_request_error",
+  429: "rate_limit_error",
+  500: "server_error",
+  502: "server_error",
+  504: "server_error",
+  529: "overloaded_error",
+};
+
+export function errorTypeFor(status: number): string {
+  return TYPE_BY_STATUS[status] ?? (status >= 500 ? "server_error" : "invalid_request_error");
+}
+
+export class ApiError extends Error {
+  readonly status: number;
+  readonly code: ErrorCode;
+  readonly param: string | null;
+  readonly headers: Record<string, string>;
+
+  constructor(code: ErrorCode, message: string, opts: { param?: string | null; headers?: Record<string, string> } = {}) {
+    super(message);
+    this.code = code;
+    this.status = CODES[code];
+    this.param = opts.param ?? null;
+    this.headers = opts.headers ?? {};
+  }
+
+  body() {
+    return { error: { message: this.message, type: errorTypeFor(this.status), param: this.param, code: this.code } };
+  }
+}
+
+export const notFound = (what: string, id: string, param: string | null = null) =>
+  new ApiError("not_found", `No ${what} with id '${id.length > 80 ? id.slice(0, 80) + "…" : id}' found`, { param });
+
+export const invalid = (param: string | null, message: string) => new ApiError("invalid_value", message, { param });
+
+export function errorResponse(err: ApiError, requestId: string): Response {
+  const headers: Record<string, string> = { "content-type": "application/json", "x-request-id": requestId, ...err.headers };
+  if (err.status === 401) headers["www-authenticate"] = 'Bearer realm="offpeak"';
+  return new Response(JSON.stringify(err.body()), { status: err.status, headers });
+}

@@ -1,0 +1,47 @@
+// GET /files/{id}/content: the stored bytes, streamed from disk by Bun (the
+// body is a lazily read file blob), with Content-Length and single Range.
+import type { AppContext } from "../context";
+import { ApiError } from "../errors";
+import type { FileRow } from "./service";
+
+export function fileContentResponse(ctx: AppContext, row: FileRow, rangeHeader: string | null): Response {
+  const blob = ctx.store.open(row.id);
+  const size = row.bytes;
+  const headers: Record<string, string> = {
+    "content-type": "application/octet-stream",
+    "content-disposition": `attachment; filename="${row.filename.replace(/["\\\r\n]/g, "_")}"`,
+    "accept-ranges": "bytes",
+  };
+  const range = rangeHeader ? parseRange(rangeHeader, size) : null;
+  if (range === "unsatisfiable") {
+    throw new ApiError("range_not_satisfiable", `Range not satisfiable for a file of ${size} bytes`, { param: "range", headers: { "content-range": `bytes */${size}` } });
+  }
+  if (range) {
+    const [start, end] = range;
+    headers["content-range"] = `bytes ${start}-${end}/${size}`;
+    headers["content-length"] = String(end - start + 1);
+    return new Response(blob.slice(start, end + 1), { status: 206, headers });
+  }
+  headers["content-length"] = String(size);
+  return new Response(blob, { status: 200, headers });
+}
+
+/** One `bytes=a-b`, `bytes=a-` or `bytes=-n` range; anything else (multi-range, other units) is ignored → full body. */
+export function parseRange(header: string, size: number): [number, number] | "unsatisfiable" | null {
+  const m = /^bytes=(\d*)-(\d*)$/.exec(header.trim());
+  if (!m || (m[1] === "" && m[2] === "")) return null;
+  let start: number;
+  let end: number;
+  if (m[1] === "") {
+    const suffix = Number(m[2]);
+    if (suffix === 0) return "unsatisfiable";
+    start = Math.max(0, size - suffix);
+    end = size - 1;
+  } else {
+    start = Number(m[1]);
+    end = m[2] === "" ? size - 1 : Math.min(Number(m[2]), size - 1);
+    if (m[2] !== "" && Number(m[2]) < start) return null;
+  }
+  if (start >= size) return "unsatisfiable";
+  return [start, end];
+}

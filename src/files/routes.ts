@@ -1,0 +1,62 @@
+import { Elysia, t } from "elysia";
+import { principalOf, scopes } from "../auth/plugin";
+import type { AppContext } from "../context";
+import { enumParam, intParam } from "../http/query";
+import { fileContentResponse } from "./content";
+import { deleteFile, fileView, getFile, listFiles } from "./service";
+import { uploadFile } from "./upload";
+
+const FileRecord = t.Object({
+  id: t.String(),
+  object: t.Literal("file"),
+  bytes: t.Integer(),
+  created_at: t.Integer(),
+  filename: t.String(),
+  purpose: t.String(),
+  status: t.String(),
+  expires_at: t.Nullable(t.Integer()),
+  status_details: t.Nullable(t.String()),
+});
+
+const ListQuery = t.Object({
+  purpose: t.Optional(t.String()),
+  limit: t.Optional(t.String()),
+  order: t.Optional(t.String()),
+  after: t.Optional(t.String()),
+});
+
+export const filesRoutes = (ctx: AppContext) =>
+  new Elysia({ prefix: "/files", detail: { tags: ["files"] } })
+    .use(scopes)
+    .post("", ({ request }) => uploadFile(ctx, principalOf(request).project, request), {
+      scope: "files:write",
+      // The body is read as a stream by uploadFile; Elysia must not buffer it.
+      parse: "none",
+      response: FileRecord,
+      detail: { summary: "Upload a file (multipart: purpose, file)" },
+    })
+    .get(
+      "",
+      ({ request, query }) =>
+        listFiles(ctx, principalOf(request).project, {
+          purpose: query.purpose || undefined,
+          limit: intParam(query.limit, "limit", 1, 10000, 10000),
+          order: enumParam(query.order, "order", ["asc", "desc"] as const, "desc"),
+          after: query.after || undefined,
+        }),
+      { scope: "files:read", query: ListQuery, detail: { summary: "List files" } },
+    )
+    .get("/:id", ({ request, params }) => fileView(getFile(ctx, principalOf(request).project, params.id)), {
+      scope: "files:read",
+      response: FileRecord,
+      detail: { summary: "Retrieve a file record" },
+    })
+    .get(
+      "/:id/content",
+      ({ request, params }) => fileContentResponse(ctx, getFile(ctx, principalOf(request).project, params.id), request.headers.get("range")),
+      { scope: "files:read", detail: { summary: "Download a file's bytes (supports Range)" } },
+    )
+    .delete("/:id", ({ request, params }) => deleteFile(ctx, principalOf(request).project, params.id), {
+      scope: "files:write",
+      detail: { summary: "Delete a file and its bytes" },
+    });

@@ -1,0 +1,104 @@
+import { and, asc, desc, eq, gt, isNotNull, lt, lte, or, isNull } from "drizzle-orm";
+import type { AppContext } from "../context";
+import { files } from "../db/schema";
+import { ApiError, notFound } from "../errors";
+import { isId, nowSeconds } from "../ids";
+
+export const UPLOAD_PURPOSES = ["batch", "fine-tune", "assistants", "vision", "user_data", "evals"] as const;
+export type FileRow = typeof files.$inferSelect;
+
+export function fileView(row: FileRow) {
+  return {
+    id: row.id,
+    object: "file" as const,
+    bytes: row.bytes,
+    created_at: row.createdAt,
+    filename: row.filename,
+    purpose: row.purpose,
+    status: row.status,
+    expires_at: row.expiresAt ?? null,
+    status_details: row.statusDetails ?? null,
+  };
+}
+
+const notExpired = (now: number) => or(isNull(files.expiresAt), gt(files.expiresAt, now));
+
+/** The file, if it exists in this project and has not expired; else 404. */
+export function getFile(ctx: AppContext, project: string, id: string, param: string | null = null): FileRow {
+  if (!isId("file-", id)) throw notFound("file", id, param);
+  const row = ctx.db
+    .select()
+    .from(files)
+    .where(and(eq(files.id, id), eq(files.project, project), notExpired(nowSeconds())))
+    .get();
+  if (!row) throw notFound("file", id, param);
+  return row;
+}
+
+export interface ListFilesQuery {
+  purpose?: string;
+  limit: number;
+  order: "asc" | "desc";
+  after?: string;
+}
+
+export function listFiles(ctx: AppContext, project: string, q: ListFilesQuery) {
+  const conds = [eq(files.project, project), notExpired(nowSeconds())];
+  if (q.purpose) conds.push(eq(files.purpose, q.purpose));
+  if (q.after) {
+    const cursor = isId("file-", q.after)
+      ? ctx.db.select({ seq: files.seq }).from(files).where(and(eq(files.id, q.after), eq(files.project, project))).get()
+      : undefined;
+    if (!cursor) throw new ApiError("invalid_value", `after: no file with id '${q.after.slice(0, 80)}'`, { param: "after" });
+    conds.push(q.order === "asc" ? gt(files.seq, cursor.seq) : lt(files.seq, cursor.seq));
+  }
+  const rows = ctx.db
+    .select()
+    .from(files)
+    .where(and(...conds))
+    .orderBy(q.order === "asc" ? asc(files.seq) : desc(files.seq))
+    .limit(q.limit + 1)
+    .all();
+  const hasMore = rows.length > q.limit;
+  const page = hasMore ? rows.slice(0, q.limit) : rows;
+  return {
+    object: "list" as const,
+    data: page.map(fileView),
+    first_id: page[0]?.id ?? null,
+    last_id: page[page.length - 1]?.id ?? null,
+    has_more: hasMore,
+  };
+}
+
+/** Hooks other resources register to veto deleting a file they still read (batches: 409). */
+export type FileDeleteGuard = (ctx: AppContext, fileId: string) => string | null;
+const deleteGuards: FileDeleteGuard[] = [];
+export const addFileDeleteGuard = (g: FileDeleteGuard) => deleteGuards.push(g);
+
+export function deleteFile(ctx: AppContext, project: string, id: string) {
+  const row = getFile(ctx, project, id);
+  for (const guard of deleteGuards) {
+    const why = guard(ctx, row.id);
+    if (why) throw new ApiError("invalid_state", why);
+  }
+  ctx.db.delete(files).where(eq(files.id, row.id)).run();
+  ctx.store.delete(row.id);
+  return { id: row.id, object: "file" as const, deleted: true as const };
+}
+
+/** Deletes files whose expires_at has passed: rows first, then bytes. */
+export function sweepExpiredFiles(ctx: AppContext): number {
+  const now = nowSeconds();
+  const expired = ctx.db
+    .select({ id: files.id })
+    .from(files)
+    .where(and(isNotNull(files.expiresAt), lte(files.expiresAt, now)))
+    .limit(1000)
+    .all();
+  for (const { id } of expired) {
+    if (deleteGuards.some((g) => g(ctx, id))) continue;
+    ctx.db.delete(files).where(eq(files.id, id)).run();
+    ctx.store.delete(id);
+  }
+  return expired.length;
+}

@@ -1,0 +1,178 @@
+// POST /files: the multipart body streams to a temp file while a Worker checks
+// batch lines; the record is inserted only when everything passed, and on any
+// rejection the temp file is removed, so a failed upload leaves nothing.
+import type { AppContext } from "../context";
+import { files } from "../db/schema";
+import { ApiError } from "../errors";
+import { newId, nowSeconds } from "../ids";
+import { firstConfirmedDuplicate } from "../jsonl/duplicates";
+import type { LineError } from "../jsonl/batchFileValidator";
+import { ValidatorClient } from "../jsonl/validatorClient";
+import type { BlobWriter } from "../storage/blobStore";
+import { boundaryOf, readMultipart, type PartSink } from "./multipart";
+import { UPLOAD_PURPOSES, fileView, type FileRow } from "./service";
+
+/** Multipart framing and small fields on top of the file itself. */
+const MULTIPART_SLACK = 64 * 1024;
+const MAX_FIELD_BYTES = 4096;
+/** After a rejection we read (and discard) at most this much more, so the client still gets our answer. */
+const MAX_DRAIN_BYTES = 64 * 1024 * 1024;
+
+interface UploadState {
+  fields: Map<string, string>;
+  filename: string | null;
+  writer: BlobWriter | null;
+  validator: ValidatorClient | null;
+}
+
+export async function uploadFile(ctx: AppContext, project: string, request: Request) {
+  const boundary = boundaryOf(request.headers.get("content-type"));
+  const maxBytes = ctx.config.maxFileBytes;
+  const declared = Number(request.headers.get("content-length") ?? NaN);
+  if (declared > maxBytes + MULTIPART_SLACK) throw tooLarge(maxBytes);
+  if (!request.body) throw new ApiError("missing_field", "the request has no body", { param: "file" });
+
+  const id = newId("file-");
+  const st: UploadState = { fields: new Map(), filename: null, writer: null, validator: null };
+  try {
+    await readMultipart(request.body, boundary, (part) => {
+      if (part.filename === null) return fieldSink(st, part.name);
+      if (part.name !== "file") return discardSink;
+      if (st.writer) throw new ApiError("invalid_value", "only one file may be uploaded per request", { param: "file" });
+      if (!part.filename) throw new ApiError("invalid_value", "the file part needs a filename", { param: "file" });
+      st.filename = part.filename;
+      return fileSink(ctx, st, id);
+    });
+    return await finishUpload(ctx, project, id, st);
+  } catch (caught) {
+    let err = caught;
+    // The validator saw a bad line mid-stream: report that line, not the stop.
+    if (err instanceof EarlyReject) err = await batchLineCount(st).then(() => new ApiError("invalid_file", "Invalid batch file"), (e) => e);
+    st.writer?.abort();
+    st.validator?.close();
+    await drain(request.body);
+    throw err;
+  }
+}
+
+function fieldSink(st: UploadState, name: string): PartSink {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  return {
+    write(chunk) {
+      size += chunk.length;
+      if (size > MAX_FIELD_BYTES) throw new ApiError("invalid_value", `form field '${name}' is too long`, { param: name });
+      chunks.push(chunk.slice());
+    },
+    end() {
+      st.fields.set(name, Buffer.concat(chunks).toString("utf8"));
+    },
+  };
+}
+
+const discardSink: PartSink = { write() {}, end() {} };
+
+function fileSink(ctx: AppContext, st: UploadState, id: string): PartSink {
+  const writer = (st.writer = ctx.store.createWriter(id));
+  // The purpose may come before or after the file. If it is known and not
+  // "batch", skip validation; if unknown yet, validate speculatively and
+  // decide at the end.
+  const purpose = st.fields.get("purpose");
+  const validator = (st.validator = purpose === undefined || purpose === "batch" ? new ValidatorClient(ctx.config.maxBatchLines) : null);
+  return {
+    async write(chunk) {
+      if (writer.bytes + chunk.length > ctx.config.maxFileBytes) throw tooLarge(ctx.config.maxFileBytes);
+      writer.write(chunk);
+      if (validator) {
+        // Known to be a batch file and already bad: stop reading now.
+        if (validator.failed && st.fields.get("purpose") === "batch") throw new EarlyReject();
+        await validator.write(chunk);
+      }
+    },
+    end() {},
+  };
+}
+
+/** Internal signal: validation already failed; the real error comes from the validator's result. */
+class EarlyReject extends Error {}
+
+async function finishUpload(ctx: AppContext, project: string, id: string, st: UploadState) {
+  const purpose = st.fields.get("purpose");
+  if (purpose === undefined) throw new ApiError("missing_field", "purpose is required", { param: "purpose" });
+  if (!(UPLOAD_PURPOSES as readonly string[]).includes(purpose))
+    throw new ApiError("invalid_value", `purpose must be one of ${UPLOAD_PURPOSES.join(", ")}`, { param: "purpose" });
+  if (!st.writer || st.filename === null) throw new ApiError("missing_field", "file is required", { param: "file" });
+  if (st.writer.bytes === 0) throw new ApiError("invalid_file", "the file is empty", { param: "file" });
+  const expiresAt = expiryOf(st.fields);
+
+  let lineCount: number | null = null;
+  if (purpose === "batch") lineCount = await batchLineCount(st);
+  else st.validator?.close();
+
+  await st.writer.commit();
+  const row: FileRow = {
+    seq: undefined as unknown as number,
+    id,
+    project,
+    filename: st.filename.slice(0, 1024),
+    purpose,
+    bytes: st.writer.bytes,
+    status: "processed",
+    statusDetails: null,
+    createdAt: nowSeconds(),
+    expiresAt: null,
+    lineCount,
+  };
+  if (expiresAt !== null) row.expiresAt = row.createdAt + expiresAt;
+  const { seq: _seq, ...values } = row;
+  try {
+    ctx.db.insert(files).values(values).run();
+  } catch (e) {
+    ctx.store.delete(id);
+    throw e;
+  }
+  return fileView(row);
+}
+
+/** `expires_after[anchor]=created_at` + `expires_after[seconds]` (3600..2592000), both or neither. */
+function expiryOf(fields: Map<string, string>): number | null {
+  const anchor = fields.get("expires_after[anchor]");
+  const seconds = fields.get("expires_after[seconds]");
+  if (anchor === undefined && seconds === undefined) return null;
+  if (anchor !== "created_at") throw new ApiError("invalid_value", "expires_after[anchor] must be 'created_at'", { param: "expires_after.anchor" });
+  if (seconds === undefined || !/^\d+$/.test(seconds) || Number(seconds) < 3600 || Number(seconds) > 2592000)
+    throw new ApiError("invalid_value", "expires_after[seconds] must be an integer from 3600 to 2592000", { param: "expires_after.seconds" });
+  return Number(seconds);
+}
+
+/** The number of requests in a valid batch file; throws the first bad line's 400 otherwise. */
+async function batchLineCount(st: UploadState): Promise<number> {
+  const result = await st.validator!.finish();
+  let error: LineError | null = result.error;
+  // Fingerprint hits are only suspects: confirm them against the stored bytes.
+  const suspects = result.suspects.filter((s) => !error || s.line <= error.line);
+  const dup = suspects.length ? await firstConfirmedDuplicate(st.writer!.readBack(), suspects) : null;
+  if (dup && (!error || dup.line <= error.line))
+    error = { line: dup.line, code: "duplicate_custom_id", param: "custom_id", message: `line ${dup.line}: duplicate custom_id '${dup.customId.slice(0, 200)}'` };
+  else if (error?.unconfirmed) error = { ...error, message: `line ${error.line}: could not confirm custom_id uniqueness` };
+  if (error) throw new ApiError(error.code, `Invalid batch file: ${error.message}`, { param: error.param ?? "file" });
+  return result.requests;
+}
+
+const tooLarge = (max: number) => new ApiError("file_too_large", `The file exceeds the maximum size of ${max} bytes`, { param: "file" });
+
+async function drain(body: ReadableStream<Uint8Array> | null): Promise<void> {
+  if (!body || body.locked) return;
+  const reader = body.getReader();
+  let n = 0;
+  try {
+    while (n < MAX_DRAIN_BYTES) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      n += value.byteLength;
+    }
+    await reader.cancel();
+  } catch {
+    // The client went away; nothing to answer.
+  }
+}

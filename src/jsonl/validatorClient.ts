@@ -1,0 +1,84 @@
+// Main-thread handle on a validation Worker. Bytes are gathered into ~1 MB
+// blocks before posting (fewer messages; one copy, then a transfer), and at
+// most MAX_IN_FLIGHT bytes may wait in the worker, so a slow validator slows
+// the upload instead of growing memory.
+import type { ValidationResult } from "./batchFileValidator";
+
+const BLOCK = 1 << 20;
+const MAX_IN_FLIGHT = 16 << 20;
+
+export class ValidatorClient {
+  private readonly worker: Worker;
+  private block = new Uint8Array(BLOCK);
+  private used = 0;
+  private inFlight = 0;
+  private drained: (() => void) | null = null;
+  private resultPromise: Promise<ValidationResult>;
+  private closed = false;
+  /** True as soon as the worker has seen a bad line. */
+  failed = false;
+
+  constructor(maxRequests: number) {
+    this.worker = new Worker(new URL("./validate.worker.ts", import.meta.url));
+    let resolveResult!: (r: ValidationResult) => void;
+    let rejectResult!: (e: Error) => void;
+    this.resultPromise = new Promise((res, rej) => {
+      resolveResult = res;
+      rejectResult = rej;
+    });
+    this.resultPromise.catch(() => {});
+    this.worker.onmessage = (e: MessageEvent) => {
+      const m = e.data;
+      if (m.type === "ack") {
+        this.inFlight -= m.bytes;
+        if (this.drained && this.inFlight <= MAX_IN_FLIGHT / 2) {
+          const d = this.drained;
+          this.drained = null;
+          d();
+        }
+      } else if (m.type === "failed") this.failed = true;
+      else if (m.type === "result") resolveResult(m.result);
+    };
+    this.worker.onerror = (e) => rejectResult(new Error(`validator worker failed: ${e.message}`));
+    this.worker.postMessage({ type: "init", maxRequests });
+  }
+
+  /** Copies `chunk`; resolves when the worker has room for more. */
+  async write(chunk: Uint8Array): Promise<void> {
+    let off = 0;
+    while (off < chunk.length) {
+      const n = Math.min(BLOCK - this.used, chunk.length - off);
+      this.block.set(chunk.subarray(off, off + n), this.used);
+      this.used += n;
+      off += n;
+      if (this.used === BLOCK) this.flush();
+    }
+    if (this.inFlight > MAX_IN_FLIGHT) await new Promise<void>((r) => (this.drained = r));
+  }
+
+  private flush(): void {
+    if (this.used === 0) return;
+    const out = this.used === BLOCK ? this.block : this.block.slice(0, this.used);
+    this.inFlight += out.byteLength;
+    this.worker.postMessage(out, [out.buffer]);
+    this.block = new Uint8Array(BLOCK);
+    this.used = 0;
+  }
+
+  async finish(): Promise<ValidationResult> {
+    this.flush();
+    this.worker.postMessage({ type: "finish" });
+    try {
+      return await this.resultPromise;
+    } finally {
+      this.close();
+    }
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.worker.terminate();
+    this.drained?.();
+  }
+}

@@ -1,0 +1,20 @@
+import { Elysia, t } from "elysia";
+import { scopes } from "../auth/plugin";
+import type { AppContext } from "../context";
+import { createKey, listKeys, revokeKey } from "./service";
+
+const CreateKeyBody = t.Object({
+  name: t.String(),
+  scopes: t.Optional(t.Array(t.String())),
+  project: t.Optional(t.String()),
+  rate_limits: t.Optional(
+    t.Nullable(t.Object({ rpm: t.Optional(t.Nullable(t.Integer({ minimum: 1 }))), tpm: t.Optional(t.Nullable(t.Integer({ minimum: 1 }))) })),
+  ),
+});
+
+export const keysRoutes = (ctx: AppContext) =>
+  new Elysia({ prefix: "/keys", detail: { tags: ["keys"] } })
+    .use(scopes)
+    .post("", ({ body }) => createKey(ctx.db, body), { scope: "admin", body: CreateKeyBody, detail: { summary: "Create an API key (secret shown once)" } })
+    .get("", () => ({ object: "list" as const, data: listKeys(ctx.db) }), { scope: "admin", detail: { summary: "List API keys" } })
+    .delete("/:id", ({ params }) => revokeKey(ctx.db, params.id), { scope: "admin", detail: { summary: "Revoke an API key" } });

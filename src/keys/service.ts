@@ -1,0 +1,85 @@
+// API keys: created with a secret shown once, stored only as a SHA-256 hash,
+// revoked by setting revoked_at (checked on every request, so revocation
+// takes effect on the next one). Used by the HTTP routes and by the CLI.
+import { and, asc, eq, isNull } from "drizzle-orm";
+import type { Db } from "../db/client";
+import { apiKeys } from "../db/schema";
+import { ApiError, notFound } from "../errors";
+import { isId, newId, nowSeconds } from "../ids";
+import { DEFAULT_SCOPES, isScope, type Scope } from "../auth/scopes";
+import { hashSecret, newSecret } from "../auth/secrets";
+
+export interface CreateKeyInput {
+  name: string;
+  scopes?: string[];
+  project?: string;
+  rate_limits?: { rpm?: number | null; tpm?: number | null } | null;
+}
+
+const PROJECT_PATTERN = /^[A-Za-z0-9._-]{1,64}$/;
+
+type KeyRow = typeof apiKeys.$inferSelect;
+
+export function keyView(row: KeyRow) {
+  return {
+    id: row.id,
+    object: "api_key" as const,
+    name: row.name,
+    project: row.project,
+    scopes: row.scopes,
+    rate_limits: { rpm: row.rpm ?? null, tpm: row.tpm ?? null },
+    created_at: row.createdAt,
+    prefix: row.prefix,
+  };
+}
+
+export function createKey(db: Db, input: CreateKeyInput) {
+  const name = input.name.trim();
+  if (!name || name.length > 256) throw new ApiError("invalid_value", "name must be 1..256 characters", { param: "name" });
+  const scopes = [...new Set(input.scopes ?? DEFAULT_SCOPES)];
+  if (scopes.length === 0) throw new ApiError("invalid_value", "scopes must not be empty", { param: "scopes" });
+  const bad = scopes.find((s) => !isScope(s));
+  if (bad !== undefined) throw new ApiError("invalid_value", `unknown scope '${bad}'`, { param: "scopes" });
+  const project = input.project ?? "default";
+  if (!PROJECT_PATTERN.test(project))
+    throw new ApiError("invalid_value", "project must be 1..64 characters of A-Z a-z 0-9 . _ -", { param: "project" });
+  for (const k of ["rpm", "tpm"] as const) {
+    const v = input.rate_limits?.[k];
+    if (v != null && (!Number.isInteger(v) || v < 1)) throw new ApiError("invalid_value", `rate_limits.${k} must be a positive integer`, { param: `rate_limits.${k}` });
+  }
+  const secret = newSecret();
+  const row: KeyRow = {
+    id: newId("key_"),
+    name,
+    project,
+    scopes: scopes as Scope[],
+    hash: hashSecret(secret),
+    prefix: secret.slice(0, 10),
+    rpm: input.rate_limits?.rpm ?? null,
+    tpm: input.rate_limits?.tpm ?? null,
+    createdAt: nowSeconds(),
+    revokedAt: null,
+  };
+  db.insert(apiKeys).values(row).run();
+  return { ...keyView(row), key: secret };
+}
+
+export function listKeys(db: Db) {
+  return db.select().from(apiKeys).where(isNull(apiKeys.revokedAt)).orderBy(asc(apiKeys.createdAt), asc(apiKeys.id)).all().map(keyView);
+}
+
+export function revokeKey(db: Db, id: string) {
+  if (!isId("key_", id)) throw notFound("key", id);
+  const revoked = db
+    .update(apiKeys)
+    .set({ revokedAt: nowSeconds() })
+    .where(and(eq(apiKeys.id, id), isNull(apiKeys.revokedAt)))
+    .returning({ id: apiKeys.id })
+    .all();
+  if (revoked.length === 0) throw notFound("key", id);
+  return { id, object: "api_key" as const, deleted: true as const };
+}
+
+export function countKeys(db: Db): number {
+  return db.$client.query<{ n: number }, []>("SELECT count(*) AS n FROM api_keys").get()!.n;
+}

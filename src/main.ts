@@ -1,0 +1,99 @@
+#!/usr/bin/env bun
+// offpeak: `serve` (default) runs the server; `keys …` manages API keys
+// directly in the data dir (safe while a server runs on it: SQLite WAL).
+import { ConfigError, parseFlags, resolveConfig } from "./config";
+import { openDb } from "./db/client";
+import { ApiError } from "./errors";
+import { createKey, listKeys, revokeKey } from "./keys/service";
+import { startServer } from "./server";
+
+const HELP = `offpeak — OpenAI-compatible Files + Batch API server
+
+Usage:
+  offpeak [serve] [--port N] [--host H] [--data-dir D] [--config FILE]
+                  [--max-file-bytes N] [--max-batch-lines N] [--log-level L]
+  offpeak keys create --name N [--scopes a,b] [--project P] [--data-dir D]
+  offpeak keys list [--data-dir D]
+  offpeak keys revoke ID [--data-dir D]
+  offpeak --help
+
+Environment: PORT, HOST, OFFPEAK_DATA_DIR, OFFPEAK_CONFIG, OFFPEAK_ADMIN_KEY,
+OFFPEAK_MAX_FILE_BYTES, OFFPEAK_MAX_BATCH_LINES, OFFPEAK_LOG_LEVEL,
+OFFPEAK_UPSTREAM_URL, OFFPEAK_UPSTREAM_KEY.
+`;
+
+async function main(argv: string[]): Promise<number> {
+  const { flags, positional } = parseFlags(argv);
+  const command = positional[0] ?? "serve";
+  if (flags["help"] || command === "help") {
+    process.stdout.write(HELP);
+    return 0;
+  }
+  if (command === "serve") return serve(argv);
+  if (command === "keys") return keys(argv, positional.slice(1), flags);
+  process.stderr.write(`offpeak: unknown command '${command}'\n\n${HELP}`);
+  return 2;
+}
+
+async function serve(argv: string[]): Promise<number> {
+  const config = resolveConfig(argv);
+  const server = await startServer(config);
+  process.stdout.write(`offpeak listening on ${server.url} (data: ${config.dataDir})\n`);
+  await new Promise<void>((resolve) => {
+    let stopping = false;
+    const shutdown = (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      server.ctx.log.info("shutting down", { signal });
+      // Hard stop if a clean shutdown hangs: SPEC §9 asks for exit within 10 s.
+      setTimeout(() => process.exit(0), 9000).unref();
+      server.stop().finally(resolve);
+    };
+    process.on("SIGTERM", () => shutdown("SIGTERM"));
+    process.on("SIGINT", () => shutdown("SIGINT"));
+  });
+  return 0;
+}
+
+function keys(argv: string[], args: string[], flags: Record<string, string>): number {
+  const config = resolveConfig(argv);
+  const db = openDb(config.dataDir);
+  try {
+    const verb = args[0];
+    if (verb === "create") {
+      if (!flags["name"] || flags["name"] === "true") throw new ConfigError("keys create needs --name NAME");
+      const created = createKey(db, {
+        name: flags["name"],
+        scopes: flags["scopes"] ? flags["scopes"].split(",").map((s) => s.trim()) : undefined,
+        project: flags["project"],
+      });
+      process.stdout.write(created.key + "\n");
+      return 0;
+    }
+    if (verb === "list") {
+      for (const k of listKeys(db)) process.stdout.write(`${k.id}\t${k.prefix}…\t${k.project}\t${k.scopes.join(",")}\t${k.name}\n`);
+      return 0;
+    }
+    if (verb === "revoke") {
+      if (!args[1]) throw new ConfigError("keys revoke needs a key id");
+      revokeKey(db, args[1]);
+      process.stdout.write(`revoked ${args[1]}\n`);
+      return 0;
+    }
+    throw new ConfigError("keys needs a verb: create | list | revoke");
+  } finally {
+    db.$client.close();
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (err) => {
+    if (err instanceof ConfigError || err instanceof ApiError) {
+      process.stderr.write(`offpeak: ${err.message}\n`);
+      process.exit(2);
+    }
+    process.stderr.write(`offpeak: ${err?.stack ?? err}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,65 @@
+// Starts offpeak on a resolved Config: opens the database, bootstraps the
+// first key, serves HTTP, runs background sweeps, and shuts down cleanly.
+import { buildApp } from "./app";
+import type { Config } from "./config";
+import type { AppContext } from "./context";
+import { openDb } from "./db/client";
+import { sweepExpiredFiles } from "./files/service";
+import { createKey, countKeys } from "./keys/service";
+import { createLogger } from "./log";
+import { LocalDiskStore } from "./storage/localDisk";
+
+export interface RunningServer {
+  ctx: AppContext;
+  port: number;
+  url: string;
+  /** Printed once when the first start made an admin key. */
+  bootstrapKey: string | null;
+  stop(): Promise<void>;
+}
+
+export async function startServer(config: Config, opts: { quiet?: boolean } = {}): Promise<RunningServer> {
+  const log = createLogger(config.logLevel);
+  const db = openDb(config.dataDir);
+  const store = new LocalDiskStore(config.dataDir);
+  store.sweepTemporary();
+  const ctx: AppContext = { config, db, store, log, startedAt: Date.now() };
+
+  let bootstrapKey: string | null = null;
+  if (!config.adminKey && countKeys(db) === 0) {
+    bootstrapKey = createKey(db, { name: "bootstrap admin", scopes: ["admin"] }).key;
+    if (!opts.quiet) process.stdout.write(`offpeak: created the first admin key (shown only once):\n${bootstrapKey}\n`);
+  }
+
+  const app = buildApp(ctx);
+  const server = Bun.serve({
+    port: config.port,
+    hostname: config.host,
+    // Uploads are bounded by max_file_bytes in the handler, not here.
+    maxRequestBodySize: Number.MAX_SAFE_INTEGER,
+    idleTimeout: 255,
+    fetch: app.fetch,
+  });
+  const sweep = setInterval(() => {
+    try {
+      sweepExpiredFiles(ctx);
+    } catch (e) {
+      log.error("expired-file sweep failed", { error: String(e) });
+    }
+  }, 60_000);
+  sweep.unref?.();
+
+  const url = `http://${config.host}:${server.port}`;
+  log.info("listening", { url, data_dir: config.dataDir });
+  return {
+    ctx,
+    port: server.port!,
+    url,
+    bootstrapKey,
+    async stop() {
+      clearInterval(sweep);
+      await server.stop(true);
+      db.$client.close();
+    },
+  };
+}
