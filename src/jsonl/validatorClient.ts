@@ -3,6 +3,7 @@
 // most MAX_IN_FLIGHT bytes may wait in the worker, so a slow validator slows
 // the upload instead of growing memory.
 import type { ValidationResult } from "./batchFileValidator";
+import { VALIDATE_WORKER } from "../workers";
 
 const BLOCK = 1 << 20;
 const MAX_IN_FLIGHT = 16 << 20;
@@ -19,7 +20,7 @@ export class ValidatorClient {
   failed = false;
 
   constructor(maxRequests: number) {
-    this.worker = new Worker(new URL("./validate.worker.ts", import.meta.url));
+    this.worker = new Worker(VALIDATE_WORKER);
     let resolveResult!: (r: ValidationResult) => void;
     let rejectResult!: (e: Error) => void;
     this.resultPromise = new Promise((res, rej) => {

@@ -1,0 +1,6 @@
+// Worker entry points, resolved relative to src/. This file sits beside
+// main.ts on purpose: in the compiled executable every module shares the
+// entry's import.meta.url, and `bun build --compile` keeps the worker
+// entries' paths relative to src/ (see the build script), so one relative
+// path works both from source and from the binary.
+export const VALIDATE_WORKER = new URL("./jsonl/validate.worker.ts", import.meta.url);

@@ -1,0 +1,84 @@
+// Test harness: a real offpeak server on port 0 with a fresh data dir, either
+// in this process (fast) or as a child process (for signals and crashes).
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import OpenAI from "openai";
+import { resolveConfig } from "../../src/config";
+import { startServer, type RunningServer } from "../../src/server";
+
+export const ADMIN_KEY = "sk-op-test-admin-key-0000000000000000000000";
+
+export interface TestServer {
+  url: string;
+  /** `${url}/api/v1` */
+  base: string;
+  dataDir: string;
+  server: RunningServer;
+  admin: string;
+  /** An official SDK client for `key` (admin by default). */
+  sdk(key?: string): OpenAI;
+  /** fetch against the base with a bearer key (admin by default; null for none). */
+  api(path: string, init?: RequestInit & { key?: string | null }): Promise<Response>;
+  /** Creates a key through the API and returns its secret. */
+  createKey(body: { name?: string; scopes?: string[]; project?: string }): Promise<string>;
+  stop(): Promise<void>;
+}
+
+export function freshDataDir(): string {
+  return mkdtempSync(join(tmpdir(), "offpeak-test-"));
+}
+
+export async function startTestServer(opts: { env?: Record<string, string>; argv?: string[]; dataDir?: string } = {}): Promise<TestServer> {
+  const dataDir = opts.dataDir ?? freshDataDir();
+  const config = resolveConfig(["--port", "0", "--data-dir", dataDir, ...(opts.argv ?? [])], {
+    OFFPEAK_ADMIN_KEY: ADMIN_KEY,
+    OFFPEAK_LOG_LEVEL: "error",
+    ...opts.env,
+  });
+  const server = await startServer(config, { quiet: true });
+  const url = server.url;
+  const base = `${url}/api/v1`;
+  const api = (path: string, init: RequestInit & { key?: string | null } = {}) => {
+    const { key = ADMIN_KEY, ...rest } = init;
+    const headers = new Headers(rest.headers);
+    if (key !== null) headers.set("authorization", `Bearer ${key}`);
+    return fetch(base + path, { ...rest, headers });
+  };
+  return {
+    url,
+    base,
+    dataDir,
+    server,
+    admin: ADMIN_KEY,
+    sdk: (key = ADMIN_KEY) => new OpenAI({ apiKey: key, baseURL: base, maxRetries: 0 }),
+    api,
+    async createKey(body) {
+      const res = await api("/keys", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "test", ...body }) });
+      if (res.status !== 200) throw new Error(`createKey: ${res.status} ${await res.text()}`);
+      return ((await res.json()) as { key: string }).key;
+    },
+    async stop() {
+      await server.stop();
+      if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A JSONL batch line for the built-in echo model. */
+export function chatLine(customId: string, text = `hello ${customId}`, extra: Record<string, unknown> = {}): string {
+  return JSON.stringify({
+    custom_id: customId,
+    method: "POST",
+    url: "/v1/chat/completions",
+    body: { model: "offpeak-echo", messages: [{ role: "user", content: text }], ...extra },
+  });
+}
+
+/** Uploads `text` as a file through multipart and returns the raw response. */
+export function uploadRaw(t: TestServer, text: string | Uint8Array, purpose = "batch", filename = "input.jsonl", key?: string | null): Promise<Response> {
+  const form = new FormData();
+  form.append("purpose", purpose);
+  form.append("file", new Blob([text]), filename);
+  return t.api("/files", { method: "POST", body: form, key });
+}
