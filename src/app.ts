@@ -9,6 +9,7 @@ import { ApiError, errorResponse } from "./errors";
 import { base62 } from "./ids";
 import { filesRoutes } from "./files/routes";
 import { keysRoutes } from "./keys/routes";
+import { batchesRoutes } from "./batches/routes";
 
 export const API_BASES = ["/api/v1", "/v1"] as const;
 
@@ -20,7 +21,7 @@ function isUnderApi(pathname: string): boolean {
 }
 
 /** All routes under one base; mounted once per base path. */
-const apiRoutes = (ctx: AppContext, prefix: string) => new Elysia({ prefix }).use(filesRoutes(ctx)).use(keysRoutes(ctx));
+const apiRoutes = (ctx: AppContext, prefix: string) => new Elysia({ prefix }).use(filesRoutes(ctx)).use(batchesRoutes(ctx)).use(keysRoutes(ctx));
 
 export function buildApp(ctx: AppContext) {
   const verify = createVerifier(ctx.db, ctx.config.adminKey);

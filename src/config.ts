@@ -98,7 +98,14 @@ export interface Config {
   /** Default per-key limits when a key sets none (null: unlimited). */
   defaultRpm: number | null;
   defaultTpm: number | null;
-  batches: { workers: number; maxAttempts: number; retryBaseMs: number; leaseMs: number };
+  batches: {
+    workers: number;
+    maxAttempts: number;
+    retryBaseMs: number;
+    leaseMs: number;
+    /** Length of one "h" of completion_window in seconds: 3600, shortened only by tests of expiry. */
+    hourSeconds: number;
+  };
   upstreams: UpstreamConfig[];
   models: Record<string, ModelConfig>;
 }
@@ -201,6 +208,7 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
       maxAttempts: pick(intOf("OFFPEAK_BATCH_MAX_ATTEMPTS", env.OFFPEAK_BATCH_MAX_ATTEMPTS, 1, 20), file.batches?.max_attempts) ?? 5,
       retryBaseMs: pick(intOf("OFFPEAK_BATCH_RETRY_BASE_MS", env.OFFPEAK_BATCH_RETRY_BASE_MS, 1), file.batches?.retry_base_ms) ?? 500,
       leaseMs: pick(intOf("OFFPEAK_BATCH_LEASE_MS", env.OFFPEAK_BATCH_LEASE_MS, 1000), file.batches?.lease_ms) ?? 30_000,
+      hourSeconds: intOf("OFFPEAK_BATCH_HOUR_SECONDS", env.OFFPEAK_BATCH_HOUR_SECONDS, 1, 3600) ?? 3600,
     },
     upstreams,
     models: file.models ?? {},

@@ -2,6 +2,7 @@ import type { Config } from "./config";
 import type { Db } from "./db/client";
 import type { Logger } from "./log";
 import type { BlobStore } from "./storage/blobStore";
+import type { ModelRegistry } from "./inference/registry";
 
 /** What services need, built once at start and passed down (never Elysia's Context). */
 export interface AppContext {
@@ -10,4 +11,7 @@ export interface AppContext {
   store: BlobStore;
   log: Logger;
   startedAt: number;
+  registry: ModelRegistry;
+  /** Wakes the batch runner after an API change (create, cancel). */
+  kickBatches(): void;
 }

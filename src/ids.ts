@@ -25,3 +25,33 @@ export function isId(prefix: string, value: string): boolean {
 }
 
 export const nowSeconds = () => Math.floor(Date.now() / 1000);
+
+/**
+ * Many ids quickly (batch output lines): random bytes are drawn 64 KB at a
+ * time instead of one getRandomValues call per id.
+ */
+export class IdStream {
+  private pool = new Uint8Array(65536);
+  private pos = this.pool.length;
+
+  next(prefix: string): string {
+    let out = prefix;
+    while (out.length < prefix.length + 24) {
+      if (this.pos >= this.pool.length) {
+        crypto.getRandomValues(this.pool);
+        this.pos = 0;
+      }
+      const b = this.pool[this.pos++]! & 0x3f;
+      if (b < 62) out += ALPHABET[b];
+    }
+    return out;
+  }
+}
+
+/** A stable id derived from a seed: finalizing a batch twice (after a crash) names its result files the same. */
+export function derivedId(prefix: string, seed: string): string {
+  const digest = new Bun.CryptoHasher("sha256").update(seed).digest();
+  let out = prefix;
+  for (let i = 0; out.length < prefix.length + 24; i++) out += ALPHABET[digest[i % digest.length]! % 62];
+  return out;
+}

@@ -8,6 +8,8 @@ import { sweepExpiredFiles } from "./files/service";
 import { createKey, countKeys } from "./keys/service";
 import { createLogger } from "./log";
 import { LocalDiskStore } from "./storage/localDisk";
+import { ModelRegistry } from "./inference/registry";
+import { BatchRunner } from "./batches/runner";
 
 export interface RunningServer {
   ctx: AppContext;
@@ -23,7 +25,11 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
   const db = openDb(config.dataDir);
   const store = new LocalDiskStore(config.dataDir);
   store.sweepTemporary();
-  const ctx: AppContext = { config, db, store, log, startedAt: Date.now() };
+  const registry = new ModelRegistry(config, log);
+  await registry.discover();
+  let runner: BatchRunner | null = null;
+  const ctx: AppContext = { config, db, store, log, startedAt: Date.now(), registry, kickBatches: () => runner?.kick() };
+  runner = new BatchRunner(ctx, registry);
 
   let bootstrapKey: string | null = null;
   if (!config.adminKey && countKeys(db) === 0) {
@@ -49,6 +55,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
   }, 60_000);
   sweep.unref?.();
 
+  runner.start();
   const url = `http://${config.host}:${server.port}`;
   log.info("listening", { url, data_dir: config.dataDir });
   return {
@@ -58,7 +65,10 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
     bootstrapKey,
     async stop() {
       clearInterval(sweep);
-      await server.stop(true);
+      // Stop taking requests, then checkpoint batch work before closing the database.
+      const closing = server.stop(true);
+      await runner!.stop();
+      await closing;
       db.$client.close();
     },
   };

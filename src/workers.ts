@@ -4,3 +4,4 @@
 // entries' paths relative to src/ (see the build script), so one relative
 // path works both from source and from the binary.
 export const VALIDATE_WORKER = new URL("./jsonl/validate.worker.ts", import.meta.url);
+export const BATCH_WORKER = new URL("./batches/worker/entry.ts", import.meta.url);

@@ -10,5 +10,16 @@ export const migrations: { tag: string; statements: string[] }[] = [
       "CREATE INDEX `files_project_seq` ON `files` (`project`,`seq`);",
       "CREATE INDEX `files_expires_at` ON `files` (`expires_at`);"
     ]
+  },
+  {
+    "tag": "0001_mixed_spot",
+    "statements": [
+      "CREATE TABLE `batches` (\n\t`seq` integer PRIMARY KEY AUTOINCREMENT NOT NULL,\n\t`id` text NOT NULL,\n\t`project` text NOT NULL,\n\t`endpoint` text NOT NULL,\n\t`model` text,\n\t`input_file_id` text NOT NULL,\n\t`completion_window` text NOT NULL,\n\t`status` text NOT NULL,\n\t`stop_reason` text,\n\t`errors` text,\n\t`output_file_id` text,\n\t`error_file_id` text,\n\t`created_at` integer NOT NULL,\n\t`in_progress_at` integer,\n\t`expires_at` integer NOT NULL,\n\t`finalizing_at` integer,\n\t`completed_at` integer,\n\t`failed_at` integer,\n\t`expired_at` integer,\n\t`cancelling_at` integer,\n\t`cancelled_at` integer,\n\t`total` integer DEFAULT 0 NOT NULL,\n\t`completed` integer DEFAULT 0 NOT NULL,\n\t`failed` integer DEFAULT 0 NOT NULL,\n\t`input_tokens` integer DEFAULT 0 NOT NULL,\n\t`cached_tokens` integer DEFAULT 0 NOT NULL,\n\t`output_tokens` integer DEFAULT 0 NOT NULL,\n\t`reasoning_tokens` integer DEFAULT 0 NOT NULL,\n\t`cost_amount` real DEFAULT 0 NOT NULL,\n\t`metadata` text,\n\t`output_expires_after` integer,\n\t`lease_owner` text,\n\t`lease_expires_at` integer\n);",
+      "CREATE UNIQUE INDEX `batches_id_unique` ON `batches` (`id`);",
+      "CREATE INDEX `batches_project_seq` ON `batches` (`project`,`seq`);",
+      "CREATE INDEX `batches_status` ON `batches` (`status`);",
+      "CREATE TABLE `batch_shards` (\n\t`batch_id` text NOT NULL,\n\t`idx` integer NOT NULL,\n\t`start_byte` integer NOT NULL,\n\t`end_byte` integer NOT NULL,\n\t`first_line` integer,\n\t`requests` integer,\n\t`status` text NOT NULL,\n\t`lease_owner` text,\n\t`lease_expires_at` integer,\n\t`completed` integer DEFAULT 0 NOT NULL,\n\t`failed` integer DEFAULT 0 NOT NULL,\n\t`input_tokens` integer DEFAULT 0 NOT NULL,\n\t`cached_tokens` integer DEFAULT 0 NOT NULL,\n\t`output_tokens` integer DEFAULT 0 NOT NULL,\n\t`reasoning_tokens` integer DEFAULT 0 NOT NULL,\n\t`cost_amount` real DEFAULT 0 NOT NULL,\n\tPRIMARY KEY(`batch_id`, `idx`)\n);",
+      "CREATE INDEX `batch_shards_status` ON `batch_shards` (`status`);"
+    ]
   }
 ];

@@ -1,2 +1,4 @@
 export * from "./apiKeys";
 export * from "./files";
+export * from "./batches";
+export * from "./batchShards";

@@ -1,0 +1,44 @@
+import { Elysia, t } from "elysia";
+import { principalOf, scopes } from "../auth/plugin";
+import type { AppContext } from "../context";
+import { intParam } from "../http/query";
+import { batchView, cancelBatch, createBatch, getBatch, listBatches } from "./service";
+
+const CreateBody = t.Object({
+  input_file_id: t.String(),
+  endpoint: t.String(),
+  completion_window: t.String(),
+  metadata: t.Optional(t.Nullable(t.Record(t.String(), t.Unknown()))),
+  output_expires_after: t.Optional(t.Nullable(t.Object({ anchor: t.Optional(t.String()), seconds: t.Optional(t.Integer()) }))),
+});
+
+export const batchesRoutes = (ctx: AppContext) =>
+  new Elysia({ prefix: "/batches", detail: { tags: ["batches"] } })
+    .use(scopes)
+    .post(
+      "",
+      ({ request, body }) => {
+        const row = createBatch(ctx, principalOf(request).project, body);
+        ctx.kickBatches();
+        return batchView(row);
+      },
+      { scope: "batches:write", body: CreateBody, detail: { summary: "Create a batch from an uploaded JSONL file" } },
+    )
+    .get(
+      "",
+      ({ request, query }) => listBatches(ctx, principalOf(request).project, intParam(query.limit, "limit", 1, 100, 20), query.after || undefined),
+      { scope: "batches:read", query: t.Object({ limit: t.Optional(t.String()), after: t.Optional(t.String()) }), detail: { summary: "List batches, newest first" } },
+    )
+    .get("/:id", ({ request, params }) => batchView(getBatch(ctx, principalOf(request).project, params.id)), {
+      scope: "batches:read",
+      detail: { summary: "Retrieve a batch" },
+    })
+    .post(
+      "/:id/cancel",
+      ({ request, params }) => {
+        const row = cancelBatch(ctx, principalOf(request).project, params.id);
+        ctx.kickBatches();
+        return batchView(row);
+      },
+      { scope: "batches:write", parse: "none", detail: { summary: "Cancel a batch" } },
+    );

@@ -1,0 +1,467 @@
+// The batch runner: one per process, on the main thread. It never holds the
+// truth itself: batches and shards are claimed through rows with a lease
+// (owner + expiry), results live in part files, and every decision is made
+// again from the database on each tick. Per-line work happens in Workers.
+import { mkdirSync } from "node:fs";
+import { hostname } from "node:os";
+import { and, eq, inArray, isNull, lt, or, sql } from "drizzle-orm";
+import type { AppContext } from "../context";
+import { batches, batchShards, files } from "../db/schema";
+import { base62, nowSeconds } from "../ids";
+import type { ModelRegistry } from "../inference/registry";
+import { finalizeBatch } from "./finalize";
+import { batchDir, partPath } from "./paths";
+import { WorkerPool } from "./pool";
+import type { BatchRow } from "./service";
+import { shardBoundaries } from "./shards";
+import { zeroTotals, type FromWorker, type PricedModel, type ShardTotals, type ValidateResult, type WorkerTask } from "./types";
+
+const TICK_MS = 200;
+const COUNTS_MS = 500;
+const MAX_REPORTED_ERRORS = 100;
+
+type StopCode = "batch_cancelled" | "batch_expired";
+const stopCodeOf = (reason: string | null): StopCode | null => (reason === "cancelled" ? "batch_cancelled" : reason === "expired" ? "batch_expired" : null);
+
+interface Validation {
+  batch: BatchRow;
+  results: (ValidateResult | null)[];
+  left: number;
+}
+
+export class BatchRunner {
+  /** host:pid:nonce — a new nonce per start, so a reused pid (pid 1 in containers) is still a new owner. */
+  readonly owner = `${hostname()}:${process.pid}:${base62(8)}`;
+  private pool: WorkerPool | null = null;
+  private timer: ReturnType<typeof setInterval> | null = null;
+  private ticking = false;
+  private kicked = false;
+  private stopping = false;
+  /** Shards running in this process, with their latest totals. */
+  private readonly live = new Map<string, { batchId: string; idx: number; totals: ShardTotals }>();
+  private readonly validations = new Map<string, Validation>();
+  private readonly finalizing = new Set<string>();
+  private readonly stopsSent = new Set<string>();
+  private lastCounts = 0;
+  /** Batches whose counters changed since the last write (a shard finished). */
+  private readonly dirty = new Set<string>();
+
+  constructor(
+    private readonly ctx: AppContext,
+    private readonly registry: ModelRegistry,
+  ) {}
+
+  start(): void {
+    this.timer = setInterval(() => this.kick(), TICK_MS);
+    this.kick();
+  }
+
+  /** Runs a tick soon (coalesced). Called after API changes so work starts at once. */
+  kick(): void {
+    if (this.stopping) return;
+    if (this.ticking) {
+      this.kicked = true;
+      return;
+    }
+    this.ticking = true;
+    this.tick()
+      .catch((e) => this.ctx.log.error("batch runner tick failed", { error: String(e?.stack ?? e) }))
+      .finally(() => {
+        this.ticking = false;
+        if (this.kicked) {
+          this.kicked = false;
+          queueMicrotask(() => this.kick());
+        }
+      });
+  }
+
+  private models(): PricedModel[] {
+    return this.registry.list().map((m) => ({
+      id: m.id,
+      kind: m.kind,
+      baseUrl: m.baseUrl,
+      apiKey: m.apiKey,
+      upstreamModel: m.upstreamModel,
+      timeoutMs: m.timeoutMs,
+      latencyMs: m.latencyMs,
+      tokensPerSecond: m.tokensPerSecond,
+      inputPerMillion: m.pricing.inputPerMillion,
+      outputPerMillion: m.pricing.outputPerMillion,
+    }));
+  }
+
+  private getPool(): WorkerPool {
+    this.pool ??= new WorkerPool(
+      Math.max(1, this.ctx.config.batches.workers),
+      () => this.models(),
+      (m) => this.onWorkerMessage(m),
+      (task, error) => this.onWorkerCrash(task, error),
+    );
+    return this.pool;
+  }
+
+  private async tick(): Promise<void> {
+    const now = Date.now();
+    this.markExpired();
+    this.renewLeases(now);
+    this.releaseDeadLeases(now);
+    this.sendStops();
+    await this.startValidations(now);
+    this.dispatchShards(now);
+    this.startFinalizations(now);
+    if (now - this.lastCounts >= COUNTS_MS) {
+      this.lastCounts = now;
+      this.writeCounts();
+    }
+  }
+
+  // ── expiry and cancellation ────────────────────────────────────────────
+
+  private markExpired(): void {
+    this.ctx.db
+      .update(batches)
+      .set({ stopReason: "expired" })
+      .where(and(inArray(batches.status, ["validating", "in_progress"]), isNull(batches.stopReason), lt(batches.expiresAt, nowSeconds() + 1)))
+      .run();
+  }
+
+  /** Tells Workers running shards of a stopped batch to drain the rest as errors. */
+  private sendStops(): void {
+    const running = new Set([...this.live.values()].map((l) => l.batchId));
+    if (running.size === 0) return;
+    const stopped = this.ctx.db
+      .select({ id: batches.id, stopReason: batches.stopReason })
+      .from(batches)
+      .where(and(inArray(batches.id, [...running]), sql`${batches.stopReason} IS NOT NULL`))
+      .all();
+    for (const b of stopped) {
+      if (this.stopsSent.has(b.id)) continue;
+      this.stopsSent.add(b.id);
+      this.pool?.broadcast({ type: "stop", batchId: b.id, code: stopCodeOf(b.stopReason)! });
+    }
+  }
+
+  // ── leases ─────────────────────────────────────────────────────────────
+
+  private renewLeases(now: number): void {
+    const until = now + this.ctx.config.batches.leaseMs;
+    this.ctx.db.update(batchShards).set({ leaseExpiresAt: until }).where(and(eq(batchShards.leaseOwner, this.owner), eq(batchShards.status, "running"))).run();
+    this.ctx.db.update(batches).set({ leaseExpiresAt: until }).where(eq(batches.leaseOwner, this.owner)).run();
+  }
+
+  /** An owner on this host whose process is gone (or is an earlier start of this pid) will never renew. */
+  private ownerIsDead(owner: string | null, leaseExpiresAt: number | null, now: number): boolean {
+    if (!owner) return true;
+    if (owner === this.owner) return false;
+    if ((leaseExpiresAt ?? 0) < now) return true;
+    const [host, pid] = owner.split(":");
+    if (host !== hostname()) return false;
+    if (Number(pid) === process.pid) return true;
+    try {
+      process.kill(Number(pid), 0);
+      return false;
+    } catch {
+      return true;
+    }
+  }
+
+  private releaseDeadLeases(now: number): void {
+    const held = this.ctx.db
+      .select({ batchId: batchShards.batchId, idx: batchShards.idx, owner: batchShards.leaseOwner, exp: batchShards.leaseExpiresAt })
+      .from(batchShards)
+      .where(eq(batchShards.status, "running"))
+      .all();
+    for (const s of held) {
+      if (!this.ownerIsDead(s.owner, s.exp, now)) continue;
+      this.ctx.db
+        .update(batchShards)
+        .set({ status: "pending", leaseOwner: null, leaseExpiresAt: null })
+        .where(and(eq(batchShards.batchId, s.batchId), eq(batchShards.idx, s.idx), eq(batchShards.status, "running"), s.owner ? eq(batchShards.leaseOwner, s.owner) : isNull(batchShards.leaseOwner)))
+        .run();
+    }
+  }
+
+  /** Takes the batch-level lease (validating, finalizing) if free or dead. */
+  private claimBatch(b: BatchRow, now: number): boolean {
+    if (b.leaseOwner === this.owner) return true;
+    if (!this.ownerIsDead(b.leaseOwner, b.leaseExpiresAt, now)) return false;
+    const res = this.ctx.db
+      .update(batches)
+      .set({ leaseOwner: this.owner, leaseExpiresAt: now + this.ctx.config.batches.leaseMs })
+      .where(and(eq(batches.id, b.id), b.leaseOwner ? eq(batches.leaseOwner, b.leaseOwner) : isNull(batches.leaseOwner)))
+      .returning({ id: batches.id })
+      .all();
+    return res.length === 1;
+  }
+
+  // ── validating ─────────────────────────────────────────────────────────
+
+  private async startValidations(now: number): Promise<void> {
+    // Validating, or cancelled before its shards were validated.
+    const waiting = this.ctx.db
+      .select()
+      .from(batches)
+      .where(
+        or(
+          eq(batches.status, "validating"),
+          and(eq(batches.status, "cancelling"), sql`NOT EXISTS (SELECT 1 FROM ${batchShards} WHERE ${batchShards.batchId} = ${batches.id} AND ${batchShards.status} <> 'validating')`),
+        ),
+      )
+      .all();
+    for (const b of waiting) {
+      if (this.validations.has(b.id) || !this.claimBatch(b, now)) continue;
+      const file = this.ctx.db.select().from(files).where(eq(files.id, b.inputFileId)).get();
+      if (!file) {
+        this.failBatch(b, [{ code: "invalid_file", message: "The input file no longer exists", param: "input_file_id", line: null }]);
+        continue;
+      }
+      const path = this.ctx.store.pathOf(file.id);
+      const cuts = await shardBoundaries(path, file.bytes);
+      this.ctx.db.transaction((tx) => {
+        tx.delete(batchShards).where(eq(batchShards.batchId, b.id)).run();
+        for (let i = 0; i < cuts.length; i += 500)
+          tx.insert(batchShards)
+            .values(cuts.slice(i, i + 500).map((c, j) => ({ batchId: b.id, idx: i + j, startByte: c.start, endByte: c.end, status: "validating" })))
+            .run();
+      });
+      mkdirSync(batchDir(this.ctx, b.id), { recursive: true });
+      const v: Validation = { batch: b, results: cuts.map(() => null), left: cuts.length };
+      this.validations.set(b.id, v);
+      const allowed = this.registry
+        .list()
+        .filter((m) => (b.endpoint === "/v1/embeddings" ? m.kind !== "echo" : m.kind !== "embed"))
+        .map((m) => m.id);
+      cuts.forEach((c, idx) =>
+        this.queue.push({ type: "validate", batchId: b.id, idx, inputPath: path, start: c.start, end: c.end, endpoint: b.endpoint, models: allowed }),
+      );
+    }
+  }
+
+  private onValidated(batchId: string, idx: number, result: ValidateResult): void {
+    const v = this.validations.get(batchId);
+    if (!v || v.results[idx]) return;
+    v.results[idx] = result;
+    if (--v.left > 0) return;
+    this.validations.delete(batchId);
+    const b = this.ctx.db.select().from(batches).where(eq(batches.id, batchId)).get();
+    if (!b || b.status === "failed") return;
+    // Local line numbers become file line numbers by adding earlier shards' lines.
+    let offset = 0;
+    let total = 0;
+    let model: string | null = null;
+    const errors: { code: string; message: string; param: string | null; line: number | null }[] = [];
+    const firstLines: number[] = [];
+    for (const r of v.results as ValidateResult[]) {
+      firstLines.push(offset + 1);
+      for (const e of r.errors) if (errors.length < MAX_REPORTED_ERRORS) errors.push({ ...e, line: e.line + offset, message: e.message.replace(/^Line \d+/, `Line ${e.line + offset}`) });
+      offset += r.lines;
+      total += r.requests;
+      model ??= r.firstModel;
+    }
+    if (errors.length > 0 && !b.stopReason) return this.failBatch(b, errors);
+    const now = nowSeconds();
+    this.ctx.db.transaction((tx) => {
+      (v.results as ValidateResult[]).forEach((r, idx) =>
+        tx
+          .update(batchShards)
+          .set({ status: "pending", firstLine: firstLines[idx]!, requests: r.requests })
+          .where(and(eq(batchShards.batchId, batchId), eq(batchShards.idx, idx)))
+          .run(),
+      );
+      tx.update(batches)
+        .set(
+          b.status === "cancelling"
+            ? { model, total, leaseOwner: null, leaseExpiresAt: null }
+            : { status: "in_progress", inProgressAt: now, model, total, leaseOwner: null, leaseExpiresAt: null },
+        )
+        .where(eq(batches.id, batchId))
+        .run();
+    });
+    this.ctx.log.info("batch in progress", { batch_id: batchId, total, shards: v.results.length });
+    this.kick();
+  }
+
+  private failBatch(b: BatchRow, errors: { code: string; message: string; param: string | null; line: number | null }[]): void {
+    this.ctx.db.transaction((tx) => {
+      tx.update(batches).set({ status: "failed", failedAt: nowSeconds(), errors, leaseOwner: null, leaseExpiresAt: null }).where(eq(batches.id, b.id)).run();
+      tx.delete(batchShards).where(eq(batchShards.batchId, b.id)).run();
+    });
+    this.ctx.log.info("batch failed validation", { batch_id: b.id, errors: errors.length });
+  }
+
+  // ── running shards ─────────────────────────────────────────────────────
+
+  /** Validation tasks waiting for a worker (they go before run tasks: a batch should fail fast). */
+  private readonly queue: WorkerTask[] = [];
+
+  private dispatchShards(now: number): void {
+    const pool = this.getPool();
+    while (this.queue.length > 0 && pool.idle > 0) pool.dispatch(this.queue.shift()!);
+    if (pool.idle === 0 || this.stopping) return;
+    const candidates = this.ctx.db
+      .select({ shard: batchShards, batch: batches })
+      .from(batchShards)
+      .innerJoin(batches, eq(batches.id, batchShards.batchId))
+      .where(and(eq(batchShards.status, "pending"), inArray(batches.status, ["in_progress", "cancelling"])))
+      .orderBy(batches.seq, batchShards.idx)
+      .limit(pool.idle)
+      .all();
+    for (const { shard, batch } of candidates) {
+      const claimed = this.ctx.db
+        .update(batchShards)
+        .set({ status: "running", leaseOwner: this.owner, leaseExpiresAt: now + this.ctx.config.batches.leaseMs })
+        .where(and(eq(batchShards.batchId, shard.batchId), eq(batchShards.idx, shard.idx), eq(batchShards.status, "pending")))
+        .returning({ idx: batchShards.idx })
+        .all();
+      if (claimed.length === 0) continue;
+      const file = this.ctx.store.pathOf(batch.inputFileId);
+      this.live.set(`${shard.batchId}/${shard.idx}`, { batchId: shard.batchId, idx: shard.idx, totals: zeroTotals() });
+      mkdirSync(batchDir(this.ctx, batch.id), { recursive: true });
+      pool.dispatch({
+        type: "run",
+        batchId: batch.id,
+        idx: shard.idx,
+        inputPath: file,
+        start: shard.startByte,
+        end: shard.endByte,
+        endpoint: batch.endpoint,
+        outPath: partPath(this.ctx, batch.id, "out", shard.idx),
+        errPath: partPath(this.ctx, batch.id, "err", shard.idx),
+        stopCode: stopCodeOf(batch.stopReason),
+        deadline: batch.expiresAt * 1000,
+        maxAttempts: this.ctx.config.batches.maxAttempts,
+        retryBaseMs: this.ctx.config.batches.retryBaseMs,
+        concurrency: 64,
+      });
+    }
+  }
+
+  private onWorkerMessage(m: FromWorker): void {
+    const key = `${m.batchId}/${m.idx}`;
+    switch (m.type) {
+      case "validated":
+        this.onValidated(m.batchId, m.idx, m.result);
+        break;
+      case "progress": {
+        const l = this.live.get(key);
+        if (l) l.totals = m.totals;
+        return;
+      }
+      case "done":
+        this.live.delete(key);
+        this.dirty.add(m.batchId);
+        this.ctx.db
+          .update(batchShards)
+          .set({ status: "done", leaseOwner: null, leaseExpiresAt: null, ...m.totals })
+          .where(and(eq(batchShards.batchId, m.batchId), eq(batchShards.idx, m.idx)))
+          .run();
+        break;
+      case "paused":
+        this.live.delete(key);
+        this.releaseShard(m.batchId, m.idx);
+        break;
+      case "failed":
+        this.live.delete(key);
+        this.ctx.log.error("batch shard task failed", { batch_id: m.batchId, shard: m.idx, error: m.error });
+        this.releaseShard(m.batchId, m.idx);
+        break;
+    }
+    this.kick();
+  }
+
+  private onWorkerCrash(task: WorkerTask | null, error: string): void {
+    this.ctx.log.error("batch worker crashed", { error, batch_id: task?.batchId, shard: task?.idx });
+    if (task?.type === "run") {
+      this.live.delete(`${task.batchId}/${task.idx}`);
+      this.releaseShard(task.batchId, task.idx);
+    } else if (task?.type === "validate") this.queue.push(task);
+    this.kick();
+  }
+
+  private releaseShard(batchId: string, idx: number): void {
+    this.ctx.db
+      .update(batchShards)
+      .set({ status: "pending", leaseOwner: null, leaseExpiresAt: null })
+      .where(and(eq(batchShards.batchId, batchId), eq(batchShards.idx, idx), eq(batchShards.leaseOwner, this.owner)))
+      .run();
+  }
+
+  // ── progress and finalization ──────────────────────────────────────────
+
+  /** request_counts and usage = done shards (in the DB) + running shards (live totals). */
+  private writeCounts(): void {
+    const ids = [...new Set([...this.live.values()].map((l) => l.batchId).concat([...this.dirty]))];
+    this.dirty.clear();
+    for (const id of ids) {
+      const done = this.ctx.db
+        .select({
+          completed: sql<number>`coalesce(sum(${batchShards.completed}), 0)`,
+          failed: sql<number>`coalesce(sum(${batchShards.failed}), 0)`,
+          inputTokens: sql<number>`coalesce(sum(${batchShards.inputTokens}), 0)`,
+          cachedTokens: sql<number>`coalesce(sum(${batchShards.cachedTokens}), 0)`,
+          outputTokens: sql<number>`coalesce(sum(${batchShards.outputTokens}), 0)`,
+          reasoningTokens: sql<number>`coalesce(sum(${batchShards.reasoningTokens}), 0)`,
+          costAmount: sql<number>`coalesce(sum(${batchShards.costAmount}), 0)`,
+        })
+        .from(batchShards)
+        .where(and(eq(batchShards.batchId, id), eq(batchShards.status, "done")))
+        .get()!;
+      for (const l of this.live.values()) {
+        if (l.batchId !== id) continue;
+        for (const k of Object.keys(done) as (keyof ShardTotals)[]) done[k] += l.totals[k];
+      }
+      // Only while running: finalization writes the final sums and deletes the shards.
+      this.ctx.db
+        .update(batches)
+        .set(done)
+        .where(and(eq(batches.id, id), inArray(batches.status, ["in_progress", "cancelling"])))
+        .run();
+    }
+  }
+
+  private startFinalizations(now: number): void {
+    const ready = this.ctx.db
+      .select()
+      .from(batches)
+      .where(
+        and(
+          inArray(batches.status, ["in_progress", "cancelling", "finalizing"]),
+          sql`EXISTS (SELECT 1 FROM ${batchShards} WHERE ${batchShards.batchId} = ${batches.id})`,
+          sql`NOT EXISTS (SELECT 1 FROM ${batchShards} WHERE ${batchShards.batchId} = ${batches.id} AND ${batchShards.status} <> 'done')`,
+        ),
+      )
+      .all();
+    for (const b of ready) {
+      if (this.finalizing.has(b.id) || !this.claimBatch(b, now)) continue;
+      this.finalizing.add(b.id);
+      let row = b;
+      if (!b.stopReason && b.status !== "finalizing") {
+        row = this.ctx.db.update(batches).set({ status: "finalizing", finalizingAt: nowSeconds() }).where(eq(batches.id, b.id)).returning().get()!;
+      }
+      finalizeBatch(this.ctx, row)
+        .catch((e) => this.ctx.log.error("batch finalization failed", { batch_id: b.id, error: String(e?.stack ?? e) }))
+        .finally(() => {
+          this.finalizing.delete(b.id);
+          this.stopsSent.delete(b.id);
+        });
+    }
+  }
+
+  // ── shutdown ───────────────────────────────────────────────────────────
+
+  /** Checkpoints: Workers finish in-flight requests and flush; shards go back to pending. */
+  async stop(graceMs = 7000): Promise<void> {
+    this.stopping = true;
+    if (this.timer) clearInterval(this.timer);
+    const pool = this.pool;
+    if (pool) {
+      pool.broadcast({ type: "checkpoint" });
+      const until = Date.now() + graceMs;
+      while (this.live.size > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+      pool.terminate();
+    }
+    for (const l of this.live.values()) this.releaseShard(l.batchId, l.idx);
+    this.ctx.db.update(batches).set({ leaseOwner: null, leaseExpiresAt: null }).where(eq(batches.leaseOwner, this.owner)).run();
+    this.ctx.db.update(batchShards).set({ status: "pending", leaseOwner: null, leaseExpiresAt: null }).where(and(eq(batchShards.leaseOwner, this.owner), eq(batchShards.status, "running"))).run();
+  }
+}

@@ -1,0 +1,154 @@
+// Batch records: create, read, list, cancel. Execution lives in runner.ts.
+import { and, desc, eq, inArray, lt } from "drizzle-orm";
+import type { AppContext } from "../context";
+import { batches } from "../db/schema";
+import { ApiError, notFound } from "../errors";
+import { isId, newId, nowSeconds } from "../ids";
+import { addFileDeleteGuard, getFile } from "../files/service";
+import { canonicalEndpoint } from "../jsonl/endpoints";
+
+export type BatchRow = typeof batches.$inferSelect;
+export const FINAL_STATES = ["completed", "failed", "expired", "cancelled"] as const;
+export const ACTIVE_STATES = ["validating", "in_progress", "finalizing", "cancelling"] as const;
+
+export function batchView(b: BatchRow) {
+  return {
+    id: b.id,
+    object: "batch" as const,
+    endpoint: b.endpoint,
+    model: b.model ?? null,
+    errors: b.errors ? { object: "list" as const, data: b.errors } : null,
+    input_file_id: b.inputFileId,
+    completion_window: b.completionWindow,
+    status: b.status,
+    output_file_id: b.outputFileId ?? null,
+    error_file_id: b.errorFileId ?? null,
+    created_at: b.createdAt,
+    in_progress_at: b.inProgressAt ?? null,
+    expires_at: b.expiresAt,
+    finalizing_at: b.finalizingAt ?? null,
+    completed_at: b.completedAt ?? null,
+    failed_at: b.failedAt ?? null,
+    expired_at: b.expiredAt ?? null,
+    cancelling_at: b.cancellingAt ?? null,
+    cancelled_at: b.cancelledAt ?? null,
+    request_counts: { total: b.total, completed: b.completed, failed: b.failed },
+    usage: {
+      input_tokens: b.inputTokens,
+      input_tokens_details: { cached_tokens: b.cachedTokens },
+      output_tokens: b.outputTokens,
+      output_tokens_details: { reasoning_tokens: b.reasoningTokens },
+      total_tokens: b.inputTokens + b.outputTokens,
+    },
+    cost: { currency: "USD", amount: Math.round(b.costAmount * 1e6) / 1e6, discount: 0.5 },
+    metadata: b.metadata ?? null,
+  };
+}
+
+export interface CreateBatchInput {
+  input_file_id: string;
+  endpoint: string;
+  completion_window: string;
+  metadata?: Record<string, unknown> | null;
+  output_expires_after?: { anchor?: string; seconds?: number } | null;
+}
+
+function checkMetadata(m: Record<string, unknown> | null | undefined): Record<string, string> | null {
+  if (m === undefined || m === null) return null;
+  if (typeof m !== "object" || Array.isArray(m)) throw new ApiError("invalid_value", "metadata must be an object of strings", { param: "metadata" });
+  const entries = Object.entries(m);
+  if (entries.length > 16) throw new ApiError("invalid_value", "metadata may have at most 16 pairs", { param: "metadata" });
+  for (const [k, v] of entries) {
+    if (k.length > 64) throw new ApiError("invalid_value", "metadata keys may have at most 64 characters", { param: "metadata" });
+    if (typeof v !== "string") throw new ApiError("invalid_value", `metadata.${k.slice(0, 64)} must be a string`, { param: "metadata" });
+    if (v.length > 512) throw new ApiError("invalid_value", "metadata values may have at most 512 characters", { param: "metadata" });
+  }
+  return m as Record<string, string>;
+}
+
+export function windowHours(window: string): number {
+  const m = /^(\d{1,3})h$/.exec(window);
+  const hours = m ? Number(m[1]) : NaN;
+  if (!(hours >= 1 && hours <= 168)) throw new ApiError("invalid_value", "completion_window must be '24h' or any 'Nh' from 1h to 168h", { param: "completion_window" });
+  return hours;
+}
+
+export function createBatch(ctx: AppContext, project: string, input: CreateBatchInput): BatchRow {
+  const endpoint = canonicalEndpoint(input.endpoint);
+  if (!endpoint) throw new ApiError("invalid_value", "endpoint must be /v1/chat/completions or /v1/embeddings", { param: "endpoint" });
+  const hours = windowHours(input.completion_window);
+  const metadata = checkMetadata(input.metadata);
+  let outputExpiresAfter: number | null = null;
+  if (input.output_expires_after) {
+    const s = input.output_expires_after.seconds;
+    if (input.output_expires_after.anchor !== "created_at") throw new ApiError("invalid_value", "output_expires_after.anchor must be 'created_at'", { param: "output_expires_after.anchor" });
+    if (!Number.isInteger(s) || s! < 3600 || s! > 2592000) throw new ApiError("invalid_value", "output_expires_after.seconds must be from 3600 to 2592000", { param: "output_expires_after.seconds" });
+    outputExpiresAfter = s!;
+  }
+  const file = getFile(ctx, project, input.input_file_id, "input_file_id");
+  if (file.purpose !== "batch") throw new ApiError("invalid_value", `file ${file.id} has purpose '${file.purpose}', not 'batch'`, { param: "input_file_id" });
+  const now = nowSeconds();
+  const row = ctx.db
+    .insert(batches)
+    .values({
+      id: newId("batch_"),
+      project,
+      endpoint,
+      inputFileId: file.id,
+      completionWindow: input.completion_window,
+      status: "validating",
+      createdAt: now,
+      expiresAt: now + hours * ctx.config.batches.hourSeconds,
+      total: file.lineCount ?? 0,
+      metadata,
+      outputExpiresAfter,
+    })
+    .returning()
+    .get();
+  return row;
+}
+
+export function getBatch(ctx: AppContext, project: string, id: string): BatchRow {
+  if (!isId("batch_", id)) throw notFound("batch", id);
+  const row = ctx.db.select().from(batches).where(and(eq(batches.id, id), eq(batches.project, project))).get();
+  if (!row) throw notFound("batch", id);
+  return row;
+}
+
+export function listBatches(ctx: AppContext, project: string, limit: number, after?: string) {
+  const conds = [eq(batches.project, project)];
+  if (after) {
+    const cursor = isId("batch_", after) ? ctx.db.select({ seq: batches.seq }).from(batches).where(and(eq(batches.id, after), eq(batches.project, project))).get() : undefined;
+    if (!cursor) throw new ApiError("invalid_value", `after: no batch with id '${after.slice(0, 80)}'`, { param: "after" });
+    conds.push(lt(batches.seq, cursor.seq));
+  }
+  const rows = ctx.db.select().from(batches).where(and(...conds)).orderBy(desc(batches.seq)).limit(limit + 1).all();
+  const hasMore = rows.length > limit;
+  const page = (hasMore ? rows.slice(0, limit) : rows).map(batchView);
+  return { object: "list" as const, data: page, first_id: page[0]?.id ?? null, last_id: page[page.length - 1]?.id ?? null, has_more: hasMore };
+}
+
+export function cancelBatch(ctx: AppContext, project: string, id: string): BatchRow {
+  const row = getBatch(ctx, project, id);
+  if (row.status === "cancelling") return row;
+  if (row.status !== "validating" && row.status !== "in_progress")
+    throw new ApiError("invalid_state", `Cannot cancel a batch in status '${row.status}'`);
+  const updated = ctx.db
+    .update(batches)
+    .set({ status: "cancelling", cancellingAt: nowSeconds(), stopReason: "cancelled" })
+    .where(and(eq(batches.id, row.id), inArray(batches.status, ["validating", "in_progress"])))
+    .returning()
+    .get();
+  // Lost a race with the runner finishing it: report the state it reached.
+  if (!updated) return cancelBatch(ctx, project, id);
+  return updated;
+}
+
+addFileDeleteGuard((ctx, fileId) => {
+  const running = ctx.db
+    .select({ id: batches.id })
+    .from(batches)
+    .where(and(eq(batches.inputFileId, fileId), inArray(batches.status, [...ACTIVE_STATES])))
+    .get();
+  return running ? `File ${fileId} is the input of batch ${running.id}, which is still running` : null;
+});

@@ -1,0 +1,74 @@
+// Messages between the batch runner (main thread) and its Workers.
+import type { ModelSpec } from "../inference/registry";
+
+export interface PricedModel extends ModelSpec {
+  inputPerMillion: number;
+  outputPerMillion: number;
+}
+
+export interface ShardRef {
+  batchId: string;
+  idx: number;
+  inputPath: string;
+  start: number;
+  end: number;
+  endpoint: string;
+}
+
+export interface ValidateTask extends ShardRef {
+  type: "validate";
+  /** Model ids this endpoint accepts. */
+  models: string[];
+}
+
+export interface RunTask extends ShardRef {
+  type: "run";
+  outPath: string;
+  errPath: string;
+  /** null: execute; else write every unfinished line as an error with this code. */
+  stopCode: "batch_cancelled" | "batch_expired" | null;
+  /** ms since epoch: no new attempt starts after it. */
+  deadline: number;
+  maxAttempts: number;
+  retryBaseMs: number;
+  /** Requests in flight at once for upstream models. */
+  concurrency: number;
+}
+
+export type WorkerTask = ValidateTask | RunTask;
+
+export interface ShardTotals {
+  completed: number;
+  failed: number;
+  inputTokens: number;
+  cachedTokens: number;
+  outputTokens: number;
+  reasoningTokens: number;
+  costAmount: number;
+}
+
+export const zeroTotals = (): ShardTotals => ({ completed: 0, failed: 0, inputTokens: 0, cachedTokens: 0, outputTokens: 0, reasoningTokens: 0, costAmount: 0 });
+
+export interface ValidateResult {
+  lines: number;
+  requests: number;
+  /** Line numbers are local to the shard (1 = its first line). */
+  errors: { line: number; code: string; param: string | null; message: string }[];
+  firstModel: string | null;
+}
+
+export type FromWorker =
+  | { type: "validated"; batchId: string; idx: number; result: ValidateResult }
+  | { type: "progress"; batchId: string; idx: number; totals: ShardTotals }
+  | { type: "done"; batchId: string; idx: number; totals: ShardTotals }
+  /** Stopped for a checkpoint (shutdown) before the shard finished. */
+  | { type: "paused"; batchId: string; idx: number; totals: ShardTotals }
+  | { type: "failed"; batchId: string; idx: number; error: string };
+
+export type ToWorker =
+  | { type: "init"; models: PricedModel[] }
+  | WorkerTask
+  /** Stop executing: drain the rest as errors with `code`. */
+  | { type: "stop"; batchId: string; code: "batch_cancelled" | "batch_expired" }
+  /** Shutdown: finish in-flight requests, flush, report "paused". */
+  | { type: "checkpoint" };

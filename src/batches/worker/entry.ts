@@ -1,0 +1,45 @@
+// A batch Worker: runs validate/run tasks for shards, one at a time, so the
+// per-line CPU work (parse, build, run a built-in model, serialize) stays off
+// the HTTP thread.
+import type { FromWorker, PricedModel, ToWorker } from "../types";
+import { runShard, type ShardControl } from "./runShard";
+import { validateShard } from "./validateShard";
+
+declare const self: Worker;
+
+let models = new Map<string, PricedModel>();
+let current: { batchId: string; control: ShardControl } | null = null;
+let checkpointing = false;
+const post = (m: FromWorker) => self.postMessage(m);
+
+self.onmessage = (event: MessageEvent<ToWorker>) => {
+  const msg = event.data;
+  switch (msg.type) {
+    case "init":
+      models = new Map(msg.models.map((m) => [m.id, m]));
+      return;
+    case "stop":
+      if (current && current.batchId === msg.batchId) current.control.stopCode ??= msg.code;
+      return;
+    case "checkpoint":
+      checkpointing = true;
+      if (current) current.control.pausing = true;
+      return;
+    case "validate":
+      validateShard(msg).then(
+        (result) => post({ type: "validated", batchId: msg.batchId, idx: msg.idx, result }),
+        (e) => post({ type: "failed", batchId: msg.batchId, idx: msg.idx, error: String(e?.stack ?? e) }),
+      );
+      return;
+    case "run": {
+      const control: ShardControl = { stopCode: msg.stopCode, pausing: checkpointing };
+      current = { batchId: msg.batchId, control };
+      runShard(msg, models, control, post)
+        .catch((e) => post({ type: "failed", batchId: msg.batchId, idx: msg.idx, error: String(e?.stack ?? e) }))
+        .finally(() => {
+          if (current?.control === control) current = null;
+        });
+      return;
+    }
+  }
+};

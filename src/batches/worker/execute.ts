@@ -1,0 +1,105 @@
+// Runs one batch request and returns its result line. Built-in models answer
+// synchronously in this Worker; upstream models are called over HTTP with
+// retries (408/429/5xx/connection errors; exponential backoff with full
+// jitter, honouring retry-after, bounded by attempts and the deadline).
+import { ApiError } from "../../errors";
+import { IdStream } from "../../ids";
+import { echoCompletion } from "../../inference/echo";
+import { embeddingsResponse } from "../../inference/embed";
+import type { PricedModel, RunTask } from "../types";
+
+export interface LineResult {
+  ok: boolean;
+  line: string;
+  /** The response body's usage, if any. */
+  usage: unknown;
+}
+
+export interface BatchRequest {
+  custom_id: string;
+  body: Record<string, unknown>;
+}
+
+const ids = new IdStream();
+
+function resultLine(customId: string, status: number | null, requestId: string | null, body: unknown, error: { code: string; message: string } | null): string {
+  return (
+    JSON.stringify({
+      id: ids.next("batch_req_"),
+      custom_id: customId,
+      response: status === null ? null : { status_code: status, request_id: requestId, body },
+      error,
+    }) + "\n"
+  );
+}
+
+export function stoppedLine(customId: string, code: "batch_cancelled" | "batch_expired"): LineResult {
+  const message = code === "batch_cancelled" ? "The batch was cancelled before this request ran." : "The batch expired before this request ran.";
+  return { ok: false, line: resultLine(customId, null, null, null, { code, message }), usage: null };
+}
+
+/** Built-in models: no I/O, so this runs inline in the line loop. */
+export function runBuiltin(req: BatchRequest, model: PricedModel, endpoint: string): LineResult {
+  const requestId = ids.next("req_");
+  try {
+    const body =
+      endpoint === "/v1/embeddings"
+        ? embeddingsResponse(req.body)
+        : echoCompletion(req.body, ids.next("chatcmpl-"), Math.floor(Date.now() / 1000));
+    return { ok: true, line: resultLine(req.custom_id, 200, requestId, body, null), usage: body.usage };
+  } catch (e) {
+    if (!(e instanceof ApiError)) throw e;
+    return { ok: false, line: resultLine(req.custom_id, e.status, requestId, e.body(), null), usage: null };
+  }
+}
+
+const RETRYABLE = (status: number) => status === 408 || status === 429 || status >= 500;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function retryAfterMs(res: Response): number | null {
+  const ms = res.headers.get("retry-after-ms");
+  if (ms && /^\d+(\.\d+)?$/.test(ms)) return Number(ms);
+  const h = res.headers.get("retry-after");
+  if (!h) return null;
+  if (/^\d+(\.\d+)?$/.test(h)) return Number(h) * 1000;
+  const at = Date.parse(h);
+  return Number.isNaN(at) ? null : Math.max(0, at - Date.now());
+}
+
+export async function runUpstream(req: BatchRequest, model: PricedModel, task: RunTask, stopping: () => boolean): Promise<LineResult> {
+  const path = task.endpoint === "/v1/embeddings" ? "/embeddings" : "/chat/completions";
+  const payload = JSON.stringify({ ...req.body, model: model.upstreamModel ?? model.id, stream: false });
+  const headers: Record<string, string> = { "content-type": "application/json" };
+  if (model.apiKey) headers.authorization = `Bearer ${model.apiKey}`;
+  let last: { status: number; requestId: string | null; body: unknown } | null = null;
+  let lastError = "";
+  for (let attempt = 1; ; attempt++) {
+    let wait: number | null = null;
+    try {
+      const res = await fetch(model.baseUrl + path, { method: "POST", headers, body: payload, signal: AbortSignal.timeout(model.timeoutMs) });
+      const text = await res.text();
+      let body: unknown;
+      try {
+        body = JSON.parse(text);
+      } catch {
+        body = { error: { message: text.slice(0, 2000), type: "upstream_error", param: null, code: null } };
+      }
+      const requestId = res.headers.get("x-request-id");
+      if (res.ok) return { ok: true, line: resultLine(req.custom_id, res.status, requestId, body, null), usage: (body as { usage?: unknown }).usage ?? null };
+      last = { status: res.status, requestId, body };
+      if (!RETRYABLE(res.status)) break;
+      wait = retryAfterMs(res);
+    } catch (e) {
+      last = null;
+      lastError = (e as Error).name === "TimeoutError" ? `upstream timed out after ${model.timeoutMs} ms` : `upstream unreachable: ${(e as Error).message}`;
+    }
+    if (attempt >= task.maxAttempts || stopping()) break;
+    // Full jitter: uniform in [0, base·2^(attempt-1)], at least what retry-after asks.
+    const backoff = Math.random() * task.retryBaseMs * 2 ** (attempt - 1);
+    const delay = Math.min(Math.max(wait ?? 0, backoff), 60_000);
+    if (Date.now() + delay >= task.deadline) break;
+    await sleep(delay);
+  }
+  if (last) return { ok: false, line: resultLine(req.custom_id, last.status, last.requestId, last.body, null), usage: null };
+  return { ok: false, line: resultLine(req.custom_id, null, null, null, { code: "upstream_unreachable", message: lastError.slice(0, 500) }), usage: null };
+}

@@ -1,0 +1,137 @@
+// Executes one shard: recovers what its part files say is done, streams the
+// shard's byte range of the input, runs every line not yet done, and appends
+// result lines to the part files. Writes are flushed as soon as the current
+// turn of the event loop ends, so a line whose result is computed is on disk
+// (in the page cache, which survives a process kill) before more work waits.
+import { closeSync, openSync, writeSync } from "node:fs";
+import { readLines } from "../../jsonl/lineReader";
+import type { FromWorker, PricedModel, RunTask, ShardTotals } from "../types";
+import { runBuiltin, runUpstream, stoppedLine, type BatchRequest, type LineResult } from "./execute";
+import { recoverParts } from "./partFiles";
+import { addUsage } from "./usage";
+
+const FLUSH_BYTES = 1 << 20;
+const PROGRESS_MS = 250;
+
+export interface ShardControl {
+  /** Set by a "stop" message: drain the rest as errors with this code. */
+  stopCode: "batch_cancelled" | "batch_expired" | null;
+  /** Set by a "checkpoint" message: pause after in-flight work. */
+  pausing: boolean;
+}
+
+class PartWriter {
+  private buf: string[] = [];
+  private bytes = 0;
+  private scheduled = false;
+  constructor(private readonly fd: number) {}
+
+  push(line: string): void {
+    this.buf.push(line);
+    this.bytes += line.length;
+    if (this.bytes >= FLUSH_BYTES) this.flush();
+    else if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(() => this.flush());
+    }
+  }
+
+  flush(): void {
+    this.scheduled = false;
+    if (this.buf.length === 0) return;
+    const data = this.buf.length === 1 ? this.buf[0]! : this.buf.join("");
+    this.buf = [];
+    this.bytes = 0;
+    writeSync(this.fd, data);
+  }
+
+  close(): void {
+    this.flush();
+    closeSync(this.fd);
+  }
+}
+
+export async function runShard(task: RunTask, models: Map<string, PricedModel>, control: ShardControl, post: (m: FromWorker) => void): Promise<void> {
+  const { done, totals } = await recoverParts(task.outPath, task.errPath, models);
+  if (task.stopCode) control.stopCode ??= task.stopCode;
+  const out = new PartWriter(openSync(task.outPath, "a"));
+  const err = new PartWriter(openSync(task.errPath, "a"));
+  const record = (r: LineResult, model: PricedModel | undefined) => {
+    if (r.ok) {
+      totals.completed++;
+      out.push(r.line);
+    } else {
+      totals.failed++;
+      err.push(r.line);
+    }
+    if (r.usage) addUsage(totals, r.usage, model);
+  };
+  let lastProgress = Date.now();
+  const progress = () => {
+    const now = Date.now();
+    if (now - lastProgress >= PROGRESS_MS) {
+      lastProgress = now;
+      post({ type: "progress", batchId: task.batchId, idx: task.idx, totals: { ...totals } });
+    }
+  };
+
+  const inFlight = new Set<Promise<void>>();
+  let paused = false;
+  try {
+    const stream = Bun.file(task.inputPath).slice(task.start, task.end).stream();
+    outer: for await (const lines of readLines(stream)) {
+      for (const { text } of lines) {
+        if (isBlank(text)) continue;
+        const req = JSON.parse(text) as BatchRequest;
+        if (done.has(req.custom_id)) continue;
+        if (control.pausing) {
+          paused = true;
+          break outer;
+        }
+        if (control.stopCode) {
+          record(stoppedLine(req.custom_id, control.stopCode), undefined);
+          continue;
+        }
+        const model = models.get(req.body.model as string);
+        if (!model) throw new Error(`model ${String(req.body.model)} vanished from the registry`);
+        if (model.kind !== "upstream" && model.latencyMs === 0) {
+          record(runBuiltin(req, model, task.endpoint), model);
+          continue;
+        }
+        // Upstream (or a built-in with simulated latency): bounded concurrency.
+        while (inFlight.size >= task.concurrency) await Promise.race(inFlight);
+        const p: Promise<void> = executeAsync(req, model, task, control).then((r) => {
+          inFlight.delete(p);
+          // A result that arrives after a stop still counts: the request ran.
+          record(r, model);
+        });
+        inFlight.add(p);
+        progress();
+      }
+      progress();
+      // Give finished requests' writes and incoming control messages a turn.
+      if (inFlight.size === 0) await new Promise((r) => setImmediate(r));
+    }
+    await Promise.all(inFlight);
+  } finally {
+    out.close();
+    err.close();
+  }
+  post({ type: paused ? "paused" : "done", batchId: task.batchId, idx: task.idx, totals });
+}
+
+async function executeAsync(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl): Promise<LineResult> {
+  if (model.kind === "upstream") return runUpstream(req, model, task, () => control.stopCode !== null || control.pausing);
+  await new Promise((r) => setTimeout(r, model.latencyMs));
+  return runBuiltin(req, model, task.endpoint);
+}
+
+function isBlank(s: string): boolean {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c !== 32 && c !== 9 && c !== 13) return false;
+  }
+  return true;
+}
+
+export type { ShardTotals };

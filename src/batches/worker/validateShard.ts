@@ -1,0 +1,30 @@
+// The `validating` phase for one shard: every line's url must be the batch's
+// endpoint and its model one the server knows. (Syntax was already checked
+// at upload.) Line numbers are local to the shard; the runner adds offsets.
+import { canonicalEndpoint } from "../../jsonl/endpoints";
+import { readLines } from "../../jsonl/lineReader";
+import type { ValidateResult, ValidateTask } from "../types";
+
+const MAX_ERRORS = 100;
+
+export async function validateShard(task: ValidateTask): Promise<ValidateResult> {
+  const known = new Set(task.models);
+  const result: ValidateResult = { lines: 0, requests: 0, errors: [], firstModel: null };
+  const stream = Bun.file(task.inputPath).slice(task.start, task.end).stream();
+  for await (const lines of readLines(stream)) {
+    for (const { n, text } of lines) {
+      result.lines = n;
+      if (text.trim() === "") continue;
+      result.requests++;
+      const req = JSON.parse(text) as { url: string; body: { model: string } };
+      const model = req.body.model;
+      result.firstModel ??= model;
+      if (result.errors.length >= MAX_ERRORS) continue;
+      if (canonicalEndpoint(req.url) !== task.endpoint)
+        result.errors.push({ line: n, code: "invalid_url", param: "url", message: `Line ${n}: url '${req.url}' does not match the batch endpoint ${task.endpoint}` });
+      else if (!known.has(model))
+        result.errors.push({ line: n, code: "model_not_found", param: "body.model", message: `Line ${n}: model '${model}' is not available for ${task.endpoint}` });
+    }
+  }
+  return result;
+}

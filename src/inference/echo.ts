@@ -1,0 +1,98 @@
+// offpeak-echo: a deterministic chat model that answers with the last user
+// message. Used for tests, demos and benchmarks of the machinery around a
+// model. Pure: the same request gives the same answer (apart from ids/time).
+import { ApiError } from "../errors";
+import { contentText, countTokens, tokenize } from "./tokens";
+
+export const ECHO_MODEL = "offpeak-echo";
+
+export interface ChatMessage {
+  role: string;
+  content?: unknown;
+}
+
+export interface EchoPlan {
+  /** Per choice: the tokens of the reply and why it stopped. */
+  choices: { tokens: string[]; finish: "stop" | "length" }[];
+  reasoning: string[] | null;
+  promptTokens: number;
+}
+
+const REASONING_STEPS: Record<string, number> = { minimal: 1, low: 2, medium: 4, high: 8 };
+
+/** Works out what offpeak-echo will say; both the plain and streamed answers are built from this. */
+export function planEcho(body: Record<string, unknown>): EchoPlan {
+  const messages = body.messages;
+  if (!Array.isArray(messages) || messages.length === 0) throw new ApiError("invalid_value", "messages must be a non-empty array", { param: "messages" });
+  let promptTokens = 0;
+  let lastUser = "";
+  for (const m of messages as ChatMessage[]) {
+    if (!m || typeof m !== "object" || typeof m.role !== "string") throw new ApiError("invalid_value", "each message needs a role", { param: "messages" });
+    const text = contentText(m.content);
+    // 3 tokens of framing per message, as OpenAI's chat format counts.
+    promptTokens += countTokens(text) + 3;
+    if (m.role === "user") lastUser = text;
+  }
+  const n = body.n === undefined || body.n === null ? 1 : body.n;
+  if (!Number.isInteger(n) || (n as number) < 1 || (n as number) > 128) throw new ApiError("invalid_value", "n must be an integer from 1 to 128", { param: "n" });
+  const maxRaw = body.max_completion_tokens ?? body.max_tokens;
+  if (maxRaw !== undefined && maxRaw !== null && (!Number.isInteger(maxRaw) || (maxRaw as number) < 1))
+    throw new ApiError("invalid_value", "max_tokens must be a positive integer", { param: body.max_completion_tokens !== undefined ? "max_completion_tokens" : "max_tokens" });
+  let reply = lastUser;
+  let finish: "stop" | "length" = "stop";
+  const stops = typeof body.stop === "string" ? [body.stop] : Array.isArray(body.stop) ? (body.stop as unknown[]).filter((s): s is string => typeof s === "string" && s.length > 0) : [];
+  for (const s of stops) {
+    const i = reply.indexOf(s);
+    if (i !== -1) reply = reply.slice(0, i);
+  }
+  let reasoning: string[] | null = null;
+  const effort = body.reasoning_effort;
+  if (typeof effort === "string" && effort !== "none") {
+    const steps = REASONING_STEPS[effort] ?? 2;
+    const words = countTokens(lastUser);
+    const lines = [`The user wrote ${words} token${words === 1 ? "" : "s"}.`, "The task is to repeat the message exactly."];
+    for (let i = 2; i < steps; i++) lines.push(`Check ${i - 1}: the reply matches the message.`);
+    reasoning = tokenize(lines.slice(0, Math.max(1, steps)).join(" "));
+  }
+  let tokens = tokenize(reply);
+  const budget = typeof maxRaw === "number" ? maxRaw - (reasoning?.length ?? 0) : Infinity;
+  if (reasoning && typeof maxRaw === "number" && reasoning.length > maxRaw) reasoning = reasoning.slice(0, maxRaw);
+  if (tokens.length > budget) {
+    tokens = tokens.slice(0, Math.max(0, budget));
+    finish = "length";
+  }
+  return { choices: Array.from({ length: n as number }, () => ({ tokens, finish })), reasoning, promptTokens };
+}
+
+export function echoUsage(plan: EchoPlan) {
+  const reasoningTokens = plan.reasoning?.length ?? 0;
+  let completion = 0;
+  for (const c of plan.choices) completion += c.tokens.length + reasoningTokens;
+  return {
+    prompt_tokens: plan.promptTokens,
+    completion_tokens: completion,
+    total_tokens: plan.promptTokens + completion,
+    prompt_tokens_details: { cached_tokens: 0 },
+    completion_tokens_details: { reasoning_tokens: reasoningTokens * plan.choices.length },
+  };
+}
+
+/** The non-streamed chat.completion object. */
+export function echoCompletion(body: Record<string, unknown>, id: string, created: number) {
+  const plan = planEcho(body);
+  const reasoning = plan.reasoning ? plan.reasoning.join("") : null;
+  return {
+    id,
+    object: "chat.completion" as const,
+    created,
+    model: ECHO_MODEL,
+    choices: plan.choices.map((c, index) => ({
+      index,
+      message: reasoning === null ? { role: "assistant", content: c.tokens.join(""), refusal: null } : { role: "assistant", content: c.tokens.join(""), reasoning_content: reasoning, refusal: null },
+      logprobs: null,
+      finish_reason: c.finish,
+    })),
+    usage: echoUsage(plan),
+    system_fingerprint: "offpeak-echo",
+  };
+}

@@ -1,0 +1,60 @@
+// offpeak-embed: feature hashing of words, word bigrams and character
+// trigrams into a fixed-size vector, L2-normalised. Deterministic, so equal
+// texts give equal vectors and similar texts give close ones.
+import { ApiError } from "../errors";
+import { countTokens } from "./tokens";
+
+export const EMBED_MODEL = "offpeak-embed";
+export const DEFAULT_DIMENSIONS = 256;
+
+function addFeature(v: Float32Array, feature: string, weight: number): void {
+  const h = Bun.hash.murmur32v3(feature, 0x9747b28c) >>> 0;
+  // One hash bit chooses the sign, so collisions cancel out on average.
+  v[h % v.length]! += h & 0x80000000 ? -weight : weight;
+}
+
+export function embedText(text: string, dimensions: number): Float32Array {
+  const v = new Float32Array(dimensions);
+  const lower = text.toLowerCase();
+  const words = lower.match(/[\p{L}\p{N}_]+/gu) ?? [];
+  for (let i = 0; i < words.length; i++) {
+    addFeature(v, "w:" + words[i], 1);
+    if (i > 0) addFeature(v, "b:" + words[i - 1] + " " + words[i], 0.5);
+  }
+  const padded = ` ${lower} `;
+  for (let i = 0; i + 3 <= padded.length; i++) addFeature(v, "c:" + padded.slice(i, i + 3), 0.25);
+  let norm = 0;
+  for (let i = 0; i < v.length; i++) norm += v[i]! * v[i]!;
+  norm = Math.sqrt(norm);
+  if (norm > 0) for (let i = 0; i < v.length; i++) v[i]! /= norm;
+  return v;
+}
+
+/** Normalises `input` (string | string[] | number[] | number[][]) to texts; token ids become "t<id>" words. */
+export function embeddingInputs(input: unknown): string[] {
+  const bad = () => new ApiError("invalid_value", "input must be a string, an array of strings, or token arrays", { param: "input" });
+  if (typeof input === "string") return [input];
+  if (!Array.isArray(input) || input.length === 0 || input.length > 2048) throw bad();
+  if (input.every((x) => typeof x === "number")) return [input.map((t) => `t${t}`).join(" ")];
+  return input.map((x) => {
+    if (typeof x === "string") return x;
+    if (Array.isArray(x) && x.length > 0 && x.every((t) => Number.isInteger(t))) return x.map((t) => `t${t}`).join(" ");
+    throw bad();
+  });
+}
+
+export function embeddingsResponse(body: Record<string, unknown>) {
+  const texts = embeddingInputs(body.input);
+  const dims = body.dimensions ?? DEFAULT_DIMENSIONS;
+  if (!Number.isInteger(dims) || (dims as number) < 1 || (dims as number) > 4096) throw new ApiError("invalid_value", "dimensions must be an integer from 1 to 4096", { param: "dimensions" });
+  const format = body.encoding_format ?? "float";
+  if (format !== "float" && format !== "base64") throw new ApiError("invalid_value", "encoding_format must be float or base64", { param: "encoding_format" });
+  let promptTokens = 0;
+  const data = texts.map((text, index) => {
+    promptTokens += countTokens(text);
+    const v = embedText(text, dims as number);
+    const embedding = format === "base64" ? Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString("base64") : Array.from(v);
+    return { object: "embedding" as const, index, embedding };
+  });
+  return { object: "list" as const, data, model: EMBED_MODEL, usage: { prompt_tokens: promptTokens, total_tokens: promptTokens } };
+}

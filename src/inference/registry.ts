@@ -1,0 +1,115 @@
+// The model registry: built-ins plus the models of configured upstreams.
+// Shared by the interactive routes and the batch runner.
+import type { Config, ModelConfig, UpstreamConfig } from "../config";
+import type { Logger } from "../log";
+import { ECHO_MODEL } from "./echo";
+import { EMBED_MODEL } from "./embed";
+
+export type ModelKind = "echo" | "embed" | "upstream";
+
+/** What a batch Worker needs to run a model: plain data, safe to postMessage. */
+export interface ModelSpec {
+  id: string;
+  kind: ModelKind;
+  /** For upstream models. */
+  baseUrl: string | null;
+  apiKey: string | null;
+  upstreamModel: string | null;
+  timeoutMs: number;
+  latencyMs: number;
+  tokensPerSecond: number;
+}
+
+export interface ModelEntry extends ModelSpec {
+  ownedBy: string;
+  created: number;
+  upstreamName: string | null;
+  maxConcurrency: number | null;
+  queueSize: number;
+  pricing: { inputPerMillion: number; outputPerMillion: number };
+  healthy: boolean;
+}
+
+const CREATED = 1767225600; // 2026-01-01: a fixed date for the built-ins.
+
+export class ModelRegistry {
+  private readonly models = new Map<string, ModelEntry>();
+
+  constructor(
+    private readonly config: Config,
+    private readonly log: Logger,
+  ) {
+    this.put(this.entry(ECHO_MODEL, "echo", "offpeak", null, null));
+    this.put(this.entry(EMBED_MODEL, "embed", "offpeak", null, null));
+    for (const u of config.upstreams) for (const m of u.models ?? []) this.put(this.entry(m, "upstream", u.name, u, u.model_map?.[m] ?? m));
+  }
+
+  private entry(id: string, kind: ModelKind, ownedBy: string, upstream: UpstreamConfig | null, upstreamModel: string | null): ModelEntry {
+    const mc: ModelConfig = this.config.models[id] ?? {};
+    return {
+      id,
+      kind,
+      ownedBy,
+      created: CREATED,
+      upstreamName: upstream?.name ?? null,
+      baseUrl: upstream ? upstream.base_url.replace(/\/+$/, "") : null,
+      apiKey: upstream?.api_key ?? null,
+      upstreamModel,
+      timeoutMs: (upstream?.timeout_s ?? 600) * 1000,
+      latencyMs: mc.latency_ms ?? 0,
+      tokensPerSecond: mc.tokens_per_second ?? 0,
+      maxConcurrency: mc.max_concurrency ?? upstream?.max_concurrency ?? (kind === "upstream" ? 64 : null),
+      queueSize: mc.queue_size ?? upstream?.queue_size ?? 256,
+      pricing: { inputPerMillion: mc.pricing?.input_per_million ?? 0, outputPerMillion: mc.pricing?.output_per_million ?? 0 },
+      healthy: true,
+    };
+  }
+
+  private put(e: ModelEntry): void {
+    this.models.set(e.id, e);
+  }
+
+  get(id: string): ModelEntry | undefined {
+    return this.models.get(id);
+  }
+
+  list(): ModelEntry[] {
+    return [...this.models.values()];
+  }
+
+  specs(): ModelSpec[] {
+    return this.list().map(({ id, kind, baseUrl, apiKey, upstreamModel, timeoutMs, latencyMs, tokensPerSecond }) => ({
+      id,
+      kind,
+      baseUrl,
+      apiKey,
+      upstreamModel,
+      timeoutMs,
+      latencyMs,
+      tokensPerSecond,
+    }));
+  }
+
+  /** Reads `GET /models` of upstreams that list no models of their own. */
+  async discover(): Promise<void> {
+    await Promise.all(
+      this.config.upstreams
+        .filter((u) => !u.models)
+        .map(async (u) => {
+          try {
+            const res = await fetch(u.base_url.replace(/\/+$/, "") + "/models", {
+              headers: u.api_key ? { authorization: `Bearer ${u.api_key}` } : {},
+              signal: AbortSignal.timeout(10_000),
+            });
+            if (!res.ok) throw new Error(`HTTP ${res.status}`);
+            const body = (await res.json()) as { data?: { id?: unknown }[] };
+            for (const m of body.data ?? []) if (typeof m.id === "string") this.put(this.entry(m.id, "upstream", u.name, u, u.model_map?.[m.id] ?? m.id));
+            for (const e of this.models.values()) if (e.upstreamName === u.name) e.healthy = true;
+          } catch (err) {
+            this.log.warn("upstream model discovery failed", { upstream: u.name, error: String(err) });
+            for (const e of this.models.values()) if (e.upstreamName === u.name) e.healthy = false;
+          }
+        }),
+    );
+  }
+}
