@@ -12,9 +12,9 @@ export interface ChatMessage {
 }
 
 export interface EchoPlan {
-  /** Per choice: the tokens of the reply and why it stopped. */
-  choices: { tokens: string[]; finish: "stop" | "length" }[];
-  reasoning: string[] | null;
+  /** Per choice: the reply, its token count, and why it stopped. */
+  choices: { text: string; tokens: number; finish: "stop" | "length" }[];
+  reasoning: { text: string; tokens: number } | null;
   promptTokens: number;
 }
 
@@ -45,29 +45,33 @@ export function planEcho(body: Record<string, unknown>): EchoPlan {
     const i = reply.indexOf(s);
     if (i !== -1) reply = reply.slice(0, i);
   }
-  let reasoning: string[] | null = null;
+  let reasoning: EchoPlan["reasoning"] = null;
   const effort = body.reasoning_effort;
   if (typeof effort === "string" && effort !== "none") {
     const steps = REASONING_STEPS[effort] ?? 2;
     const words = countTokens(lastUser);
     const lines = [`The user wrote ${words} token${words === 1 ? "" : "s"}.`, "The task is to repeat the message exactly."];
     for (let i = 2; i < steps; i++) lines.push(`Check ${i - 1}: the reply matches the message.`);
-    reasoning = tokenize(lines.slice(0, Math.max(1, steps)).join(" "));
+    const text = lines.slice(0, Math.max(1, steps)).join(" ");
+    reasoning = truncate(text, countTokens(text), typeof maxRaw === "number" ? maxRaw : Infinity);
   }
-  let tokens = tokenize(reply);
-  const budget = typeof maxRaw === "number" ? maxRaw - (reasoning?.length ?? 0) : Infinity;
-  if (reasoning && typeof maxRaw === "number" && reasoning.length > maxRaw) reasoning = reasoning.slice(0, maxRaw);
-  if (tokens.length > budget) {
-    tokens = tokens.slice(0, Math.max(0, budget));
-    finish = "length";
-  }
-  return { choices: Array.from({ length: n as number }, () => ({ tokens, finish })), reasoning, promptTokens };
+  // Only a reply that is cut needs splitting into tokens (the batch hot path rarely is).
+  const budget = typeof maxRaw === "number" ? Math.max(0, maxRaw - (reasoning?.tokens ?? 0)) : Infinity;
+  const full = countTokens(reply);
+  const cut = truncate(reply, full, budget);
+  if (cut.tokens < full) finish = "length";
+  return { choices: Array.from({ length: n as number }, () => ({ text: cut.text, tokens: cut.tokens, finish })), reasoning, promptTokens };
+}
+
+function truncate(text: string, tokens: number, budget: number): { text: string; tokens: number } {
+  if (tokens <= budget) return { text, tokens };
+  return { text: tokenize(text).slice(0, budget).join(""), tokens: budget };
 }
 
 export function echoUsage(plan: EchoPlan) {
-  const reasoningTokens = plan.reasoning?.length ?? 0;
+  const reasoningTokens = plan.reasoning?.tokens ?? 0;
   let completion = 0;
-  for (const c of plan.choices) completion += c.tokens.length + reasoningTokens;
+  for (const c of plan.choices) completion += c.tokens + reasoningTokens;
   return {
     prompt_tokens: plan.promptTokens,
     completion_tokens: completion,
@@ -80,7 +84,7 @@ export function echoUsage(plan: EchoPlan) {
 /** The non-streamed chat.completion object. */
 export function echoCompletion(body: Record<string, unknown>, id: string, created: number) {
   const plan = planEcho(body);
-  const reasoning = plan.reasoning ? plan.reasoning.join("") : null;
+  const reasoning = plan.reasoning ? plan.reasoning.text : null;
   return {
     id,
     object: "chat.completion" as const,
@@ -88,7 +92,7 @@ export function echoCompletion(body: Record<string, unknown>, id: string, create
     model: ECHO_MODEL,
     choices: plan.choices.map((c, index) => ({
       index,
-      message: reasoning === null ? { role: "assistant", content: c.tokens.join(""), refusal: null } : { role: "assistant", content: c.tokens.join(""), reasoning_content: reasoning, refusal: null },
+      message: reasoning === null ? { role: "assistant", content: c.text, refusal: null } : { role: "assistant", content: c.text, reasoning_content: reasoning, refusal: null },
       logprobs: null,
       finish_reason: c.finish,
     })),

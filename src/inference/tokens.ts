@@ -1,25 +1,52 @@
-// The built-in models count tokens as words and single punctuation marks:
-// deterministic, cheap, and close enough to real tokenizers for usage and
-// rate-limit arithmetic to behave realistically.
-const TOKEN = /[\p{L}\p{N}_]+|[^\s\p{L}\p{N}_]/gu;
+// The built-in models count tokens as runs of word characters and single
+// punctuation marks: deterministic, cheap, and close enough to real
+// tokenizers for usage and rate-limit arithmetic to behave realistically.
+// A char-code scanner, not a Unicode regex: in the batch path it runs for
+// every line, and the /\p{L}/u regex cost ≈3 µs a line.
+
+/** ASCII letters, digits, "_" and every non-ASCII code unit that is not a space. */
+function isWord(c: number): boolean {
+  return (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || (c >= 48 && c <= 57) || c === 95 || (c > 127 && !isSpace(c));
+}
+
+function isSpace(c: number): boolean {
+  return c === 32 || (c >= 9 && c <= 13) || c === 0xa0 || c === 0x2028 || c === 0x2029 || c === 0x3000 || c === 0xfeff || (c >= 0x2000 && c <= 0x200a);
+}
+
+/** Calls `onToken(start, end)` for each token of `text`; returns the count. */
+function scan(text: string, onToken?: (start: number, end: number) => void): number {
+  let n = 0;
+  let i = 0;
+  const len = text.length;
+  while (i < len) {
+    const c = text.charCodeAt(i);
+    if (isSpace(c)) {
+      i++;
+      continue;
+    }
+    const start = i;
+    if (isWord(c)) {
+      i++;
+      while (i < len && isWord(text.charCodeAt(i))) i++;
+    } else i++;
+    n++;
+    onToken?.(start, i);
+  }
+  return n;
+}
 
 export function countTokens(text: string): number {
-  let n = 0;
-  TOKEN.lastIndex = 0;
-  while (TOKEN.exec(text) !== null) n++;
-  return n;
+  return scan(text);
 }
 
 /** Splits text into tokens that concatenate back to it (whitespace rides with the following token). */
 export function tokenize(text: string): string[] {
   const out: string[] = [];
   let last = 0;
-  TOKEN.lastIndex = 0;
-  let m: RegExpExecArray | null;
-  while ((m = TOKEN.exec(text)) !== null) {
-    out.push(text.slice(last, m.index + m[0].length));
-    last = m.index + m[0].length;
-  }
+  scan(text, (_start, end) => {
+    out.push(text.slice(last, end));
+    last = end;
+  });
   if (last < text.length && out.length > 0) out[out.length - 1] += text.slice(last);
   return out;
 }
