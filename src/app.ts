@@ -10,6 +10,11 @@ import { base62 } from "./ids";
 import { filesRoutes } from "./files/routes";
 import { keysRoutes } from "./keys/routes";
 import { batchesRoutes } from "./batches/routes";
+import { chatRoutes } from "./chat/routes";
+import { embeddingsRoutes } from "./embeddings/routes";
+import { modelsRoutes } from "./models/routes";
+import { chatsRoutes } from "./chats/routes";
+import { statusRoutes } from "./status/routes";
 
 export const API_BASES = ["/api/v1", "/v1"] as const;
 
@@ -21,7 +26,16 @@ function isUnderApi(pathname: string): boolean {
 }
 
 /** All routes under one base; mounted once per base path. */
-const apiRoutes = (ctx: AppContext, prefix: string) => new Elysia({ prefix }).use(filesRoutes(ctx)).use(batchesRoutes(ctx)).use(keysRoutes(ctx));
+const apiRoutes = (ctx: AppContext, prefix: string) =>
+  new Elysia({ prefix })
+    .use(filesRoutes(ctx))
+    .use(batchesRoutes(ctx))
+    .use(chatRoutes(ctx))
+    .use(embeddingsRoutes(ctx))
+    .use(modelsRoutes(ctx))
+    .use(chatsRoutes(ctx))
+    .use(statusRoutes(ctx))
+    .use(keysRoutes(ctx));
 
 export function buildApp(ctx: AppContext) {
   const verify = createVerifier(ctx.db, ctx.config.adminKey);

@@ -3,6 +3,8 @@ import type { Db } from "./db/client";
 import type { Logger } from "./log";
 import type { BlobStore } from "./storage/blobStore";
 import type { ModelRegistry } from "./inference/registry";
+import type { Scheduler } from "./inference/scheduler";
+import type { RateLimiter } from "./inference/rateLimit";
 
 /** What services need, built once at start and passed down (never Elysia's Context). */
 export interface AppContext {
@@ -12,6 +14,8 @@ export interface AppContext {
   log: Logger;
   startedAt: number;
   registry: ModelRegistry;
+  scheduler: Scheduler;
+  rateLimiter: RateLimiter;
   /** Wakes the batch runner after an API change (create, cancel). */
   kickBatches(): void;
 }

@@ -10,6 +10,8 @@ import { createLogger } from "./log";
 import { LocalDiskStore } from "./storage/localDisk";
 import { ModelRegistry } from "./inference/registry";
 import { BatchRunner } from "./batches/runner";
+import { Scheduler } from "./inference/scheduler";
+import { RateLimiter } from "./inference/rateLimit";
 
 export interface RunningServer {
   ctx: AppContext;
@@ -28,7 +30,17 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
   const registry = new ModelRegistry(config, log);
   await registry.discover();
   let runner: BatchRunner | null = null;
-  const ctx: AppContext = { config, db, store, log, startedAt: Date.now(), registry, kickBatches: () => runner?.kick() };
+  const ctx: AppContext = {
+    config,
+    db,
+    store,
+    log,
+    startedAt: Date.now(),
+    registry,
+    scheduler: new Scheduler(),
+    rateLimiter: new RateLimiter(),
+    kickBatches: () => runner?.kick(),
+  };
   runner = new BatchRunner(ctx, registry);
 
   let bootstrapKey: string | null = null;
@@ -52,6 +64,8 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
     } catch (e) {
       log.error("expired-file sweep failed", { error: String(e) });
     }
+    // Upstream health and model lists; a failure marks the upstream's models unhealthy.
+    registry.discover().catch(() => {});
   }, 60_000);
   sweep.unref?.();
 

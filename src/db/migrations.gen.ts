@@ -21,5 +21,16 @@ export const migrations: { tag: string; statements: string[] }[] = [
       "CREATE TABLE `batch_shards` (\n\t`batch_id` text NOT NULL,\n\t`idx` integer NOT NULL,\n\t`start_byte` integer NOT NULL,\n\t`end_byte` integer NOT NULL,\n\t`first_line` integer,\n\t`requests` integer,\n\t`status` text NOT NULL,\n\t`lease_owner` text,\n\t`lease_expires_at` integer,\n\t`completed` integer DEFAULT 0 NOT NULL,\n\t`failed` integer DEFAULT 0 NOT NULL,\n\t`input_tokens` integer DEFAULT 0 NOT NULL,\n\t`cached_tokens` integer DEFAULT 0 NOT NULL,\n\t`output_tokens` integer DEFAULT 0 NOT NULL,\n\t`reasoning_tokens` integer DEFAULT 0 NOT NULL,\n\t`cost_amount` real DEFAULT 0 NOT NULL,\n\tPRIMARY KEY(`batch_id`, `idx`)\n);",
       "CREATE INDEX `batch_shards_status` ON `batch_shards` (`status`);"
     ]
+  },
+  {
+    "tag": "0002_wakeful_grim_reaper",
+    "statements": [
+      "CREATE TABLE `chat_messages` (\n\t`seq` integer PRIMARY KEY AUTOINCREMENT NOT NULL,\n\t`id` text NOT NULL,\n\t`chat_id` text NOT NULL,\n\t`role` text NOT NULL,\n\t`content` text NOT NULL,\n\t`created_at` integer NOT NULL,\n\tFOREIGN KEY (`chat_id`) REFERENCES `chats`(`id`) ON UPDATE no action ON DELETE cascade\n);",
+      "CREATE UNIQUE INDEX `chat_messages_id_unique` ON `chat_messages` (`id`);",
+      "CREATE INDEX `chat_messages_chat_seq` ON `chat_messages` (`chat_id`,`seq`);",
+      "CREATE TABLE `chats` (\n\t`seq` integer PRIMARY KEY AUTOINCREMENT NOT NULL,\n\t`id` text NOT NULL,\n\t`project` text NOT NULL,\n\t`model` text NOT NULL,\n\t`system` text,\n\t`metadata` text,\n\t`created_at` integer NOT NULL\n);",
+      "CREATE UNIQUE INDEX `chats_id_unique` ON `chats` (`id`);",
+      "CREATE INDEX `chats_project_seq` ON `chats` (`project`,`seq`);"
+    ]
   }
 ];

@@ -82,8 +82,7 @@ export function echoUsage(plan: EchoPlan) {
 }
 
 /** The non-streamed chat.completion object. */
-export function echoCompletion(body: Record<string, unknown>, id: string, created: number) {
-  const plan = planEcho(body);
+export function echoCompletion(body: Record<string, unknown>, id: string, created: number, plan: EchoPlan = planEcho(body)) {
   const reasoning = plan.reasoning ? plan.reasoning.text : null;
   return {
     id,

@@ -90,12 +90,13 @@ export class ModelRegistry {
     }));
   }
 
-  /** Reads `GET /models` of upstreams that list no models of their own. */
+  /**
+   * Reads every upstream's `GET /models`: the model list of upstreams that
+   * name none in config, and the health of all of them.
+   */
   async discover(): Promise<void> {
     await Promise.all(
-      this.config.upstreams
-        .filter((u) => !u.models)
-        .map(async (u) => {
+      this.config.upstreams.map(async (u) => {
           try {
             const res = await fetch(u.base_url.replace(/\/+$/, "") + "/models", {
               headers: u.api_key ? { authorization: `Bearer ${u.api_key}` } : {},
@@ -103,13 +104,14 @@ export class ModelRegistry {
             });
             if (!res.ok) throw new Error(`HTTP ${res.status}`);
             const body = (await res.json()) as { data?: { id?: unknown }[] };
-            for (const m of body.data ?? []) if (typeof m.id === "string") this.put(this.entry(m.id, "upstream", u.name, u, u.model_map?.[m.id] ?? m.id));
+            if (!u.models)
+              for (const m of body.data ?? []) if (typeof m.id === "string" && !this.models.has(m.id)) this.put(this.entry(m.id, "upstream", u.name, u, u.model_map?.[m.id] ?? m.id));
             for (const e of this.models.values()) if (e.upstreamName === u.name) e.healthy = true;
           } catch (err) {
             this.log.warn("upstream model discovery failed", { upstream: u.name, error: String(err) });
             for (const e of this.models.values()) if (e.upstreamName === u.name) e.healthy = false;
           }
-        }),
+      }),
     );
   }
 }

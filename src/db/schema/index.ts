@@ -2,3 +2,4 @@ export * from "./apiKeys";
 export * from "./files";
 export * from "./batches";
 export * from "./batchShards";
+export * from "./chats";

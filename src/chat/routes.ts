@@ -1,0 +1,17 @@
+import { Elysia, t } from "elysia";
+import { principalOf, scopes } from "../auth/plugin";
+import type { AppContext } from "../context";
+import { chatCompletions } from "./service";
+
+// Only what we must read is checked here; every other field passes through
+// to the model untouched (additionalProperties keeps Elysia from dropping it).
+const ChatBody = t.Object({ model: t.String(), messages: t.Array(t.Unknown()) }, { additionalProperties: true });
+
+export const chatRoutes = (ctx: AppContext) =>
+  new Elysia({ prefix: "/chat", detail: { tags: ["inference"] } })
+    .use(scopes)
+    .post("/completions", ({ request, body }) => chatCompletions(ctx, principalOf(request), body as Record<string, unknown>, request), {
+      scope: "inference",
+      body: ChatBody,
+      detail: { summary: "Create a chat completion (stream: true for SSE)" },
+    });

@@ -1,0 +1,80 @@
+// POST /chat/completions: built-in echo (plain or streamed) or an upstream
+// (proxied; streams passed through chunk by chunk).
+import type { Principal } from "../auth/verify";
+import type { AppContext } from "../context";
+import { ApiError } from "../errors";
+import { newId, nowSeconds } from "../ids";
+import { admit, resolveModel } from "../inference/admission";
+import { echoCompletion, echoUsage, planEcho } from "../inference/echo";
+import { echoChunks, pacedDelay } from "../inference/echoStream";
+import { sseResponse } from "../inference/sse";
+import { contentText, countTokens } from "../inference/tokens";
+import { callUpstream, passThrough, upstreamFailure } from "../inference/upstream";
+
+const json = (body: unknown, headers: Record<string, string>) => new Response(JSON.stringify(body), { headers: { "content-type": "application/json", ...headers } });
+
+function promptTokensOf(body: Record<string, unknown>): number {
+  let n = 0;
+  if (Array.isArray(body.messages)) for (const m of body.messages) n += countTokens(contentText((m as { content?: unknown })?.content)) + 3;
+  return n;
+}
+
+export async function chatCompletions(ctx: AppContext, principal: Principal, body: Record<string, unknown>, request: Request): Promise<Response> {
+  const model = resolveModel(ctx, body.model, "chat");
+  if (!Array.isArray(body.messages) || body.messages.length === 0) throw new ApiError("invalid_value", "messages must be a non-empty array", { param: "messages" });
+  const stream = body.stream === true;
+  if (model.kind === "echo") {
+    const plan = planEcho(body); // validates before admission: a bad request costs no quota
+    const { headers, release } = await admit(ctx, principal, model, plan.promptTokens, request.signal);
+    const pace = { latencyMs: model.latencyMs, tokensPerSecond: model.tokensPerSecond };
+    const id = newId("chatcmpl-");
+    ctx.rateLimiter.charge(principal.keyId, echoUsage(plan).completion_tokens);
+    if (stream) {
+      const abort = new AbortController();
+      return sseResponse(echoChunks(body, id, nowSeconds(), pace, abort.signal, plan), {
+        headers,
+        onClose: () => {
+          abort.abort();
+          release();
+        },
+      });
+    }
+    try {
+      await pacedDelay(plan, pace, request.signal);
+      return json(echoCompletion(body, id, nowSeconds(), plan), headers);
+    } finally {
+      release();
+    }
+  }
+
+  const { headers, release } = await admit(ctx, principal, model, promptTokensOf(body), request.signal);
+  let handedOff = false;
+  try {
+    const res = await callUpstream({ model, path: "/chat/completions", body, signal: request.signal });
+    if (!res.ok) {
+      const failure = await upstreamFailure(model, res);
+      if (failure instanceof ApiError) {
+        Object.assign(failure.headers, headers);
+        throw failure;
+      }
+      for (const [k, v] of Object.entries(headers)) failure.headers.set(k, v);
+      return failure;
+    }
+    if (stream && res.body) {
+      handedOff = true;
+      return new Response(passThrough(res.body, release), {
+        headers: { "content-type": res.headers.get("content-type") ?? "text/event-stream", "cache-control": "no-cache", ...headers },
+      });
+    }
+    const text = await res.text();
+    try {
+      const usage = (JSON.parse(text) as { usage?: { completion_tokens?: number } }).usage;
+      if (usage?.completion_tokens) ctx.rateLimiter.charge(principal.keyId, usage.completion_tokens);
+    } catch {
+      throw new ApiError("upstream_error", `Upstream ${model.upstreamName} answered with invalid JSON`);
+    }
+    return new Response(text, { headers: { "content-type": "application/json", ...headers } });
+  } finally {
+    if (!handedOff) release();
+  }
+}

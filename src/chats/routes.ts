@@ -1,0 +1,30 @@
+import { Elysia, t } from "elysia";
+import { principalOf, scopes } from "../auth/plugin";
+import type { AppContext } from "../context";
+import { intParam } from "../http/query";
+import { chatView, createChat, deleteChat, getChat, listChats } from "./service";
+import { streamReply } from "./stream";
+
+export const chatsRoutes = (ctx: AppContext) =>
+  new Elysia({ prefix: "/chats", detail: { tags: ["chats"] } })
+    .use(scopes)
+    .post("", ({ request, body }) => createChat(ctx, principalOf(request).project, body), {
+      scope: "inference",
+      body: t.Object({ model: t.String(), system: t.Optional(t.Nullable(t.String())), metadata: t.Optional(t.Nullable(t.Record(t.String(), t.Unknown()))) }),
+      detail: { summary: "Create a chat session" },
+    })
+    .get(
+      "",
+      ({ request, query }) => listChats(ctx, principalOf(request).project, intParam(query.limit, "limit", 1, 100, 20), query.after || undefined),
+      { scope: "inference", query: t.Object({ limit: t.Optional(t.String()), after: t.Optional(t.String()) }), detail: { summary: "List chat sessions" } },
+    )
+    .get("/:id", ({ request, params }) => chatView(ctx, getChat(ctx, principalOf(request).project, params.id)), {
+      scope: "inference",
+      detail: { summary: "Retrieve a chat session with its messages" },
+    })
+    .delete("/:id", ({ request, params }) => deleteChat(ctx, principalOf(request).project, params.id), { scope: "inference", detail: { summary: "Delete a chat session" } })
+    .post("/:id/stream", ({ request, params, body }) => streamReply(ctx, principalOf(request), params.id, body, request), {
+      scope: "inference",
+      body: t.Object({ content: t.String(), max_tokens: t.Optional(t.Integer({ minimum: 1 })), temperature: t.Optional(t.Number({ minimum: 0, maximum: 2 })) }),
+      detail: { summary: "Send a message and stream the reply (SSE)" },
+    });

@@ -1,0 +1,31 @@
+import type { Principal } from "../auth/verify";
+import type { AppContext } from "../context";
+import { ApiError } from "../errors";
+import { admit, resolveModel } from "../inference/admission";
+import { embeddingInputs, embeddingsResponse } from "../inference/embed";
+import { countTokens } from "../inference/tokens";
+import { callUpstream, upstreamFailure } from "../inference/upstream";
+
+export async function createEmbeddings(ctx: AppContext, principal: Principal, body: Record<string, unknown>, request: Request): Promise<Response> {
+  const model = resolveModel(ctx, body.model, "embeddings");
+  const texts = embeddingInputs(body.input);
+  const tokens = texts.reduce((n, t) => n + countTokens(t), 0);
+  const { headers, release } = await admit(ctx, principal, model, tokens, request.signal);
+  try {
+    if (model.kind === "embed") {
+      return new Response(JSON.stringify(embeddingsResponse(body)), { headers: { "content-type": "application/json", ...headers } });
+    }
+    const res = await callUpstream({ model, path: "/embeddings", body, signal: request.signal });
+    if (!res.ok) {
+      const failure = await upstreamFailure(model, res);
+      if (failure instanceof ApiError) {
+        Object.assign(failure.headers, headers);
+        throw failure;
+      }
+      return failure;
+    }
+    return new Response(await res.text(), { headers: { "content-type": "application/json", ...headers } });
+  } finally {
+    release();
+  }
+}

@@ -1,0 +1,61 @@
+// Server-sent events from an async generator of JSON payloads. The stream
+// is pull-based (the generator runs only as fast as the client reads), a
+// ": keep-alive" comment goes out when nothing else has for `keepAliveMs`,
+// and a client disconnect cancels the stream, which returns the generator
+// (its `finally` blocks run) so the producer stops.
+const encoder = new TextEncoder();
+
+export function sseResponse(
+  events: AsyncGenerator<unknown, void, unknown>,
+  opts: { headers?: Record<string, string>; keepAliveMs?: number; onClose?: () => void } = {},
+): Response {
+  let timer: ReturnType<typeof setInterval> | null = null;
+  let closed = false;
+  let lastSent = Date.now();
+  const close = () => {
+    if (closed) return;
+    closed = true;
+    if (timer) clearInterval(timer);
+    opts.onClose?.();
+  };
+  const send = (controller: ReadableStreamDefaultController<Uint8Array>, text: string) => {
+    lastSent = Date.now();
+    controller.enqueue(encoder.encode(text));
+  };
+  const stream = new ReadableStream<Uint8Array>({
+    start(controller) {
+      const every = opts.keepAliveMs;
+      if (every)
+        timer = setInterval(() => {
+          if (!closed && Date.now() - lastSent >= every) send(controller, ": keep-alive\n\n");
+        }, Math.min(every, 1000));
+    },
+    async pull(controller) {
+      try {
+        const { value, done } = await events.next();
+        if (closed) return;
+        if (done) {
+          send(controller, "data: [DONE]\n\n");
+          controller.close();
+          close();
+          return;
+        }
+        send(controller, `data: ${JSON.stringify(value)}\n\n`);
+      } catch (e) {
+        if (closed) return;
+        // After the first byte the status is sent: report in-band, then end.
+        const message = e instanceof Error ? e.message : String(e);
+        send(controller, `data: ${JSON.stringify({ error: { message, type: "server_error", param: null, code: "stream_error" } })}\n\n`);
+        controller.close();
+        close();
+      }
+    },
+    async cancel() {
+      close();
+      await events.return();
+    },
+  });
+  return new Response(stream, {
+    headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive", ...opts.headers },
+  });
+}

@@ -1,0 +1,85 @@
+// Calls to OpenAI-compatible upstreams for interactive requests. Streams
+// are passed through as they arrive (pull-based: nothing is buffered whole);
+// a client disconnect aborts the upstream request; errors become OpenAI
+// error bodies: upstream 4xx pass through with their body, 5xx → 502,
+// timeouts → 504, unreachable → 502.
+import { ApiError } from "../errors";
+import type { ModelEntry } from "./registry";
+
+export interface UpstreamCall {
+  model: ModelEntry;
+  path: "/chat/completions" | "/embeddings";
+  body: Record<string, unknown>;
+  /** Aborted when the client goes away. */
+  signal: AbortSignal;
+}
+
+export async function callUpstream({ model, path, body, signal }: UpstreamCall): Promise<globalThis.Response> {
+  const headers: Record<string, string> = { "content-type": "application/json" };
+  if (model.apiKey) headers.authorization = `Bearer ${model.apiKey}`;
+  const timeout = AbortSignal.timeout(model.timeoutMs);
+  try {
+    return await fetch(model.baseUrl + path, {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ ...body, model: model.upstreamModel ?? model.id }),
+      signal: AbortSignal.any([signal, timeout]),
+    });
+  } catch (e) {
+    if (timeout.aborted) throw new ApiError("upstream_timeout", `Upstream ${model.upstreamName} did not answer within ${model.timeoutMs} ms`);
+    throw new ApiError("upstream_error", `Upstream ${model.upstreamName} is unreachable`);
+  }
+}
+
+/** Turns a non-2xx upstream answer into our error: 4xx verbatim, 5xx as 502. */
+export async function upstreamFailure(model: ModelEntry, res: globalThis.Response): Promise<Response | ApiError> {
+  const text = await res.text();
+  if (res.status >= 400 && res.status < 500) {
+    let body = text;
+    try {
+      const parsed = JSON.parse(text);
+      if (!parsed?.error) throw new Error("not an OpenAI error");
+    } catch {
+      body = JSON.stringify({ error: { message: text.slice(0, 2000) || `Upstream answered ${res.status}`, type: "invalid_request_error", param: null, code: null } });
+    }
+    const headers: Record<string, string> = { "content-type": "application/json" };
+    const ra = res.headers.get("retry-after");
+    if (ra) headers["retry-after"] = ra;
+    return new Response(body, { status: res.status, headers });
+  }
+  let detail = "";
+  try {
+    detail = (JSON.parse(text) as { error?: { message?: string } }).error?.message ?? "";
+  } catch {}
+  return new ApiError("upstream_error", `Upstream ${model.upstreamName} failed with HTTP ${res.status}${detail ? `: ${detail.slice(0, 500)}` : ""}`);
+}
+
+/** Passes a body through chunk by chunk, calling `onEnd` once when it ends or the client cancels. */
+export function passThrough(body: ReadableStream<Uint8Array>, onEnd: () => void): ReadableStream<Uint8Array> {
+  const reader = body.getReader();
+  let ended = false;
+  const end = () => {
+    if (!ended) {
+      ended = true;
+      onEnd();
+    }
+  };
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      try {
+        const { value, done } = await reader.read();
+        if (done) {
+          end();
+          controller.close();
+        } else controller.enqueue(value);
+      } catch (e) {
+        end();
+        controller.error(e);
+      }
+    },
+    async cancel(reason) {
+      end();
+      await reader.cancel(reason);
+    },
+  });
+}

@@ -1,0 +1,46 @@
+import { accessSync, constants } from "node:fs";
+import { Elysia } from "elysia";
+import { sql } from "drizzle-orm";
+import pkg from "../../package.json";
+import type { AppContext } from "../context";
+import { batches } from "../db/schema";
+
+export function statusReport(ctx: AppContext) {
+  let dbOk = true;
+  let counts = { validating: 0, in_progress: 0, finalizing: 0 };
+  try {
+    for (const r of ctx.db
+      .select({ status: batches.status, n: sql<number>`count(*)` })
+      .from(batches)
+      .where(sql`${batches.status} IN ('validating','in_progress','finalizing')`)
+      .groupBy(batches.status)
+      .all())
+      counts = { ...counts, [r.status]: r.n };
+  } catch {
+    dbOk = false;
+  }
+  const free = ctx.store.freeBytes();
+  let storageOk = free !== null;
+  try {
+    accessSync(ctx.config.dataDir, constants.W_OK);
+  } catch {
+    storageOk = false;
+  }
+  const models = ctx.registry.list().map((m) => {
+    const s = ctx.scheduler.stats(m.id);
+    return { id: m.id, owned_by: m.ownedBy, healthy: m.healthy, in_flight: s.inFlight, queued: s.queued };
+  });
+  const ok = dbOk && storageOk && models.every((m) => m.healthy);
+  return {
+    status: ok ? ("ok" as const) : ("degraded" as const),
+    version: pkg.version,
+    uptime_s: Math.floor((Date.now() - ctx.startedAt) / 1000),
+    database: { ok: dbOk },
+    storage: { ok: storageOk, free_bytes: free },
+    batches: counts,
+    models,
+  };
+}
+
+/** Any valid key may read the status (no scope needed). */
+export const statusRoutes = (ctx: AppContext) => new Elysia().get("/status", () => statusReport(ctx), { detail: { tags: ["status"], summary: "Service status" } });
