@@ -13,8 +13,8 @@ export class WorkerPool {
   constructor(
     size: number,
     private readonly models: () => PricedModel[],
-    private readonly onMessage: (m: FromWorker) => void,
-    private readonly onCrash: (task: WorkerTask | null, error: string) => void,
+    private readonly onMessage: (m: FromWorker, worker: Worker) => void,
+    private readonly onCrash: (task: WorkerTask | null, error: string, worker: Worker) => void,
   ) {
     for (let i = 0; i < size; i++) this.slots.push(this.spawn());
   }
@@ -23,8 +23,8 @@ export class WorkerPool {
     const slot: Slot = { worker: new Worker(BATCH_WORKER), task: null };
     slot.worker.onmessage = (e: MessageEvent<FromWorker>) => {
       const m = e.data;
-      if (m.type !== "progress") slot.task = null;
-      this.onMessage(m);
+      if (m.type === "validated" || m.type === "done" || m.type === "paused" || m.type === "failed") slot.task = null;
+      this.onMessage(m, slot.worker);
     };
     slot.worker.onerror = (e) => {
       const task = slot.task;
@@ -32,7 +32,7 @@ export class WorkerPool {
       slot.worker.terminate();
       const i = this.slots.indexOf(slot);
       if (i !== -1) this.slots[i] = this.spawn();
-      this.onCrash(task, e.message);
+      this.onCrash(task, e.message, slot.worker);
     };
     slot.worker.postMessage({ type: "init", models: this.models() } satisfies ToWorker);
     return slot;

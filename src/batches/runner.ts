@@ -14,7 +14,8 @@ import { batchDir, partPath } from "./paths";
 import { WorkerPool } from "./pool";
 import type { BatchRow } from "./service";
 import { shardBoundaries } from "./shards";
-import { zeroTotals, type FromWorker, type PricedModel, type ShardTotals, type ValidateResult, type WorkerTask } from "./types";
+import type { Release } from "../inference/scheduler";
+import { zeroTotals, type ToWorker, type FromWorker, type PricedModel, type ShardTotals, type ValidateResult, type WorkerTask } from "./types";
 
 const TICK_MS = 200;
 const COUNTS_MS = 500;
@@ -87,6 +88,7 @@ export class BatchRunner {
       tokensPerSecond: m.tokensPerSecond,
       inputPerMillion: m.pricing.inputPerMillion,
       outputPerMillion: m.pricing.outputPerMillion,
+      limited: m.maxConcurrency !== null,
     }));
   }
 
@@ -94,8 +96,8 @@ export class BatchRunner {
     this.pool ??= new WorkerPool(
       Math.max(1, this.ctx.config.batches.workers),
       () => this.models(),
-      (m) => this.onWorkerMessage(m),
-      (task, error) => this.onWorkerCrash(task, error),
+      (m, worker) => this.onWorkerMessage(m, worker),
+      (task, error, worker) => this.onWorkerCrash(task, error, worker),
     );
     return this.pool;
   }
@@ -336,7 +338,34 @@ export class BatchRunner {
     }
   }
 
-  private onWorkerMessage(m: FromWorker): void {
+  /** Scheduler slots held by Workers' requests, by worker then request id. */
+  private readonly slots = new Map<Worker, Map<number, Release>>();
+
+  private onSlotMessage(m: Extract<FromWorker, { type: "acquire" | "release" }>, worker: Worker): void {
+    let held = this.slots.get(worker);
+    if (!held) this.slots.set(worker, (held = new Map()));
+    if (m.type === "release") {
+      held.get(m.reqId)?.();
+      held.delete(m.reqId);
+      return;
+    }
+    const model = this.registry.get(m.model);
+    if (!model) return;
+    const mine = held;
+    this.ctx.scheduler.acquireBatch(model).then((release) => {
+      mine.set(m.reqId, release);
+      worker.postMessage({ type: "grant", reqId: m.reqId } satisfies ToWorker);
+    });
+  }
+
+  /** A Worker that died or was stopped gives back every slot it held. */
+  private releaseSlotsOf(worker: Worker): void {
+    for (const release of this.slots.get(worker)?.values() ?? []) release();
+    this.slots.delete(worker);
+  }
+
+  private onWorkerMessage(m: FromWorker, worker: Worker): void {
+    if (m.type === "acquire" || m.type === "release") return this.onSlotMessage(m, worker);
     const key = `${m.batchId}/${m.idx}`;
     switch (m.type) {
       case "validated":
@@ -369,7 +398,8 @@ export class BatchRunner {
     this.kick();
   }
 
-  private onWorkerCrash(task: WorkerTask | null, error: string): void {
+  private onWorkerCrash(task: WorkerTask | null, error: string, worker: Worker): void {
+    this.releaseSlotsOf(worker);
     this.ctx.log.error("batch worker crashed", { error, batch_id: task?.batchId, shard: task?.idx });
     if (task?.type === "run") {
       this.live.delete(`${task.batchId}/${task.idx}`);
@@ -459,6 +489,7 @@ export class BatchRunner {
       const until = Date.now() + graceMs;
       while (this.live.size > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
       pool.terminate();
+      for (const w of [...this.slots.keys()]) this.releaseSlotsOf(w);
     }
     for (const l of this.live.values()) this.releaseShard(l.batchId, l.idx);
     this.ctx.db.update(batches).set({ leaseOwner: null, leaseExpiresAt: null }).where(eq(batches.leaseOwner, this.owner)).run();

@@ -4,6 +4,8 @@ import type { ModelSpec } from "../inference/registry";
 export interface PricedModel extends ModelSpec {
   inputPerMillion: number;
   outputPerMillion: number;
+  /** True when the model has a concurrency limit: each request then needs a slot from the main thread's scheduler. */
+  limited: boolean;
 }
 
 export interface ShardRef {
@@ -63,7 +65,10 @@ export type FromWorker =
   | { type: "done"; batchId: string; idx: number; totals: ShardTotals }
   /** Stopped for a checkpoint (shutdown) before the shard finished. */
   | { type: "paused"; batchId: string; idx: number; totals: ShardTotals }
-  | { type: "failed"; batchId: string; idx: number; error: string };
+  | { type: "failed"; batchId: string; idx: number; error: string }
+  /** Asks the scheduler for a slot on a limited model (answered with "grant"). */
+  | { type: "acquire"; reqId: number; model: string }
+  | { type: "release"; reqId: number };
 
 export type ToWorker =
   | { type: "init"; models: PricedModel[] }
@@ -71,4 +76,5 @@ export type ToWorker =
   /** Stop executing: drain the rest as errors with `code`. */
   | { type: "stop"; batchId: string; code: "batch_cancelled" | "batch_expired" }
   /** Shutdown: finish in-flight requests, flush, report "paused". */
-  | { type: "checkpoint" };
+  | { type: "checkpoint" }
+  | { type: "grant"; reqId: number };

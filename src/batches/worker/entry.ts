@@ -4,6 +4,7 @@
 import type { FromWorker, PricedModel, ToWorker } from "../types";
 import { runShard, type ShardControl } from "./runShard";
 import { validateShard } from "./validateShard";
+import { initSlots, onGrant } from "./slots";
 
 declare const self: Worker;
 
@@ -11,6 +12,7 @@ let models = new Map<string, PricedModel>();
 let current: { batchId: string; control: ShardControl } | null = null;
 let checkpointing = false;
 const post = (m: FromWorker) => self.postMessage(m);
+initSlots(post);
 
 self.onmessage = (event: MessageEvent<ToWorker>) => {
   const msg = event.data;
@@ -20,6 +22,9 @@ self.onmessage = (event: MessageEvent<ToWorker>) => {
       return;
     case "stop":
       if (current && current.batchId === msg.batchId) current.control.stopCode ??= msg.code;
+      return;
+    case "grant":
+      onGrant(msg.reqId);
       return;
     case "checkpoint":
       checkpointing = true;

@@ -7,6 +7,7 @@ import { IdStream } from "../../ids";
 import { echoCompletion } from "../../inference/echo";
 import { embeddingsResponse } from "../../inference/embed";
 import type { PricedModel, RunTask } from "../types";
+import { acquireSlot } from "./slots";
 
 export interface LineResult {
   ok: boolean;
@@ -75,6 +76,8 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
   let lastError = "";
   for (let attempt = 1; ; attempt++) {
     let wait: number | null = null;
+    // A slot per attempt, not per request: during a backoff the slot is free for others.
+    const release = model.limited ? await acquireSlot(model.id) : null;
     try {
       const res = await fetch(model.baseUrl + path, { method: "POST", headers, body: payload, signal: AbortSignal.timeout(model.timeoutMs) });
       const text = await res.text();
@@ -92,6 +95,8 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
     } catch (e) {
       last = null;
       lastError = (e as Error).name === "TimeoutError" ? `upstream timed out after ${model.timeoutMs} ms` : `upstream unreachable: ${(e as Error).message}`;
+    } finally {
+      release?.();
     }
     if (attempt >= task.maxAttempts || stopping()) break;
     // Full jitter: uniform in [0, base·2^(attempt-1)], at least what retry-after asks.

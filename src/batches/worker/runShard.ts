@@ -9,6 +9,7 @@ import type { FromWorker, PricedModel, RunTask, ShardTotals } from "../types";
 import { runBuiltin, runUpstream, stoppedLine, type BatchRequest, type LineResult } from "./execute";
 import { recoverParts } from "./partFiles";
 import { addUsage } from "./usage";
+import { acquireSlot } from "./slots";
 
 const FLUSH_BYTES = 1 << 20;
 const PROGRESS_MS = 250;
@@ -94,7 +95,7 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
         }
         const model = models.get(req.body.model as string);
         if (!model) throw new Error(`model ${String(req.body.model)} vanished from the registry`);
-        if (model.kind !== "upstream" && model.latencyMs === 0) {
+        if (model.kind !== "upstream" && model.latencyMs === 0 && !model.limited) {
           record(runBuiltin(req, model, task.endpoint), model);
           continue;
         }
@@ -122,8 +123,14 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
 
 async function executeAsync(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl): Promise<LineResult> {
   if (model.kind === "upstream") return runUpstream(req, model, task, () => control.stopCode !== null || control.pausing);
-  await new Promise((r) => setTimeout(r, model.latencyMs));
-  return runBuiltin(req, model, task.endpoint);
+  // A built-in with simulated latency occupies a scheduler slot like an upstream would.
+  const release = model.limited ? await acquireSlot(model.id) : null;
+  try {
+    await new Promise((r) => setTimeout(r, model.latencyMs));
+    return runBuiltin(req, model, task.endpoint);
+  } finally {
+    release?.();
+  }
 }
 
 function isBlank(s: string): boolean {

@@ -1,0 +1,78 @@
+// Starts offpeak as a child process for benchmarks (so its peak RSS can be
+// read from /proc), on a free port with a fresh data dir.
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+export const BENCH_KEY = "sk-op-bench-admin-key-000000000000000000000";
+
+export interface BenchServer {
+  pid: number;
+  base: string;
+  dataDir: string;
+  peakRssMb(): number;
+  stop(): Promise<void>;
+}
+
+export function peakRssMb(pid: number): number {
+  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return m ? Number(m[1]) / 1024 : NaN;
+}
+
+export async function freePort(): Promise<number> {
+  const s = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
+  const port = s.port!;
+  s.stop(true);
+  return port;
+}
+
+export async function startBenchServer(env: Record<string, string> = {}, config?: unknown): Promise<BenchServer> {
+  const dataDir = mkdtempSync(join(tmpdir(), "offpeak-bench-"));
+  const port = await freePort();
+  const args = [process.execPath, "src/main.ts", "serve", "--port", String(port), "--data-dir", dataDir];
+  if (config) {
+    writeFileSync(join(dataDir, "config.json"), JSON.stringify(config));
+    args.push("--config", join(dataDir, "config.json"));
+  }
+  const proc = Bun.spawn(args, {
+    cwd: join(import.meta.dir, ".."),
+    env: { ...process.env, OFFPEAK_ADMIN_KEY: BENCH_KEY, OFFPEAK_LOG_LEVEL: "warn", ...env },
+    stdout: "ignore",
+    stderr: "inherit",
+  });
+  const base = `http://127.0.0.1:${port}/api/v1`;
+  for (let i = 0; ; i++) {
+    try {
+      if ((await fetch(`http://127.0.0.1:${port}/healthz`)).ok) break;
+    } catch {}
+    if (i > 200) throw new Error("server did not start");
+    await Bun.sleep(50);
+  }
+  return {
+    pid: proc.pid,
+    base,
+    dataDir,
+    peakRssMb: () => peakRssMb(proc.pid),
+    async stop() {
+      proc.kill("SIGTERM");
+      await proc.exited;
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export const auth = { authorization: `Bearer ${BENCH_KEY}` };
+
+export async function uploadBatchFile(base: string, path: string): Promise<{ id: string; bytes: number }> {
+  const form = new FormData();
+  form.append("purpose", "batch");
+  form.append("file", Bun.file(path), "input.jsonl");
+  const res = await fetch(`${base}/files`, { method: "POST", headers: auth, body: form });
+  if (!res.ok) throw new Error(`upload failed: ${res.status} ${await res.text()}`);
+  return (await res.json()) as { id: string; bytes: number };
+}
+
+export function percentile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
