@@ -25,3 +25,5 @@ const server = Bun.serve({
   },
 });
 console.log(`fake upstream on ${server.port}`);
+
+export {};

@@ -46,7 +46,11 @@ export function buildApp(ctx: AppContext) {
         requestIds.set(request, id);
         set.headers["x-request-id"] = id;
         const path = pathOf(request.url);
-        if (isUnderApi(path)) authenticate(request, verify);
+        if (!isUnderApi(path)) return;
+        authenticate(request, verify);
+        // A path Elysia cannot percent-decode would reach handlers with an
+        // undefined id; no resource has such a name, so it is a 404 here.
+        if (path.includes("%") && !decodes(path)) throw new ApiError("not_found", "No such resource.");
       })
       .onError(({ code, error, request }) => toErrorResponse(ctx, code, error, request))
       .get("/healthz", () => new Response("ok", { headers: { "content-type": "text/plain" } }), { detail: { hide: true } })
@@ -60,6 +64,15 @@ export function buildApp(ctx: AppContext) {
       .use(apiRoutes(ctx, "/api/v1"))
       .use(apiRoutes(ctx, "/v1"))
   );
+}
+
+function decodes(path: string): boolean {
+  try {
+    decodeURIComponent(path);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 function pathOf(url: string): string {

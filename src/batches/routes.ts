@@ -8,7 +8,7 @@ const CreateBody = t.Object({
   input_file_id: t.String(),
   endpoint: t.String(),
   completion_window: t.String(),
-  metadata: t.Optional(t.Nullable(t.Record(t.String(), t.Unknown()))),
+  metadata: t.Optional(t.Unknown()), // checked in checkMetadata: TypeBox's Record would coerce an array into an object
   output_expires_after: t.Optional(t.Nullable(t.Object({ anchor: t.Optional(t.String()), seconds: t.Optional(t.Integer()) }))),
 });
 

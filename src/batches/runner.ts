@@ -418,35 +418,55 @@ export class BatchRunner {
 
   // ── progress and finalization ──────────────────────────────────────────
 
-  /** request_counts and usage = done shards (in the DB) + running shards (live totals). */
+  /**
+   * request_counts and usage = the sum of every shard's row. A running shard's
+   * row first takes its live totals, field by field never lower than what the
+   * row held: after a restart a shard reports its recovered totals only once
+   * it has re-read its part files, and the counts must not go back meanwhile.
+   * A done shard's row holds its exact totals (written by "done").
+   */
   private writeCounts(): void {
     const ids = [...new Set([...this.live.values()].map((l) => l.batchId).concat([...this.dirty]))];
     this.dirty.clear();
-    for (const id of ids) {
-      const done = this.ctx.db
-        .select({
-          completed: sql<number>`coalesce(sum(${batchShards.completed}), 0)`,
-          failed: sql<number>`coalesce(sum(${batchShards.failed}), 0)`,
-          inputTokens: sql<number>`coalesce(sum(${batchShards.inputTokens}), 0)`,
-          cachedTokens: sql<number>`coalesce(sum(${batchShards.cachedTokens}), 0)`,
-          outputTokens: sql<number>`coalesce(sum(${batchShards.outputTokens}), 0)`,
-          reasoningTokens: sql<number>`coalesce(sum(${batchShards.reasoningTokens}), 0)`,
-          costAmount: sql<number>`coalesce(sum(${batchShards.costAmount}), 0)`,
-        })
-        .from(batchShards)
-        .where(and(eq(batchShards.batchId, id), eq(batchShards.status, "done")))
-        .get()!;
+    if (ids.length === 0) return;
+    const s = batchShards;
+    this.ctx.db.transaction((tx) => {
       for (const l of this.live.values()) {
-        if (l.batchId !== id) continue;
-        for (const k of Object.keys(done) as (keyof ShardTotals)[]) done[k] += l.totals[k];
+        const t = l.totals;
+        tx.update(s)
+          .set({
+            completed: sql`max(${s.completed}, ${t.completed})`,
+            failed: sql`max(${s.failed}, ${t.failed})`,
+            inputTokens: sql`max(${s.inputTokens}, ${t.inputTokens})`,
+            cachedTokens: sql`max(${s.cachedTokens}, ${t.cachedTokens})`,
+            outputTokens: sql`max(${s.outputTokens}, ${t.outputTokens})`,
+            reasoningTokens: sql`max(${s.reasoningTokens}, ${t.reasoningTokens})`,
+            costAmount: sql`max(${s.costAmount}, ${t.costAmount})`,
+          })
+          .where(and(eq(s.batchId, l.batchId), eq(s.idx, l.idx), eq(s.status, "running"), eq(s.leaseOwner, this.owner)))
+          .run();
       }
-      // Only while running: finalization writes the final sums and deletes the shards.
-      this.ctx.db
-        .update(batches)
-        .set(done)
-        .where(and(eq(batches.id, id), inArray(batches.status, ["in_progress", "cancelling"])))
-        .run();
-    }
+      for (const id of ids) {
+        const sums = tx
+          .select({
+            completed: sql<number>`coalesce(sum(${s.completed}), 0)`,
+            failed: sql<number>`coalesce(sum(${s.failed}), 0)`,
+            inputTokens: sql<number>`coalesce(sum(${s.inputTokens}), 0)`,
+            cachedTokens: sql<number>`coalesce(sum(${s.cachedTokens}), 0)`,
+            outputTokens: sql<number>`coalesce(sum(${s.outputTokens}), 0)`,
+            reasoningTokens: sql<number>`coalesce(sum(${s.reasoningTokens}), 0)`,
+            costAmount: sql<number>`coalesce(sum(${s.costAmount}), 0)`,
+          })
+          .from(s)
+          .where(eq(s.batchId, id))
+          .get()!;
+        // Only while running: finalization writes the final sums and deletes the shards.
+        tx.update(batches)
+          .set(sums)
+          .where(and(eq(batches.id, id), inArray(batches.status, ["in_progress", "cancelling"])))
+          .run();
+      }
+    });
   }
 
   private startFinalizations(now: number): void {

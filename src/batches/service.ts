@@ -1,4 +1,5 @@
 // Batch records: create, read, list, cancel. Execution lives in runner.ts.
+import { checkMetadata } from "../metadata";
 import { and, desc, eq, inArray, lt } from "drizzle-orm";
 import type { AppContext } from "../context";
 import { batches } from "../db/schema";
@@ -49,22 +50,10 @@ export interface CreateBatchInput {
   input_file_id: string;
   endpoint: string;
   completion_window: string;
-  metadata?: Record<string, unknown> | null;
+  metadata?: unknown;
   output_expires_after?: { anchor?: string; seconds?: number } | null;
 }
 
-function checkMetadata(m: Record<string, unknown> | null | undefined): Record<string, string> | null {
-  if (m === undefined || m === null) return null;
-  if (typeof m !== "object" || Array.isArray(m)) throw new ApiError("invalid_value", "metadata must be an object of strings", { param: "metadata" });
-  const entries = Object.entries(m);
-  if (entries.length > 16) throw new ApiError("invalid_value", "metadata may have at most 16 pairs", { param: "metadata" });
-  for (const [k, v] of entries) {
-    if (k.length > 64) throw new ApiError("invalid_value", "metadata keys may have at most 64 characters", { param: "metadata" });
-    if (typeof v !== "string") throw new ApiError("invalid_value", `metadata.${k.slice(0, 64)} must be a string`, { param: "metadata" });
-    if (v.length > 512) throw new ApiError("invalid_value", "metadata values may have at most 512 characters", { param: "metadata" });
-  }
-  return m as Record<string, string>;
-}
 
 export function windowHours(window: string): number {
   const m = /^(\d{1,3})h$/.exec(window);
@@ -109,7 +98,7 @@ export function createBatch(ctx: AppContext, project: string, input: CreateBatch
 }
 
 export function getBatch(ctx: AppContext, project: string, id: string): BatchRow {
-  if (!isId("batch_", id)) throw notFound("batch", id);
+  if (typeof id !== "string" || !isId("batch_", id)) throw notFound("batch", typeof id === "string" ? id : "");
   const row = ctx.db.select().from(batches).where(and(eq(batches.id, id), eq(batches.project, project))).get();
   if (!row) throw notFound("batch", id);
   return row;

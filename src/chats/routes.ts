@@ -10,7 +10,7 @@ export const chatsRoutes = (ctx: AppContext) =>
     .use(scopes)
     .post("", ({ request, body }) => createChat(ctx, principalOf(request).project, body), {
       scope: "inference",
-      body: t.Object({ model: t.String(), system: t.Optional(t.Nullable(t.String())), metadata: t.Optional(t.Nullable(t.Record(t.String(), t.Unknown()))) }),
+      body: t.Object({ model: t.String(), system: t.Optional(t.Nullable(t.String())), metadata: t.Optional(t.Unknown()) }),
       detail: { summary: "Create a chat session" },
     })
     .get(

@@ -1,4 +1,5 @@
 // Persisted conversations: records and history. Streaming a reply is in stream.ts.
+import { checkMetadata } from "../metadata";
 import { and, asc, desc, eq, lt } from "drizzle-orm";
 import type { AppContext } from "../context";
 import { chatMessages, chats } from "../db/schema";
@@ -21,14 +22,12 @@ export function chatView(ctx: AppContext, row: ChatRow, withMessages = true) {
   return { id: row.id, object: "chat" as const, model: row.model, system: row.system ?? null, metadata: row.metadata ?? null, created_at: row.createdAt, ...(messages ? { messages } : {}) };
 }
 
-export function createChat(ctx: AppContext, project: string, input: { model: string; system?: string | null; metadata?: Record<string, unknown> | null }) {
+export function createChat(ctx: AppContext, project: string, input: { model: string; system?: string | null; metadata?: unknown }) {
   resolveModel(ctx, input.model, "chat");
-  const metadata = input.metadata ?? null;
-  if (metadata && (Object.keys(metadata).length > 16 || Object.entries(metadata).some(([k, v]) => k.length > 64 || typeof v !== "string" || v.length > 512)))
-    throw new ApiError("invalid_value", "metadata: at most 16 string pairs, keys ≤ 64 and values ≤ 512 characters", { param: "metadata" });
+  const metadata = checkMetadata(input.metadata);
   const row = ctx.db
     .insert(chats)
-    .values({ id: newId("chat_"), project, model: input.model, system: input.system ?? null, metadata: metadata as Record<string, string> | null, createdAt: nowSeconds() })
+    .values({ id: newId("chat_"), project, model: input.model, system: input.system ?? null, metadata, createdAt: nowSeconds() })
     .returning()
     .get();
   return chatView(ctx, row);

@@ -67,7 +67,16 @@ function retryAfterMs(res: Response): number | null {
   return Number.isNaN(at) ? null : Math.max(0, at - Date.now());
 }
 
-export async function runUpstream(req: BatchRequest, model: PricedModel, task: RunTask, stopping: () => boolean): Promise<LineResult> {
+/**
+ * What the shard is asked to do while a request waits to be retried: "stop"
+ * (cancel/expire) ends retries and reports the last failure; "pause"
+ * (SIGTERM checkpoint) ends retries without a result, so the line stays
+ * undone and runs again after the restart.
+ */
+export type StopState = "stop" | "pause" | null;
+
+/** Resolves with the result line, or null when a pause left the request without a final answer. */
+export async function runUpstream(req: BatchRequest, model: PricedModel, task: RunTask, stopState: () => StopState): Promise<LineResult | null> {
   const path = task.endpoint === "/v1/embeddings" ? "/embeddings" : "/chat/completions";
   const payload = JSON.stringify({ ...req.body, model: model.upstreamModel ?? model.id, stream: false });
   const headers: Record<string, string> = { "content-type": "application/json" };
@@ -98,7 +107,10 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
     } finally {
       release?.();
     }
-    if (attempt >= task.maxAttempts || stopping()) break;
+    if (attempt >= task.maxAttempts) break;
+    const state = stopState();
+    if (state === "pause") return null;
+    if (state === "stop") break;
     // Full jitter: uniform in [0, base·2^(attempt-1)], at least what retry-after asks.
     const backoff = Math.random() * task.retryBaseMs * 2 ** (attempt - 1);
     const delay = Math.min(Math.max(wait ?? 0, backoff), 60_000);

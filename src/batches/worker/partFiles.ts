@@ -1,18 +1,21 @@
 // Part files are the truth about which lines of a shard are done. After a
 // crash they may end in a torn (half-written) line: it is cut off, and the
 // custom_ids of the complete lines are collected so they are not run again.
+// Their usage is kept beside them and priced when the shard's input line is
+// read again: only the input line says which model (under our id) ran it —
+// the response's own model field is the upstream's name for it.
 import { closeSync, existsSync, ftruncateSync, openSync } from "node:fs";
 import { readLines } from "../../jsonl/lineReader";
-import { zeroTotals, type PricedModel, type ShardTotals } from "../types";
-import { addUsage } from "./usage";
+import { zeroTotals, type ShardTotals } from "../types";
 
 export interface Recovered {
-  done: Set<string>;
+  /** custom_id → the usage its response reported (null if none). */
+  done: Map<string, unknown>;
   totals: ShardTotals;
 }
 
-export async function recoverParts(outPath: string, errPath: string, models: Map<string, PricedModel>): Promise<Recovered> {
-  const done = new Set<string>();
+export async function recoverParts(outPath: string, errPath: string): Promise<Recovered> {
+  const done = new Map<string, unknown>();
   const totals = zeroTotals();
   for (const [path, ok] of [
     [outPath, true],
@@ -38,11 +41,10 @@ export async function recoverParts(outPath: string, errPath: string, models: Map
       for (const { text } of lines) {
         if (!text) continue;
         const rec = JSON.parse(text) as { custom_id: string; response: { body?: unknown } | null };
-        done.add(rec.custom_id);
+        const body = rec.response?.body as { usage?: unknown } | undefined;
+        done.set(rec.custom_id, body?.usage ?? null);
         if (ok) totals.completed++;
         else totals.failed++;
-        const body = rec.response?.body as { usage?: unknown; model?: string } | undefined;
-        if (body?.usage) addUsage(totals, body.usage, models.get(body.model ?? ""));
       }
     }
   }

@@ -53,7 +53,7 @@ class PartWriter {
 }
 
 export async function runShard(task: RunTask, models: Map<string, PricedModel>, control: ShardControl, post: (m: FromWorker) => void): Promise<void> {
-  const { done, totals } = await recoverParts(task.outPath, task.errPath, models);
+  const { done, totals } = await recoverParts(task.outPath, task.errPath);
   if (task.stopCode) control.stopCode ??= task.stopCode;
   const out = new PartWriter(openSync(task.outPath, "a"));
   const err = new PartWriter(openSync(task.errPath, "a"));
@@ -84,7 +84,11 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
       for (const { text } of lines) {
         if (isBlank(text)) continue;
         const req = JSON.parse(text) as BatchRequest;
-        if (done.has(req.custom_id)) continue;
+        if (done.has(req.custom_id)) {
+          const usage = done.get(req.custom_id);
+          if (usage) addUsage(totals, usage, models.get(req.body.model as string));
+          continue;
+        }
         if (control.pausing) {
           paused = true;
           break outer;
@@ -104,7 +108,9 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
         const p: Promise<void> = executeAsync(req, model, task, control).then((r) => {
           inFlight.delete(p);
           // A result that arrives after a stop still counts: the request ran.
-          record(r, model);
+          // null: a pause cut its retries short; it stays undone for the restart.
+          if (r) record(r, model);
+          else paused = true;
         });
         inFlight.add(p);
         progress();
@@ -121,8 +127,8 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
   post({ type: paused ? "paused" : "done", batchId: task.batchId, idx: task.idx, totals });
 }
 
-async function executeAsync(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl): Promise<LineResult> {
-  if (model.kind === "upstream") return runUpstream(req, model, task, () => control.stopCode !== null || control.pausing);
+async function executeAsync(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl): Promise<LineResult | null> {
+  if (model.kind === "upstream") return runUpstream(req, model, task, () => (control.stopCode !== null ? "stop" : control.pausing ? "pause" : null));
   // A built-in with simulated latency occupies a scheduler slot like an upstream would.
   const release = model.limited ? await acquireSlot(model.id) : null;
   try {

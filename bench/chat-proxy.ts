@@ -1,0 +1,79 @@
+// Non-streaming chat completions through offpeak to a zero-latency loopback
+// upstream, at 32 connections with wrk, beside a naive Bun.serve + fetch
+// proxy measured the same way in the same run. Needs wrk (Debian: apt-get
+// install wrk). Usage: bun bench/chat-proxy.ts [seconds=10]
+import { writeFileSync } from "node:fs";
+import { BENCH_KEY, freePort, startBenchServer } from "./server";
+
+const seconds = Number(process.argv[2] ?? 10);
+if (!Bun.which("wrk")) {
+  console.error("wrk not found: apt-get install wrk");
+  process.exit(2);
+}
+
+async function waitFor(url: string, headers: Record<string, string> = {}) {
+  for (let i = 0; i < 200; i++) {
+    try {
+      if ((await fetch(url, { headers })).status < 500) return;
+    } catch {}
+    await Bun.sleep(50);
+  }
+  throw new Error(`${url} did not come up`);
+}
+
+const body = JSON.stringify({ model: "fake-model", messages: [{ role: "user", content: "Say hello to the benchmark." }], max_tokens: 16 });
+const lua = "/tmp/offpeak-wrk.lua";
+writeFileSync(lua, `wrk.method = "POST"\nwrk.body = ${JSON.stringify(body)}\nwrk.headers["content-type"] = "application/json"\nwrk.headers["authorization"] = "Bearer ${BENCH_KEY}"\n`);
+
+interface WrkResult {
+  rps: number;
+  p50: number;
+  p99: number;
+  errors: number;
+}
+
+function ms(v: string): number {
+  const m = /^([\d.]+)(us|ms|s)$/.exec(v.trim());
+  if (!m) return NaN;
+  return Number(m[1]) * (m[2] === "us" ? 0.001 : m[2] === "s" ? 1000 : 1);
+}
+
+async function wrk(url: string): Promise<WrkResult> {
+  const p = Bun.spawn(["wrk", "-t2", "-c32", `-d${seconds}s`, "--latency", "-s", lua, url], { stdout: "pipe" });
+  const out = await new Response(p.stdout).text();
+  await p.exited;
+  const non2xx = Number(/Non-2xx or 3xx responses: (\d+)/.exec(out)?.[1] ?? 0);
+  const sockErr = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out);
+  return {
+    rps: Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1]),
+    p50: ms(/\s50%\s+(\S+)/.exec(out)?.[1] ?? ""),
+    p99: ms(/\s99%\s+(\S+)/.exec(out)?.[1] ?? ""),
+    errors: non2xx + (sockErr ? sockErr.slice(1).reduce((a, b) => a + Number(b), 0) : 0),
+  };
+}
+
+const upPort = await freePort();
+const upstream = Bun.spawn([process.execPath, "bench/fake-upstream.ts", String(upPort)], { stdout: "ignore" });
+const upBase = `http://127.0.0.1:${upPort}/v1`;
+await waitFor(`${upBase}/models`);
+
+const naivePort = await freePort();
+const naive = Bun.spawn([process.execPath, "bench/naive-proxy.ts", String(naivePort), upBase], { stdout: "ignore" });
+await waitFor(`http://127.0.0.1:${naivePort}/`);
+const server = await startBenchServer({}, { upstreams: [{ name: "fake", base_url: upBase, models: ["fake-model"], max_concurrency: 256, queue_size: 1024 }] });
+try {
+  const url = `${server.base}/chat/completions`;
+  // Warm both up, then measure.
+  await wrk(`http://127.0.0.1:${naivePort}/v1/chat/completions`);
+  const base = await wrk(`http://127.0.0.1:${naivePort}/v1/chat/completions`);
+  await wrk(url);
+  const ours = await wrk(url);
+  console.log(`naive proxy: ${Math.round(base.rps)} req/s  p50 ${base.p50.toFixed(2)} ms  p99 ${base.p99.toFixed(2)} ms  errors ${base.errors}`);
+  console.log(`offpeak    : ${Math.round(ours.rps)} req/s  p50 ${ours.p50.toFixed(2)} ms  p99 ${ours.p99.toFixed(2)} ms  errors ${ours.errors}`);
+  console.log(`ratio      : ${(ours.rps / base.rps).toFixed(2)}× the naive proxy (target ≥ 0.7×, p99 ≤ 3 ms, 0 errors)`);
+  console.log(`peak RSS   : ${server.peakRssMb().toFixed(0)} MB`);
+} finally {
+  await server.stop();
+  naive.kill();
+  upstream.kill();
+}

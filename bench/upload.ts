@@ -1,0 +1,237 @@
+// Upload benchmark (SPEC §4, BENCHMARKS.md "Upload"): a generated
+// 1,000,000-line chat batch file (≈285 MB) uploaded over HTTP as multipart
+// (purpose=batch, so every line is validated) to the real server, against a
+// bare Bun.serve that streams the same multipart body to disk
+// (bench/baseline-upload-server.ts), measured in the same run, alternating.
+// A second offpeak instance takes the same file as purpose=user_data (no
+// validation) to show what validation costs.
+//
+// Targets: offpeak ≥ 150 MB/s, ≥ 0.6× baseline, server peak RSS ≤ 200 MB.
+// Exits non-zero only if an upload fails (not on performance figures).
+//
+// Usage: bun bench/upload.ts [--lines N] [--file PATH] [--runs N]
+//                            [--client curl|fetch] [--no-user-data]
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { basename, join } from "node:path";
+import { DEFAULT_LINES, DEFAULT_PATH, generateBatchFile } from "./gen-batch";
+import { MB, freePort, loadAverage, machineNote, median, peakRssMb, rssMb, settleDisk, spawnBun, waitForHttp, which, type Child } from "./lib";
+
+const ADMIN_KEY = "sk-op-benchUploadAdminKey000000000000000000000";
+const TARGET_MBPS = 150;
+const TARGET_RATIO = 0.6;
+const TARGET_RSS_MB = 200;
+
+// ---- arguments ----
+const argv = process.argv.slice(2);
+const flag = (name: string) => argv.includes(`--${name}`);
+const opt = (name: string) => {
+  const i = argv.indexOf(`--${name}`);
+  return i === -1 ? undefined : argv[i + 1];
+};
+const lines = Number(opt("lines") ?? DEFAULT_LINES);
+const file = opt("file") ?? (lines === DEFAULT_LINES ? DEFAULT_PATH : `bench/data/batch-${lines}.jsonl`);
+const runs = Number(opt("runs") ?? 3);
+const withUserData = !flag("no-user-data");
+const client: "curl" | "fetch" = (opt("client") as "curl" | "fetch" | undefined) ?? (which("curl") ? "curl" : "fetch");
+if (client === "curl" && !which("curl")) throw new Error("--client curl: curl is not on PATH");
+
+// ---- the input file ----
+// A --file that exists and was not made by gen-batch is uploaded as it is.
+const own = opt("file") !== undefined && existsSync(file) && !existsSync(`${file}.meta.json`);
+const gen = own ? { generated: false, seconds: 0 } : await generateBatchFile(file, lines);
+const fileBytes = statSync(file).size;
+// Read it once so every run finds it in the page cache (the first run is not penalised).
+for await (const _ of Bun.file(file).stream()) {
+}
+
+// ---- one upload ----
+interface Upload {
+  status: number;
+  seconds: number;
+  body: string;
+}
+
+async function uploadCurl(url: string, purpose: string, headers: Record<string, string>): Promise<Upload> {
+  const marker = "\n@@bench@@";
+  const args = ["curl", "-sS", "-o", "-", "-w", `${marker}%{http_code} %{time_total}`, "-H", "Expect:"];
+  for (const [k, v] of Object.entries(headers)) args.push("-H", `${k}: ${v}`);
+  args.push("-F", `purpose=${purpose}`, "-F", `file=@${file};filename=${basename(file)};type=application/jsonl`, url);
+  const p = Bun.spawn(args, { stdout: "pipe", stderr: "pipe" });
+  const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+  const at = out.lastIndexOf(marker);
+  if (code !== 0 || at === -1) return { status: 0, seconds: NaN, body: `curl exited ${code}: ${err.trim()}` };
+  const [status, seconds] = out.slice(at + marker.length).trim().split(" ");
+  return { status: Number(status), seconds: Number(seconds), body: out.slice(0, at) };
+}
+
+async function uploadFetch(url: string, purpose: string, headers: Record<string, string>): Promise<Upload> {
+  const form = new FormData();
+  form.append("purpose", purpose);
+  form.append("file", Bun.file(file), basename(file));
+  const t0 = performance.now();
+  try {
+    const res = await fetch(url, { method: "POST", headers, body: form });
+    const body = await res.text();
+    return { status: res.status, seconds: (performance.now() - t0) / 1000, body };
+  } catch (e) {
+    return { status: 0, seconds: NaN, body: String(e) };
+  }
+}
+
+const upload = client === "curl" ? uploadCurl : uploadFetch;
+
+// ---- the servers ----
+interface Target {
+  name: string;
+  child: Child;
+  run(): Promise<{ ok: boolean; seconds: number; why?: string }>;
+  cleanup(): void;
+  mbps: number[];
+  idleRssMb: number;
+}
+
+async function startOffpeak(purpose: "batch" | "user_data"): Promise<Target> {
+  const dataDir = mkdtempSync(join(tmpdir(), "offpeak-bench-upload-"));
+  const port = freePort();
+  const child = spawnBun(["src/main.ts", "serve", "--port", String(port), "--data-dir", dataDir], {
+    env: { OFFPEAK_ADMIN_KEY: ADMIN_KEY, OFFPEAK_LOG_LEVEL: "warn" },
+  });
+  try {
+    await waitForHttp(`http://127.0.0.1:${port}/healthz`, child.proc);
+    child.assertRuns("src/main.ts");
+  } catch (e) {
+    await child.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+    throw e;
+  }
+  const base = `http://127.0.0.1:${port}/api/v1`;
+  const auth = { authorization: `Bearer ${ADMIN_KEY}` };
+  return {
+    name: purpose === "batch" ? "offpeak (purpose=batch)" : "offpeak (purpose=user_data)",
+    child,
+    mbps: [],
+    idleRssMb: rssMb(child.pid),
+    async run() {
+      const r = await upload(`${base}/files`, purpose, auth);
+      if (r.status !== 200) return { ok: false, seconds: r.seconds, why: `HTTP ${r.status}: ${r.body.slice(0, 300)}` };
+      let rec: { id?: string; bytes?: number; status?: string; purpose?: string };
+      try {
+        rec = JSON.parse(r.body);
+      } catch {
+        return { ok: false, seconds: r.seconds, why: `not JSON: ${r.body.slice(0, 300)}` };
+      }
+      const ok = rec.status === "processed" && rec.bytes === fileBytes && rec.purpose === purpose;
+      // Free the disk (and its dirty pages) before the next run.
+      if (rec.id) await fetch(`${base}/files/${rec.id}`, { method: "DELETE", headers: auth });
+      return ok ? { ok, seconds: r.seconds } : { ok, seconds: r.seconds, why: `unexpected record ${r.body.slice(0, 300)} (file is ${fileBytes} bytes)` };
+    },
+    cleanup() {
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+async function startBaseline(): Promise<Target> {
+  const dir = mkdtempSync(join(tmpdir(), "offpeak-bench-baseline-"));
+  const port = freePort();
+  const child = spawnBun(["bench/baseline-upload-server.ts", "--port", String(port), "--dir", dir]);
+  try {
+    await waitForHttp(`http://127.0.0.1:${port}/healthz`, child.proc);
+    child.assertRuns("bench/baseline-upload-server.ts");
+  } catch (e) {
+    await child.stop();
+    rmSync(dir, { recursive: true, force: true });
+    throw e;
+  }
+  return {
+    name: "baseline (bare Bun.serve → disk)",
+    child,
+    mbps: [],
+    idleRssMb: rssMb(child.pid),
+    async run() {
+      const r = await upload(`http://127.0.0.1:${port}/upload`, "batch", {});
+      for (const f of readdirSync(dir)) rmSync(join(dir, f), { force: true });
+      if (r.status !== 200) return { ok: false, seconds: r.seconds, why: `HTTP ${r.status}: ${r.body.slice(0, 300)}` };
+      const bytes = (JSON.parse(r.body) as { bytes: number }).bytes;
+      return bytes >= fileBytes ? { ok: true, seconds: r.seconds } : { ok: false, seconds: r.seconds, why: `stored ${bytes} bytes < ${fileBytes}` };
+    },
+    cleanup() {
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+// ---- run ----
+const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : "n/a");
+console.log(`upload bench: ${fmt(fileBytes / MB)} MB, ${own ? "?" : lines} lines (${file}${gen.generated ? `, generated in ${fmt(gen.seconds)} s` : ""})`);
+// Dirty pages left by earlier work make page-cache writes (both servers')
+// slower and noisy: flush them first. Each run's upload is deleted right after.
+const dirtyBefore = settleDisk();
+console.log(`machine: ${machineNote()}; load avg ${fmt(loadAverage(), 2)}; flushed ${fmt(dirtyBefore, 0)} MB of dirty pages`);
+console.log(`client: ${client}; ${runs} runs per server, alternating; figures are the median (best in brackets); MB = 10^6 bytes`);
+
+const targets: Target[] = [];
+let failures = 0;
+try {
+  targets.push(await startBaseline());
+  targets.push(await startOffpeak("batch"));
+  if (withUserData) targets.push(await startOffpeak("user_data"));
+  const [baseline, offpeak, plain = null] = targets as [Target, Target, Target?];
+  for (let round = 0; round < runs; round++) {
+    // Alternate the order each round so neither side always goes first.
+    const order = round % 2 === 0 ? targets : [...targets].reverse();
+    for (const t of order) {
+      const r = await t.run();
+      if (!r.ok) {
+        failures++;
+        console.error(`  run ${round + 1} ${t.name}: FAILED — ${r.why}`);
+        continue;
+      }
+      const mbps = fileBytes / MB / r.seconds;
+      t.mbps.push(mbps);
+      console.log(`  run ${round + 1} ${t.name.padEnd(34)} ${fmt(r.seconds, 2)} s  ${fmt(mbps).padStart(6)} MB/s`);
+      await Bun.sleep(300);
+    }
+  }
+
+  const rss = new Map(targets.map((t) => [t, peakRssMb(t.child.pid)]));
+  const med = (t: Target) => median(t.mbps);
+  const best = (t: Target) => (t.mbps.length ? Math.max(...t.mbps) : NaN);
+  console.log("");
+  for (const t of targets)
+    console.log(`${t.name.padEnd(34)} ${fmt(med(t)).padStart(6)} MB/s [${fmt(best(t))}]   peak RSS ${fmt(rss.get(t)!, 0)} MB (idle ${fmt(t.idleRssMb, 0)} MB)`);
+  const ratio = med(offpeak) / med(baseline);
+  const offRss = rss.get(offpeak)!;
+  const verdict = (ok: boolean) => (ok ? "ok" : "BELOW TARGET");
+  console.log("");
+  console.log(`offpeak batch upload: ${fmt(med(offpeak))} MB/s (target ≥ ${TARGET_MBPS}: ${verdict(med(offpeak) >= TARGET_MBPS)})`);
+  console.log(`ratio offpeak/baseline: ${fmt(ratio, 2)}× (target ≥ ${TARGET_RATIO}: ${verdict(ratio >= TARGET_RATIO)})`);
+  console.log(`offpeak peak RSS: ${fmt(offRss, 0)} MB (target ≤ ${TARGET_RSS_MB}: ${verdict(offRss <= TARGET_RSS_MB)})`);
+  if (plain) console.log(`validation cost: batch ${fmt(med(offpeak))} vs user_data ${fmt(med(plain))} MB/s (${fmt(med(offpeak) / med(plain), 2)}×)`);
+  console.log(
+    "result: " +
+      JSON.stringify({
+        file_mb: +fmt(fileBytes / MB),
+        lines: own ? null : lines,
+        client,
+        runs,
+        offpeak_mbps: +fmt(med(offpeak)),
+        baseline_mbps: +fmt(med(baseline)),
+        ratio: +fmt(ratio, 2),
+        offpeak_peak_rss_mb: +fmt(offRss, 0),
+        baseline_peak_rss_mb: +fmt(rss.get(baseline)!, 0),
+        ...(plain ? { user_data_mbps: +fmt(med(plain)), user_data_peak_rss_mb: +fmt(rss.get(plain)!, 0) } : {}),
+        failures,
+      }),
+  );
+} finally {
+  for (const t of targets) {
+    await t.child.stop();
+    t.cleanup();
+  }
+}
+if (failures > 0) {
+  console.error(`upload bench: ${failures} upload(s) failed`);
+  process.exit(1);
+}

@@ -1,0 +1,144 @@
+// SPEC §9: one compiled executable serves everything, with no node_modules,
+// no source tree and no migrations folder beside it. Builds it with the same
+// `bun build --compile` command as package.json's build script (into a temp
+// dir, so the working tree is not touched), copies it ALONE into an empty
+// folder and runs it there.
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { chmodSync, copyFileSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Subprocess } from "bun";
+import { ADMIN_KEY, chatLine } from "./helpers/server";
+
+/** Response.json() typed loosely, for assertions. */
+const json = (res: Response): Promise<any> => res.json();
+
+const ROOT = join(import.meta.dir, "..");
+let buildDir: string;
+let runDir: string;
+let binary: string;
+let proc: Subprocess<"ignore", "pipe", "pipe"> | null = null;
+let url: string;
+
+function cleanEnv(extra: Record<string, string> = {}): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) {
+    if (v === undefined || k.startsWith("OFFPEAK_") || k === "PORT" || k === "HOST" || k.startsWith("BUN_") || k === "NODE_PATH") continue;
+    env[k] = v;
+  }
+  return { ...env, OFFPEAK_LOG_LEVEL: "error", ...extra };
+}
+
+/** package.json's compile step, with the output redirected to `outfile`. */
+function compileCommand(outfile: string): string[] {
+  const pkg = JSON.parse(require("node:fs").readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: { build: string } };
+  const step = pkg.scripts.build
+    .split("&&")
+    .map((s) => s.trim())
+    .find((s) => s.startsWith("bun build"));
+  if (!step || !step.includes("--compile")) throw new Error(`no 'bun build --compile' step in the build script: ${pkg.scripts.build}`);
+  const args = step.split(/\s+/).slice(1);
+  const i = args.indexOf("--outfile");
+  if (i === -1) throw new Error("the build step has no --outfile");
+  args[i + 1] = outfile;
+  return [process.execPath, ...args];
+}
+
+async function freePort(): Promise<number> {
+  const s = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response("") });
+  const port = s.port!;
+  await s.stop(true);
+  return port;
+}
+
+const auth = { authorization: `Bearer ${ADMIN_KEY}` };
+
+beforeAll(async () => {
+  buildDir = mkdtempSync(join(tmpdir(), "offpeak-build-"));
+  runDir = mkdtempSync(join(tmpdir(), "offpeak-bin-"));
+  const built = join(buildDir, "offpeak");
+  const build = Bun.spawn(compileCommand(built), { cwd: ROOT, stdout: "pipe", stderr: "pipe", stdin: "ignore" });
+  const [out, err, code] = await Promise.all([new Response(build.stdout).text(), new Response(build.stderr).text(), build.exited]);
+  if (code !== 0) throw new Error(`build failed (${code}):\n${out}\n${err}`);
+
+  binary = join(runDir, "offpeak");
+  copyFileSync(built, binary);
+  chmodSync(binary, 0o755);
+  rmSync(buildDir, { recursive: true, force: true });
+}, 120_000);
+
+afterAll(async () => {
+  if (proc && proc.exitCode === null && proc.signalCode === null) {
+    proc.kill("SIGKILL");
+    await proc.exited;
+  }
+  rmSync(runDir, { recursive: true, force: true });
+  if (existsSync(buildDir)) rmSync(buildDir, { recursive: true, force: true });
+});
+
+test("the executable runs alone in an empty folder: upload, validate, download byte-identical, SIGTERM → 0", async () => {
+  expect(readdirSync(runDir)).toEqual(["offpeak"]);
+
+  const port = await freePort();
+  proc = Bun.spawn([binary, "--port", String(port)], { cwd: runDir, env: cleanEnv({ OFFPEAK_ADMIN_KEY: ADMIN_KEY }), stdout: "pipe", stderr: "pipe", stdin: "ignore" });
+  url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error(`binary exited with ${proc.exitCode}: ${await new Response(proc.stderr).text()}`);
+    const ok = await fetch(`${url}/healthz`).then(
+      (r) => r.status === 200,
+      () => false,
+    );
+    if (ok) break;
+    if (Date.now() > deadline) throw new Error("binary did not become healthy");
+    await Bun.sleep(50);
+  }
+
+  // The data dir defaults to ./data beside it, migrations applied from inside the binary.
+  expect(existsSync(join(runDir, "data", "offpeak.db"))).toBe(true);
+
+  // A batch file with multi-byte text, CRLF and blank lines, uploaded and read back exactly.
+  const text = [chatLine("a", "héllo 🙂"), "", chatLine("b"), chatLine("c", "x".repeat(5000))].join("\r\n") + "\n";
+  const bytes = new TextEncoder().encode(text);
+  const form = new FormData();
+  form.append("purpose", "batch");
+  form.append("file", new Blob([bytes]), "input.jsonl");
+  const up = await fetch(`${url}/api/v1/files`, { method: "POST", body: form, headers: auth });
+  expect(up.status).toBe(200);
+  const file = await json(up);
+  expect(file.bytes).toBe(bytes.length);
+  expect(file.status).toBe("processed");
+
+  const down = await fetch(`${url}/api/v1/files/${file.id}/content`, { headers: auth });
+  expect(down.status).toBe(200);
+  expect(down.headers.get("content-length")).toBe(String(bytes.length));
+  expect(new Uint8Array(await down.arrayBuffer())).toEqual(bytes);
+
+  // The validator worker is embedded too: a bad batch file is refused with its line number.
+  const bad = new FormData();
+  bad.append("purpose", "batch");
+  bad.append("file", new Blob([chatLine("a") + "\n" + chatLine("a") + "\n"]), "dup.jsonl");
+  const rej = await fetch(`${url}/v1/files`, { method: "POST", body: bad, headers: auth });
+  expect(rej.status).toBe(400);
+  const err = (await json(rej)).error;
+  expect(err.code).toBe("duplicate_custom_id");
+  expect(err.message).toMatch(/\bline 2\b/);
+
+  // No key → 401, and /docs is served from the binary.
+  expect((await fetch(`${url}/api/v1/files`)).status).toBe(401);
+  expect((await fetch(`${url}/docs`)).status).toBe(200);
+
+  // The keys CLI of the same binary works on the running server's data dir.
+  const cli = Bun.spawn([binary, "keys", "create", "--name", "from-binary", "--scopes", "files:read"], { cwd: runDir, env: cleanEnv(), stdout: "pipe", stderr: "pipe" });
+  const [secretOut, , cliCode] = await Promise.all([new Response(cli.stdout).text(), new Response(cli.stderr).text(), cli.exited]);
+  expect(cliCode).toBe(0);
+  expect(secretOut).toMatch(/^sk-op-[0-9A-Za-z]{40}\n$/);
+  expect((await fetch(`${url}/api/v1/files/${file.id}`, { headers: { authorization: `Bearer ${secretOut.trim()}` } })).status).toBe(200);
+
+  // Nothing but the executable and its data dir appeared beside it.
+  expect(readdirSync(runDir).sort()).toEqual(["data", "offpeak"]);
+
+  proc.kill("SIGTERM");
+  const code = await Promise.race([proc.exited, Bun.sleep(10_000).then(() => "still running after 10 s")]);
+  expect(code).toBe(0);
+}, 60_000);

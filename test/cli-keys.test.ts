@@ -1,0 +1,272 @@
+// SPEC §2 (CLI keys, bootstrap key) and §9 (signals): the real entry point
+// `bun src/main.ts`, run as a child process.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Subprocess } from "bun";
+import { ADMIN_KEY, chatLine, startTestServer, uploadRaw, type TestServer } from "./helpers/server";
+
+/** Response.json() typed loosely, for assertions. */
+const json = (res: Response): Promise<any> => res.json();
+
+const ROOT = join(import.meta.dir, "..");
+const MAIN = join(ROOT, "src/main.ts");
+const KEY_LINE = /^sk-op-[0-9A-Za-z]{40}\n$/;
+
+const tempDirs: string[] = [];
+const children: Subprocess[] = [];
+function tempDir(): string {
+  const d = mkdtempSync(join(tmpdir(), "offpeak-cli-test-"));
+  tempDirs.push(d);
+  return d;
+}
+
+/** The environment without any offpeak settings inherited from the caller. */
+function cleanEnv(extra: Record<string, string> = {}): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) {
+    if (v === undefined || k.startsWith("OFFPEAK_") || k === "PORT" || k === "HOST") continue;
+    env[k] = v;
+  }
+  return { ...env, OFFPEAK_LOG_LEVEL: "error", ...extra };
+}
+
+async function cli(args: string[], env: Record<string, string> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+  const proc = Bun.spawn([process.execPath, MAIN, ...args], { cwd: ROOT, env: cleanEnv(env), stdout: "pipe", stderr: "pipe", stdin: "ignore" });
+  const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+  return { code, stdout, stderr };
+}
+
+async function freePort(): Promise<number> {
+  const s = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response("") });
+  const port = s.port!;
+  await s.stop(true);
+  return port;
+}
+
+/** Collects a child's stdout as it arrives, so a test can wait for a line. */
+class Output {
+  text = "";
+  private waiters: (() => void)[] = [];
+  constructor(stream: ReadableStream<Uint8Array>) {
+    void (async () => {
+      const dec = new TextDecoder();
+      for await (const chunk of stream) {
+        this.text += dec.decode(chunk, { stream: true });
+        for (const w of this.waiters.splice(0)) w();
+      }
+      for (const w of this.waiters.splice(0)) w();
+    })();
+  }
+  async waitFor(re: RegExp, timeoutMs = 15_000): Promise<RegExpExecArray> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const m = re.exec(this.text);
+      if (m) return m;
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${re} in stdout: ${JSON.stringify(this.text)}`);
+      await Promise.race([new Promise<void>((r) => this.waiters.push(r)), Bun.sleep(100)]);
+    }
+  }
+}
+
+interface Served {
+  proc: Subprocess<"ignore", "pipe", "pipe">;
+  out: Output;
+  url: string;
+}
+
+async function serve(dataDir: string, env: Record<string, string>): Promise<Served> {
+  const port = await freePort();
+  const proc = Bun.spawn([process.execPath, MAIN, "serve", "--port", String(port), "--host", "127.0.0.1", "--data-dir", dataDir], {
+    cwd: ROOT,
+    env: cleanEnv(env),
+    stdout: "pipe",
+    stderr: "pipe",
+    stdin: "ignore",
+  });
+  children.push(proc);
+  const out = new Output(proc.stdout);
+  const url = `http://127.0.0.1:${port}`;
+  await waitHealthy(url, proc);
+  return { proc, out, url };
+}
+
+async function waitHealthy(url: string, proc: Subprocess): Promise<void> {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error(`server exited early with ${proc.exitCode}: ${await new Response(proc.stderr as ReadableStream).text()}`);
+    try {
+      const res = await fetch(`${url}/healthz`);
+      if (res.status === 200 && (await res.text()) === "ok") return;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) throw new Error("server did not become healthy");
+    await Bun.sleep(50);
+  }
+}
+
+/** Sends the signal and resolves with the exit code, or "still running" after 10 s (SPEC §9). */
+async function stopWith(proc: Subprocess, signal: NodeJS.Signals): Promise<number | string> {
+  proc.kill(signal);
+  const code = await Promise.race([proc.exited, Bun.sleep(10_000).then(() => "still running after 10 s")]);
+  if (typeof code === "string") proc.kill("SIGKILL");
+  return code;
+}
+
+afterAll(async () => {
+  for (const p of children) if (p.exitCode === null && p.signalCode === null) p.kill("SIGKILL");
+  await Promise.all(children.map((p) => p.exited));
+  for (const d of tempDirs) rmSync(d, { recursive: true, force: true });
+});
+
+describe("offpeak keys … against the data dir of a running server", () => {
+  let dataDir: string;
+  let t: TestServer;
+
+  beforeAll(async () => {
+    dataDir = tempDir();
+    t = await startTestServer({ dataDir });
+  });
+  afterAll(async () => {
+    await t?.stop();
+  });
+
+  test("create prints the secret alone; it works at once; list shows it; revoke makes the next request 401", async () => {
+    const created = await cli(["keys", "create", "--name", "x", "--scopes", "files:read", "--data-dir", dataDir]);
+    expect(created.stderr).toBe("");
+    expect(created.code).toBe(0);
+    expect(created.stdout).toMatch(KEY_LINE);
+    const secret = created.stdout.trim();
+
+    // Works against the running server immediately, with exactly its scope.
+    expect((await t.api("/files", { key: secret })).status).toBe(200);
+    const up = await uploadRaw(t, chatLine("a") + "\n", "batch", "a.jsonl", secret);
+    expect(up.status).toBe(403);
+    expect((await t.api("/keys", { key: secret })).status).toBe(403);
+
+    // The server sees it too.
+    const viaApi = (await json(await t.api("/keys"))).data.filter((k: any) => k.name === "x");
+    expect(viaApi.length).toBe(1);
+    expect(viaApi[0].scopes).toEqual(["files:read"]);
+    expect(viaApi[0].project).toBe("default");
+
+    const listed = await cli(["keys", "list", "--data-dir", dataDir]);
+    expect(listed.code).toBe(0);
+    expect(listed.stdout).not.toContain(secret);
+    const row = listed.stdout
+      .split("\n")
+      .map((l) => l.split("\t"))
+      .find((cols) => cols.includes(viaApi[0].id));
+    expect(row).toBeDefined();
+    expect(row).toContain("x");
+    expect(row).toContain("files:read");
+    expect(row).toContain("default");
+
+    const revoked = await cli(["keys", "revoke", viaApi[0].id, "--data-dir", dataDir]);
+    expect(revoked.code).toBe(0);
+    const after = await t.api("/files", { key: secret });
+    expect(after.status).toBe(401);
+    expect(after.headers.get("www-authenticate")).toStartWith("Bearer");
+
+    const listedAgain = await cli(["keys", "list", "--data-dir", dataDir]);
+    expect(listedAgain.stdout).not.toContain(viaApi[0].id);
+  });
+
+  test("create with default scopes and --project", async () => {
+    const created = await cli(["keys", "create", "--name", "proj-key", "--project", "team-b", "--data-dir", dataDir]);
+    expect(created.code).toBe(0);
+    expect(created.stdout).toMatch(KEY_LINE);
+    const secret = created.stdout.trim();
+    const entry = (await json(await t.api("/keys"))).data.find((k: any) => k.name === "proj-key");
+    expect(entry.project).toBe("team-b");
+    expect([...entry.scopes].sort()).toEqual(["batches:read", "batches:write", "files:read", "files:write", "inference"]);
+    // Its uploads live in team-b, invisible to project default.
+    const up = await uploadRaw(t, chatLine("b") + "\n", "batch", "b.jsonl", secret);
+    expect(up.status).toBe(200);
+    const id = (await json(up)).id;
+    expect((await t.api(`/files/${id}`, { key: secret })).status).toBe(200);
+    expect((await t.api(`/files/${id}`)).status).toBe(404);
+  });
+
+  test("bad CLI input fails with a message on stderr, prints no secret and creates nothing", async () => {
+    const before = (await json(await t.api("/keys"))).data.length;
+    for (const args of [
+      ["keys", "create", "--data-dir", dataDir],
+      ["keys", "create", "--name", "bad", "--scopes", "files:read,root", "--data-dir", dataDir],
+      ["keys", "create", "--name", "bad", "--project", "no spaces allowed", "--data-dir", dataDir],
+      ["keys", "revoke", "key_000000000000000000000000", "--data-dir", dataDir],
+      ["keys", "revoke", "--data-dir", dataDir],
+      ["keys", "frobnicate", "--data-dir", dataDir],
+    ]) {
+      const r = await cli(args);
+      expect({ args, failed: r.code !== 0 }).toEqual({ args, failed: true });
+      expect(r.stdout).not.toMatch(/sk-op-/);
+      expect(r.stderr.length).toBeGreaterThan(0);
+    }
+    expect((await json(await t.api("/keys"))).data.length).toBe(before);
+  });
+});
+
+describe("offpeak serve", () => {
+  test("SIGTERM → exit 0 within 10 s", async () => {
+    const s = await serve(tempDir(), { OFFPEAK_ADMIN_KEY: ADMIN_KEY });
+    // It serves for real before we stop it.
+    const res = await fetch(`${s.url}/api/v1/files`, { headers: { authorization: `Bearer ${ADMIN_KEY}` } });
+    expect(res.status).toBe(200);
+    expect(await stopWith(s.proc, "SIGTERM")).toBe(0);
+  });
+
+  test("SIGINT → exit 0 within 10 s, with data written", async () => {
+    const dir = tempDir();
+    const s = await serve(dir, { OFFPEAK_ADMIN_KEY: ADMIN_KEY });
+    const form = new FormData();
+    form.append("purpose", "batch");
+    form.append("file", new Blob([chatLine("a") + "\n"]), "a.jsonl");
+    const up = await fetch(`${s.url}/api/v1/files`, { method: "POST", body: form, headers: { authorization: `Bearer ${ADMIN_KEY}` } });
+    expect(up.status).toBe(200);
+    const id = (await json(up)).id;
+    expect(await stopWith(s.proc, "SIGINT")).toBe(0);
+
+    // The file survives the restart.
+    const again = await serve(dir, { OFFPEAK_ADMIN_KEY: ADMIN_KEY });
+    const got = await fetch(`${again.url}/api/v1/files/${id}/content`, { headers: { authorization: `Bearer ${ADMIN_KEY}` } });
+    expect(got.status).toBe(200);
+    expect(await got.text()).toBe(chatLine("a") + "\n");
+    expect(await stopWith(again.proc, "SIGTERM")).toBe(0);
+  });
+
+  test("first start without OFFPEAK_ADMIN_KEY prints an admin key once on stdout", async () => {
+    const dir = tempDir();
+    const s = await serve(dir, {});
+    const m = await s.out.waitFor(/\bsk-op-[0-9A-Za-z]{40}\b/);
+    const key = m[0];
+    expect(s.out.text.match(/sk-op-[0-9A-Za-z]+/g)).toEqual([key]);
+
+    // It is an admin key of project default.
+    const auth = { authorization: `Bearer ${key}` };
+    const keys = await fetch(`${s.url}/api/v1/keys`, { headers: auth });
+    expect(keys.status).toBe(200);
+    const made = await fetch(`${s.url}/api/v1/keys`, { method: "POST", headers: { ...auth, "content-type": "application/json" }, body: JSON.stringify({ name: "by-bootstrap" }) });
+    expect(made.status).toBe(200);
+    expect((await fetch(`${s.url}/api/v1/files`, { headers: auth })).status).toBe(200);
+    // A wrong key is still refused (the bootstrap did not open the door).
+    expect((await fetch(`${s.url}/api/v1/files`, { headers: { authorization: `Bearer sk-op-${"0".repeat(40)}` } })).status).toBe(401);
+    expect(await stopWith(s.proc, "SIGTERM")).toBe(0);
+
+    // A second start on the same data dir prints no key, and the first one still works.
+    const again = await serve(dir, {});
+    await again.out.waitFor(/listening/);
+    expect(again.out.text).not.toMatch(/sk-op-/);
+    expect((await fetch(`${again.url}/api/v1/keys`, { headers: auth })).status).toBe(200);
+    expect(await stopWith(again.proc, "SIGTERM")).toBe(0);
+  });
+
+  test("with OFFPEAK_ADMIN_KEY set, an empty data dir prints no key", async () => {
+    const s = await serve(tempDir(), { OFFPEAK_ADMIN_KEY: ADMIN_KEY });
+    await s.out.waitFor(/listening/);
+    expect(s.out.text).not.toMatch(/sk-op-/);
+    expect(await stopWith(s.proc, "SIGTERM")).toBe(0);
+  });
+});

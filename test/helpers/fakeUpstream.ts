@@ -1,0 +1,244 @@
+// A fake OpenAI-compatible engine: a real HTTP server on loopback (Bun.serve,
+// port 0) that offpeak can use as an upstream. It lists models on GET /models,
+// answers POST /chat/completions (the reply echoes the last user message)
+// and POST /embeddings in OpenAI shapes with usage, and can be told to fail:
+// per request, a plan sees the message content and how many times that
+// content was already received, and answers with an HTTP error (optionally
+// with retry-after) or closes the connection without an answer.
+//
+// Every request is counted by its message content (the last user message of
+// a chat request, the input of an embeddings request), so a test can assert
+// how many times each batch line was sent upstream. Routes answer with and
+// without the /v1 prefix.
+
+export type FakeFailure =
+  /** Answer with this status (and an OpenAI error body unless `body` is given). */
+  | { status: number; retryAfter?: number | string; body?: unknown }
+  /** Drop the connection without an HTTP answer (the client sees ECONNRESET). */
+  | "close";
+
+export interface FakeRequestInfo {
+  /** "/chat/completions" or "/embeddings" (without /v1). */
+  path: string;
+  /** The message content the request is counted by. */
+  content: string;
+  /** 1 for the first time this content is received, 2 for the second… */
+  attempt: number;
+  body: Record<string, unknown>;
+}
+
+/** Decides how to answer one request: a failure, or null/undefined to answer normally. */
+export type FailPlan = (req: FakeRequestInfo) => FakeFailure | null | undefined;
+
+export interface FakeUpstreamOptions {
+  /** Model ids listed on GET /models. */
+  models?: string[];
+  /** Delay before each answer (ms), fixed or per content. */
+  latencyMs?: number | ((content: string) => number);
+  plan?: FailPlan | null;
+}
+
+export interface FakeUpstream {
+  /** http://127.0.0.1:PORT */
+  url: string;
+  /** url + "/v1": what OFFPEAK_UPSTREAM_URL / base_url should be. */
+  baseUrl: string;
+  port: number;
+  /** Requests received (chat + embeddings), by message content. */
+  counts: Map<string, number>;
+  /** Totals since start (or the last reset). */
+  stats: { requests: number; inFlight: number; maxInFlight: number; byStatus: Map<number | "close", number> };
+  /** Mutable knobs: change them between tests. */
+  models: string[];
+  latencyMs: number | ((content: string) => number);
+  plan: FailPlan | null;
+  /** Clears counters (not the knobs). */
+  reset(): void;
+  stop(): Promise<void>;
+}
+
+/** A stable 32-bit hash of a string (FNV-1a), for choosing a share of requests deterministically. */
+export function hashOf(s: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) {
+    h ^= s.charCodeAt(i);
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h >>> 0;
+}
+
+/** True for about `share` (0..1) of contents, always the same ones. */
+export const inShare = (share: number) => (content: string) => hashOf(content) % 10_000 < share * 10_000;
+
+/** Building blocks for plans. */
+export const plans = {
+  /** Fail the first `k` attempts of every request whose content matches (default: all). */
+  failFirst(k: number, failure: FakeFailure, match: (content: string) => boolean = () => true): FailPlan {
+    return (r) => (r.attempt <= k && match(r.content) ? failure : null);
+  },
+  /** Always fail requests whose content matches. */
+  always(failure: FakeFailure, match: (content: string) => boolean): FailPlan {
+    return (r) => (match(r.content) ? failure : null);
+  },
+  /** The first plan that returns a failure wins. */
+  first(...ps: FailPlan[]): FailPlan {
+    return (r) => {
+      for (const p of ps) {
+        const f = p(r);
+        if (f) return f;
+      }
+      return null;
+    };
+  },
+};
+
+function textOf(content: unknown): string {
+  if (typeof content === "string") return content;
+  if (Array.isArray(content))
+    return content
+      .map((p) => (p && typeof p === "object" && typeof (p as { text?: unknown }).text === "string" ? (p as { text: string }).text : ""))
+      .join("");
+  return "";
+}
+
+function contentOf(path: string, body: Record<string, unknown>): string {
+  if (path === "/embeddings") return typeof body.input === "string" ? body.input : JSON.stringify(body.input);
+  const messages = Array.isArray(body.messages) ? (body.messages as { role?: string; content?: unknown }[]) : [];
+  let last = "";
+  for (const m of messages) if (m && m.role === "user") last = textOf(m.content);
+  return last;
+}
+
+const words = (s: string) => (s.trim() === "" ? 0 : s.trim().split(/\s+/).length);
+
+let seq = 0;
+const fakeId = (prefix: string) => `${prefix}${(++seq).toString(36).padStart(8, "0")}${Math.random().toString(36).slice(2, 10)}`;
+
+function errorBody(status: number): unknown {
+  const type = status === 429 ? "rate_limit_error" : status >= 500 ? "server_error" : "invalid_request_error";
+  return { error: { message: `fake upstream says ${status}`, type, param: null, code: status === 429 ? "rate_limit_exceeded" : null } };
+}
+
+function json(body: unknown, status = 200, headers: Record<string, string> = {}): Response {
+  return new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json", "x-request-id": fakeId("req_fake_"), ...headers } });
+}
+
+function chatCompletion(body: Record<string, unknown>, content: string) {
+  const prompt = words(content) + 3;
+  const completion = words(content);
+  return {
+    id: fakeId("chatcmpl-fake"),
+    object: "chat.completion",
+    created: Math.floor(Date.now() / 1000),
+    model: String(body.model),
+    choices: [{ index: 0, message: { role: "assistant", content, refusal: null }, logprobs: null, finish_reason: "stop" }],
+    usage: {
+      prompt_tokens: prompt,
+      completion_tokens: completion,
+      total_tokens: prompt + completion,
+      prompt_tokens_details: { cached_tokens: 0 },
+      completion_tokens_details: { reasoning_tokens: 0 },
+    },
+  };
+}
+
+function embeddings(body: Record<string, unknown>) {
+  const inputs = Array.isArray(body.input) && body.input.every((x) => typeof x === "string") ? (body.input as string[]) : [contentOf("/embeddings", body)];
+  const dims = typeof body.dimensions === "number" ? body.dimensions : 8;
+  let tokens = 0;
+  const data = inputs.map((text, index) => {
+    tokens += words(text);
+    const v = new Float32Array(dims);
+    for (let i = 0; i < dims; i++) v[i] = ((hashOf(`${text}:${i}`) % 2000) - 1000) / 1000;
+    const embedding = body.encoding_format === "base64" ? Buffer.from(v.buffer).toString("base64") : Array.from(v);
+    return { object: "embedding", index, embedding };
+  });
+  return { object: "list", data, model: String(body.model), usage: { prompt_tokens: tokens, total_tokens: tokens } };
+}
+
+export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise<FakeUpstream> {
+  const fake = {
+    models: opts.models ?? ["fake-chat", "fake-embed"],
+    latencyMs: opts.latencyMs ?? 0,
+    plan: opts.plan ?? null,
+    counts: new Map<string, number>(),
+    stats: { requests: 0, inFlight: 0, maxInFlight: 0, byStatus: new Map<number | "close", number>() },
+  } as FakeUpstream;
+  const bump = (k: number | "close") => fake.stats.byStatus.set(k, (fake.stats.byStatus.get(k) ?? 0) + 1);
+
+  const server = Bun.serve({
+    port: 0,
+    hostname: "127.0.0.1",
+    idleTimeout: 60,
+    async fetch(req) {
+      let path = new URL(req.url).pathname;
+      if (path.startsWith("/v1/")) path = path.slice(3);
+      if (req.method === "GET" && path === "/models")
+        return json({ object: "list", data: fake.models.map((id) => ({ id, object: "model", created: 1700000000, owned_by: "fake" })) });
+      if (req.method === "GET" && path.startsWith("/models/")) {
+        const id = decodeURIComponent(path.slice("/models/".length));
+        return fake.models.includes(id) ? json({ id, object: "model", created: 1700000000, owned_by: "fake" }) : json(errorBody(404), 404);
+      }
+      if (req.method !== "POST" || (path !== "/chat/completions" && path !== "/embeddings")) return json(errorBody(404), 404);
+
+      let body: Record<string, unknown>;
+      try {
+        body = (await req.json()) as Record<string, unknown>;
+      } catch {
+        return json(errorBody(400), 400);
+      }
+      const content = contentOf(path, body);
+      const attempt = (fake.counts.get(content) ?? 0) + 1;
+      fake.counts.set(content, attempt);
+      fake.stats.requests++;
+      fake.stats.inFlight++;
+      fake.stats.maxInFlight = Math.max(fake.stats.maxInFlight, fake.stats.inFlight);
+      try {
+        const latency = typeof fake.latencyMs === "function" ? fake.latencyMs(content) : fake.latencyMs;
+        if (latency > 0) await Bun.sleep(latency);
+        const failure = fake.plan?.({ path, content, attempt, body }) ?? null;
+        if (failure === "close") {
+          bump("close");
+          // A body stream that errors before its first byte makes Bun drop the connection.
+          return new Response(new ReadableStream({ start: (c) => c.error(undefined) }));
+        }
+        if (failure) {
+          bump(failure.status);
+          const headers: Record<string, string> = {};
+          if (failure.retryAfter !== undefined) headers["retry-after"] = String(failure.retryAfter);
+          return json(failure.body ?? errorBody(failure.status), failure.status, headers);
+        }
+        if (body.model !== undefined && !fake.models.includes(String(body.model))) {
+          bump(404);
+          return json({ error: { message: `The model '${String(body.model)}' does not exist`, type: "invalid_request_error", param: "model", code: "model_not_found" } }, 404);
+        }
+        bump(200);
+        return json(path === "/embeddings" ? embeddings(body) : chatCompletion(body, content));
+      } finally {
+        fake.stats.inFlight--;
+      }
+    },
+  });
+
+  fake.port = server.port!;
+  fake.url = `http://127.0.0.1:${server.port}`;
+  fake.baseUrl = `${fake.url}/v1`;
+  fake.reset = () => {
+    fake.counts.clear();
+    fake.stats.requests = 0;
+    fake.stats.maxInFlight = fake.stats.inFlight;
+    fake.stats.byStatus.clear();
+  };
+  fake.stop = async () => {
+    await server.stop(true);
+  };
+  return fake;
+}
+
+/** A loopback port with nothing listening on it (bound, then released). */
+export async function closedPort(): Promise<number> {
+  const l = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
+  const port = l.port;
+  l.stop(true);
+  return port;
+}
