@@ -15,6 +15,29 @@ export class HashSet64 {
     this.mask = cap - 1;
   }
 
+  /**
+   * Adds the 64-bit fingerprint of `b[start, end)` — two independent 32-bit
+   * hashes (FNV-1a style, with murmur3's finaliser) of the bytes; returns
+   * false if it was already present. Over UTF-8 bytes, so the byte-level and
+   * the JSON.parse paths of the validator agree.
+   */
+  addBytes(b: Uint8Array, start: number, end: number): boolean {
+    let h1 = 0x811c9dc5 ^ (end - start);
+    let h2 = 0x2f0d1a3b;
+    for (let i = start; i < end; i++) {
+      const c = b[i]!;
+      h1 = Math.imul(h1 ^ c, 0x01000193);
+      h2 = Math.imul(h2 ^ c, 0x5bd1e995) ^ (h2 >>> 15);
+    }
+    return this.add(fmix32(h1) >>> 0, fmix32(h2 ^ Math.imul(end - start, 0x9e3779b1)) >>> 0);
+  }
+
+  /** addBytes of a string's UTF-8 encoding. */
+  addString(s: string): boolean {
+    const b = encoder.encode(s);
+    return this.addBytes(b, 0, b.length);
+  }
+
   /** Adds (hi, lo); returns false if it was already present. (0,0) is the empty slot marker, so it is folded into (0,1). */
   add(hi: number, lo: number): boolean {
     if (hi === 0 && lo === 0) lo = 1;
@@ -45,7 +68,12 @@ export class HashSet64 {
   }
 }
 
-/** Two independent 32-bit hashes of a string: a 64-bit fingerprint. */
-export function fingerprint(s: string): [number, number] {
-  return [Bun.hash.murmur32v3(s, 0x2f0d1a3b) >>> 0, Bun.hash.murmur32v3(s, 0x5bd1e995) >>> 0];
+function fmix32(h: number): number {
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  return h ^ (h >>> 16);
 }
+
+const encoder = new TextEncoder();

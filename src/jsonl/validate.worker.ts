@@ -1,7 +1,8 @@
 // Worker side of the upload validator: JSON parsing of every line runs here,
 // off the HTTP thread, while the main thread keeps streaming bytes to disk.
 // Protocol: {init} → chunks (transferred Uint8Arrays) → {finish}; replies
-// {ack, bytes} per chunk (for backpressure), {failed} once on the first bad
+// {ack, block} per chunk, giving the block back for reuse (and backpressure),
+// {failed} once on the first bad
 // line (so the upload can stop early), and {result} at the end.
 import { BatchFileValidator } from "./batchFileValidator";
 
@@ -14,7 +15,7 @@ self.onmessage = (event: MessageEvent) => {
   const msg = event.data;
   if (msg instanceof Uint8Array) {
     validator!.push(msg);
-    self.postMessage({ type: "ack", bytes: msg.byteLength });
+    self.postMessage({ type: "ack", block: msg }, [msg.buffer as ArrayBuffer]);
     if (validator!.failed && !reportedFailure) {
       reportedFailure = true;
       self.postMessage({ type: "failed" });

@@ -1,7 +1,9 @@
 // Main-thread handle on a validation Worker. Bytes are gathered into ~1 MB
 // blocks before posting (fewer messages; one copy, then a transfer), and at
 // most MAX_IN_FLIGHT bytes may wait in the worker, so a slow validator slows
-// the upload instead of growing memory.
+// the upload instead of growing memory. The worker transfers each block back
+// with its ack and the block is filled again: an upload of any size cycles
+// through the same ~17 blocks instead of leaving hundreds for the GC.
 import type { ValidationResult } from "./batchFileValidator";
 import { VALIDATE_WORKER } from "../workers";
 
@@ -11,6 +13,7 @@ const MAX_IN_FLIGHT = 16 << 20;
 export class ValidatorClient {
   private readonly worker: Worker;
   private block = new Uint8Array(BLOCK);
+  private readonly free: Uint8Array<ArrayBuffer>[] = [];
   private used = 0;
   private inFlight = 0;
   private drained: (() => void) | null = null;
@@ -31,7 +34,8 @@ export class ValidatorClient {
     this.worker.onmessage = (e: MessageEvent) => {
       const m = e.data;
       if (m.type === "ack") {
-        this.inFlight -= m.bytes;
+        this.inFlight -= m.block.byteLength;
+        if (m.block.byteLength === BLOCK) this.free.push(m.block);
         if (this.drained && this.inFlight <= MAX_IN_FLIGHT / 2) {
           const d = this.drained;
           this.drained = null;
@@ -62,7 +66,7 @@ export class ValidatorClient {
     const out = this.used === BLOCK ? this.block : this.block.slice(0, this.used);
     this.inFlight += out.byteLength;
     this.worker.postMessage(out, [out.buffer]);
-    this.block = new Uint8Array(BLOCK);
+    this.block = this.free.pop() ?? new Uint8Array(BLOCK);
     this.used = 0;
   }
 
