@@ -2,14 +2,13 @@
 // streaming floor (bench/floor-echo.ts) measured in the same run. Also
 // samples GET /batches/{id} latency while the batch runs, and the server's
 // peak RSS. Usage: bun bench/batch-echo.ts [lines=1000000]
-import { existsSync } from "node:fs";
 import { runFloor } from "./floor-echo";
-import { generateBatchFile } from "./gen-batch";
+import { DEFAULT_LINES, DEFAULT_PATH, generateBatchFile } from "./gen-batch";
 import { auth, percentile, startBenchServer, uploadBatchFile } from "./server";
 
 const lines = Number(process.argv[2] ?? 1_000_000);
-const input = `bench/data/batch-${lines}.jsonl`;
-if (!existsSync(input)) await generateBatchFile(input, lines);
+const input = lines === DEFAULT_LINES ? DEFAULT_PATH : `bench/data/batch-${lines}.jsonl`;
+await generateBatchFile(input, lines); // reuses the file when it is already there
 
 const floor = await runFloor(input, "/tmp/offpeak-floor-out.jsonl");
 console.log(`floor   : ${floor.lines} lines in ${floor.seconds.toFixed(2)} s`);

@@ -14,7 +14,8 @@ if (!Bun.which("wrk")) {
 async function waitFor(url: string, headers: Record<string, string> = {}) {
   for (let i = 0; i < 200; i++) {
     try {
-      if ((await fetch(url, { headers })).status < 500) return;
+      await fetch(url, { headers }); // any answer means it is listening
+      return;
     } catch {}
     await Bun.sleep(50);
   }
@@ -55,13 +56,13 @@ async function wrk(url: string): Promise<WrkResult> {
 const upPort = await freePort();
 const upstream = Bun.spawn([process.execPath, "bench/fake-upstream.ts", String(upPort)], { stdout: "ignore" });
 const upBase = `http://127.0.0.1:${upPort}/v1`;
-await waitFor(`${upBase}/models`);
-
 const naivePort = await freePort();
 const naive = Bun.spawn([process.execPath, "bench/naive-proxy.ts", String(naivePort), upBase], { stdout: "ignore" });
-await waitFor(`http://127.0.0.1:${naivePort}/`);
-const server = await startBenchServer({}, { upstreams: [{ name: "fake", base_url: upBase, models: ["fake-model"], max_concurrency: 256, queue_size: 1024 }] });
+let server: Awaited<ReturnType<typeof startBenchServer>> | null = null;
 try {
+  await waitFor(`${upBase}/models`);
+  await waitFor(`http://127.0.0.1:${naivePort}/`);
+  server = await startBenchServer({}, { upstreams: [{ name: "fake", base_url: upBase, models: ["fake-model"], max_concurrency: 256, queue_size: 1024 }] });
   const url = `${server.base}/chat/completions`;
   // Warm both up, then measure.
   await wrk(`http://127.0.0.1:${naivePort}/v1/chat/completions`);
@@ -73,7 +74,7 @@ try {
   console.log(`ratio      : ${(ours.rps / base.rps).toFixed(2)}× the naive proxy (target ≥ 0.7×, p99 ≤ 3 ms, 0 errors)`);
   console.log(`peak RSS   : ${server.peakRssMb().toFixed(0)} MB`);
 } finally {
-  await server.stop();
+  await server?.stop();
   naive.kill();
   upstream.kill();
 }

@@ -1,7 +1,10 @@
 // A zero-latency OpenAI-compatible upstream for benchmarks, run as its own
 // process: `bun bench/fake-upstream.ts PORT`. Answers GET /v1/models and
 // POST /v1/chat/completions (echoing the last message) and /v1/embeddings.
+// An optional second argument adds a fixed latency (ms) to every completion,
+// to stand in for a model that takes time: `bun bench/fake-upstream.ts PORT 20`.
 const port = Number(process.argv[2] ?? 0);
+const latencyMs = Number(process.argv[3] ?? 0);
 const server = Bun.serve({
   port,
   hostname: "127.0.0.1",
@@ -10,8 +13,14 @@ const server = Bun.serve({
     if (req.method === "GET" && path === "/v1/models")
       return Response.json({ object: "list", data: [{ id: "fake-model", object: "model", created: 0, owned_by: "fake" }] });
     if (req.method === "POST" && path === "/v1/chat/completions") {
-      const body = (await req.json()) as { messages: { content: string }[]; model: string };
+      let body: { messages: { content: string }[]; model: string };
+      try {
+        body = (await req.json()) as typeof body;
+      } catch {
+        return Response.json({ error: { message: "bad JSON", type: "invalid_request_error", param: null, code: null } }, { status: 400 });
+      }
       const content = body.messages[body.messages.length - 1]?.content ?? "";
+      if (latencyMs > 0) await Bun.sleep(latencyMs);
       return Response.json({
         id: "chatcmpl-fake",
         object: "chat.completion",

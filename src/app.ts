@@ -15,6 +15,7 @@ import { embeddingsRoutes } from "./embeddings/routes";
 import { modelsRoutes } from "./models/routes";
 import { chatsRoutes } from "./chats/routes";
 import { statusRoutes } from "./status/routes";
+import { metricsRoutes } from "./metrics/routes";
 
 export const API_BASES = ["/api/v1", "/v1"] as const;
 
@@ -35,6 +36,7 @@ const apiRoutes = (ctx: AppContext, prefix: string) =>
     .use(modelsRoutes(ctx))
     .use(chatsRoutes(ctx))
     .use(statusRoutes(ctx))
+    .use(metricsRoutes(ctx))
     .use(keysRoutes(ctx));
 
 export function buildApp(ctx: AppContext) {
@@ -47,7 +49,7 @@ export function buildApp(ctx: AppContext) {
         set.headers["x-request-id"] = id;
         const path = pathOf(request.url);
         if (!isUnderApi(path)) return;
-        authenticate(request, verify);
+        authenticate(request, verify, path.slice(path.startsWith("/v1") ? 3 : 7));
         // A path Elysia cannot percent-decode would reach handlers with an
         // undefined id; no resource has such a name, so it is a 404 here.
         if (path.includes("%") && !decodes(path)) throw new ApiError("not_found", "No such resource.");
@@ -75,7 +77,7 @@ function decodes(path: string): boolean {
   }
 }
 
-function pathOf(url: string): string {
+export function pathOf(url: string): string {
   // Faster than new URL(): the path starts at the first "/" after "//host".
   const start = url.indexOf("/", url.indexOf("//") + 2);
   const q = url.indexOf("?", start);

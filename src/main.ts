@@ -1,6 +1,9 @@
 #!/usr/bin/env bun
 // offpeak: `serve` (default) runs the server; `keys …` manages API keys
-// directly in the data dir (safe while a server runs on it: SQLite WAL).
+// directly in the data dir (safe while a server runs on it: SQLite WAL);
+// `files`, `batches`, `batch run` and `healthcheck` are clients of a running
+// server (src/cli/).
+import { CLIENT_COMMANDS, CliError } from "./cli";
 import { ConfigError, parseFlags, resolveConfig } from "./config";
 import { openDb } from "./db/client";
 import { ApiError } from "./errors";
@@ -9,22 +12,40 @@ import { startServer } from "./server";
 
 const HELP = `offpeak — OpenAI-compatible Files + Batch API server
 
-Usage:
+Server (works on the data directory):
   offpeak [serve] [--port N] [--host H] [--data-dir D] [--config FILE]
                   [--max-file-bytes N] [--max-batch-lines N] [--log-level L]
   offpeak keys create --name N [--scopes a,b] [--project P] [--data-dir D]
   offpeak keys list [--data-dir D]
   offpeak keys revoke ID [--data-dir D]
-  offpeak --help
+
+Client (talks to a running server; --base-url, --api-key):
+  offpeak files upload|list|get|download|rm …
+  offpeak batches create|get|list|cancel|wait …
+  offpeak batch run FILE.jsonl [--out RESULTS.jsonl] [--errors ERRORS.jsonl]
+  offpeak healthcheck [--url URL]
+
+  offpeak --help | offpeak COMMAND --help
 
 Environment: PORT, HOST, OFFPEAK_DATA_DIR, OFFPEAK_CONFIG, OFFPEAK_ADMIN_KEY,
 OFFPEAK_MAX_FILE_BYTES, OFFPEAK_MAX_BATCH_LINES, OFFPEAK_LOG_LEVEL,
-OFFPEAK_UPSTREAM_URL, OFFPEAK_UPSTREAM_KEY.
+OFFPEAK_UPSTREAM_URL, OFFPEAK_UPSTREAM_KEY; for the client: OFFPEAK_BASE_URL
+(default http://127.0.0.1:8080/v1), OFFPEAK_API_KEY.
+
+Exit codes: 0 success; 1 a batch failed, expired or was cancelled (batch run,
+batches wait); 2 bad usage, an unreachable server or a refused request.
 `;
 
 async function main(argv: string[]): Promise<number> {
   const { flags, positional } = parseFlags(argv);
   const command = positional[0] ?? "serve";
+  const client = CLIENT_COMMANDS[command];
+  if (client) {
+    // Everything after the command word goes to the client, which parses its own flags.
+    const at = argv.indexOf(command);
+    return client([...argv.slice(at + 1), ...argv.slice(0, at)]);
+  }
+  if (command === "help" && positional[1] && CLIENT_COMMANDS[positional[1]]) return CLIENT_COMMANDS[positional[1]]!(["--help"]);
   if (flags["help"] || command === "help") {
     process.stdout.write(HELP);
     return 0;
@@ -89,6 +110,10 @@ function keys(argv: string[], args: string[], flags: Record<string, string>): nu
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (err) => {
+    if (err instanceof CliError) {
+      process.stderr.write(`offpeak: ${err.message}\n`);
+      process.exit(err.exitCode);
+    }
     if (err instanceof ConfigError || err instanceof ApiError) {
       process.stderr.write(`offpeak: ${err.message}\n`);
       process.exit(2);

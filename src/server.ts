@@ -1,6 +1,7 @@
 // Starts offpeak on a resolved Config: opens the database, bootstraps the
 // first key, serves HTTP, runs background sweeps, and shuts down cleanly.
 import { buildApp } from "./app";
+import { observeRequests } from "./metrics/http";
 import type { Config } from "./config";
 import type { AppContext } from "./context";
 import { openDb } from "./db/client";
@@ -56,7 +57,8 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
     // Uploads are bounded by max_file_bytes in the handler, not here.
     maxRequestBodySize: Number.MAX_SAFE_INTEGER,
     idleTimeout: 255,
-    fetch: app.fetch,
+    // Request metrics and the request log see every answer, also those made before routing (401).
+    fetch: observeRequests(ctx, app),
   });
   const sweep = setInterval(() => {
     try {

@@ -1,12 +1,14 @@
 // Authentication happens in onRequest, before any body is parsed: a request
 // under the API base without a valid `Authorization: Bearer` key gets 401
-// and nothing else runs. Routes then name the scope they need with the
-// `scope` macro (403 when the key lacks it).
+// and nothing else runs; a key without the route's scope (routeScopes.ts)
+// gets 403, also before any parsing. Routes name the scope they need with the
+// `scope` macro as well, which checks it again at the handler.
 //
 // We do not use @elysiajs/bearer: it falls back to a `?access_token=` query
 // parameter, and SPEC §2/§10 require a key in the query string to be refused.
 import { Elysia } from "elysia";
 import { ApiError } from "../errors";
+import { routeScope } from "./routeScopes";
 import { hasScope, type Scope } from "./scopes";
 import type { Principal } from "./verify";
 
@@ -18,7 +20,8 @@ export function principalOf(request: Request): Principal {
   return p;
 }
 
-export function authenticate(request: Request, verify: (secret: string) => Principal | null): void {
+/** `apiPath` is the path after the API base. */
+export function authenticate(request: Request, verify: (secret: string) => Principal | null, apiPath: string): void {
   const header = request.headers.get("authorization");
   if (!header) throw new ApiError("invalid_api_key", "Missing API key: send it as 'Authorization: Bearer <key>'");
   const match = /^Bearer +(\S+) *$/i.exec(header);
@@ -26,6 +29,8 @@ export function authenticate(request: Request, verify: (secret: string) => Princ
   const principal = verify(match[1]!);
   if (!principal) throw new ApiError("invalid_api_key", "Invalid or revoked API key");
   principals.set(request, principal);
+  const needed = routeScope(request.method, apiPath);
+  if (needed && !hasScope(principal.scopes, needed)) throw new ApiError("insufficient_scope", `This key lacks the '${needed}' scope`);
 }
 
 /** `.use(scopes)` then `{ scope: "files:read" }` on a route. */

@@ -10,6 +10,7 @@ import { batches, batchShards, files } from "../db/schema";
 import { base62, nowSeconds } from "../ids";
 import type { ModelRegistry } from "../inference/registry";
 import { finalizeBatch } from "./finalize";
+import { applyWorkerMetrics } from "../metrics";
 import { batchDir, partPath } from "./paths";
 import { WorkerPool } from "./pool";
 import type { BatchRow } from "./service";
@@ -229,6 +230,7 @@ export class BatchRunner {
       mkdirSync(batchDir(this.ctx, b.id), { recursive: true });
       const v: Validation = { batch: b, results: cuts.map(() => null), left: cuts.length };
       this.validations.set(b.id, v);
+      this.ctx.log.info("batch validating", { batch_id: b.id, status: b.status, shards: cuts.length });
       const allowed = this.registry
         .list()
         .filter((m) => (b.endpoint === "/v1/embeddings" ? m.kind !== "echo" : m.kind !== "embed"))
@@ -279,7 +281,7 @@ export class BatchRunner {
         .where(eq(batches.id, batchId))
         .run();
     });
-    this.ctx.log.info("batch in progress", { batch_id: batchId, total, shards: v.results.length });
+    this.ctx.log.info("batch in progress", { batch_id: batchId, status: b.status === "cancelling" ? "cancelling" : "in_progress", total, shards: v.results.length });
     this.kick();
   }
 
@@ -288,7 +290,7 @@ export class BatchRunner {
       tx.update(batches).set({ status: "failed", failedAt: nowSeconds(), errors, leaseOwner: null, leaseExpiresAt: null }).where(eq(batches.id, b.id)).run();
       tx.delete(batchShards).where(eq(batchShards.batchId, b.id)).run();
     });
-    this.ctx.log.info("batch failed validation", { batch_id: b.id, errors: errors.length });
+    this.ctx.log.info("batch failed validation", { batch_id: b.id, status: "failed", errors: errors.length, first_error: errors[0]?.message });
   }
 
   // ── running shards ─────────────────────────────────────────────────────
@@ -366,6 +368,7 @@ export class BatchRunner {
 
   private onWorkerMessage(m: FromWorker, worker: Worker): void {
     if (m.type === "acquire" || m.type === "release") return this.onSlotMessage(m, worker);
+    if ((m.type === "progress" || m.type === "done" || m.type === "paused") && m.metrics) applyWorkerMetrics(m.metrics);
     const key = `${m.batchId}/${m.idx}`;
     switch (m.type) {
       case "validated":
@@ -487,6 +490,7 @@ export class BatchRunner {
       let row = b;
       if (!b.stopReason && b.status !== "finalizing") {
         row = this.ctx.db.update(batches).set({ status: "finalizing", finalizingAt: nowSeconds() }).where(eq(batches.id, b.id)).returning().get()!;
+        this.ctx.log.info("batch finalizing", { batch_id: b.id, status: "finalizing" });
       }
       finalizeBatch(this.ctx, row)
         .catch((e) => this.ctx.log.error("batch finalization failed", { batch_id: b.id, error: String(e?.stack ?? e) }))

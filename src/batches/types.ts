@@ -1,5 +1,6 @@
 // Messages between the batch runner (main thread) and its Workers.
 import type { ModelSpec } from "../inference/registry";
+import type { WorkerMetricsDelta } from "../metrics/worker";
 
 export interface PricedModel extends ModelSpec {
   inputPerMillion: number;
@@ -61,10 +62,11 @@ export interface ValidateResult {
 
 export type FromWorker =
   | { type: "validated"; batchId: string; idx: number; result: ValidateResult }
-  | { type: "progress"; batchId: string; idx: number; totals: ShardTotals }
-  | { type: "done"; batchId: string; idx: number; totals: ShardTotals }
+  /** `metrics`: what the Worker counted for /metrics since its last message. */
+  | { type: "progress"; batchId: string; idx: number; totals: ShardTotals; metrics?: WorkerMetricsDelta }
+  | { type: "done"; batchId: string; idx: number; totals: ShardTotals; metrics?: WorkerMetricsDelta }
   /** Stopped for a checkpoint (shutdown) before the shard finished. */
-  | { type: "paused"; batchId: string; idx: number; totals: ShardTotals }
+  | { type: "paused"; batchId: string; idx: number; totals: ShardTotals; metrics?: WorkerMetricsDelta }
   | { type: "failed"; batchId: string; idx: number; error: string }
   /** Asks the scheduler for a slot on a limited model (answered with "grant"). */
   | { type: "acquire"; reqId: number; model: string }

@@ -1,6 +1,7 @@
 import { Elysia, t } from "elysia";
 import { principalOf, scopes } from "../auth/plugin";
 import type { AppContext } from "../context";
+import { jsonOnly } from "../inference/jsonBody";
 import { chatCompletions } from "./service";
 
 // Only what we must read is checked here; every other field passes through
@@ -12,6 +13,7 @@ export const chatRoutes = (ctx: AppContext) =>
     .use(scopes)
     .post("/completions", ({ request, body }) => chatCompletions(ctx, principalOf(request), body as Record<string, unknown>, request), {
       scope: "inference",
+      parse: jsonOnly,
       body: ChatBody,
       detail: { summary: "Create a chat completion (stream: true for SSE)" },
     });

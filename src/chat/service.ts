@@ -9,7 +9,7 @@ import { echoCompletion, echoUsage, planEcho } from "../inference/echo";
 import { echoChunks, pacedDelay } from "../inference/echoStream";
 import { sseResponse } from "../inference/sse";
 import { contentText, countTokens } from "../inference/tokens";
-import { callUpstream, passThrough, upstreamFailure } from "../inference/upstream";
+import { callUpstream, passThrough, upstreamFailure, upstreamText } from "../inference/upstream";
 
 const json = (body: unknown, headers: Record<string, string>) => new Response(JSON.stringify(body), { headers: { "content-type": "application/json", ...headers } });
 
@@ -19,10 +19,27 @@ function promptTokensOf(body: Record<string, unknown>): number {
   return n;
 }
 
+/**
+ * offpeak itself reads `stream` and `stream_options` (for every model), so it
+ * checks their types: `stream: "yes"` used to be taken as false and answered
+ * with plain JSON (and sent on to an upstream that might stream). null = not given.
+ */
+function checkStreamFields(body: Record<string, unknown>): boolean {
+  const { stream, stream_options: opts } = body;
+  if (stream !== undefined && stream !== null && typeof stream !== "boolean") throw new ApiError("invalid_value", "stream must be a boolean", { param: "stream" });
+  if (opts !== undefined && opts !== null) {
+    if (typeof opts !== "object" || Array.isArray(opts)) throw new ApiError("invalid_value", "stream_options must be an object", { param: "stream_options" });
+    const include = (opts as { include_usage?: unknown }).include_usage;
+    if (include !== undefined && include !== null && typeof include !== "boolean")
+      throw new ApiError("invalid_value", "stream_options.include_usage must be a boolean", { param: "stream_options.include_usage" });
+  }
+  return stream === true;
+}
+
 export async function chatCompletions(ctx: AppContext, principal: Principal, body: Record<string, unknown>, request: Request): Promise<Response> {
   const model = resolveModel(ctx, body.model, "chat");
   if (!Array.isArray(body.messages) || body.messages.length === 0) throw new ApiError("invalid_value", "messages must be a non-empty array", { param: "messages" });
-  const stream = body.stream === true;
+  const stream = checkStreamFields(body);
   if (model.kind === "echo") {
     const plan = planEcho(body); // validates before admission: a bad request costs no quota
     const { headers, release } = await admit(ctx, principal, model, plan.promptTokens, request.signal);
@@ -66,7 +83,7 @@ export async function chatCompletions(ctx: AppContext, principal: Principal, bod
         headers: { "content-type": res.headers.get("content-type") ?? "text/event-stream", "cache-control": "no-cache", ...headers },
       });
     }
-    const text = await res.text();
+    const text = await upstreamText(res);
     try {
       const usage = (JSON.parse(text) as { usage?: { completion_tokens?: number } }).usage;
       if (usage?.completion_tokens) ctx.rateLimiter.charge(principal.keyId, usage.completion_tokens);

@@ -1,6 +1,7 @@
 import { Elysia, t } from "elysia";
 import { principalOf, scopes } from "../auth/plugin";
 import type { AppContext } from "../context";
+import { jsonOnly } from "../inference/jsonBody";
 import { intParam } from "../http/query";
 import { chatView, createChat, deleteChat, getChat, listChats } from "./service";
 import { streamReply } from "./stream";
@@ -10,6 +11,7 @@ export const chatsRoutes = (ctx: AppContext) =>
     .use(scopes)
     .post("", ({ request, body }) => createChat(ctx, principalOf(request).project, body), {
       scope: "inference",
+      parse: jsonOnly,
       body: t.Object({ model: t.String(), system: t.Optional(t.Nullable(t.String())), metadata: t.Optional(t.Unknown()) }),
       detail: { summary: "Create a chat session" },
     })
@@ -25,6 +27,9 @@ export const chatsRoutes = (ctx: AppContext) =>
     .delete("/:id", ({ request, params }) => deleteChat(ctx, principalOf(request).project, params.id), { scope: "inference", detail: { summary: "Delete a chat session" } })
     .post("/:id/stream", ({ request, params, body }) => streamReply(ctx, principalOf(request), params.id, body, request), {
       scope: "inference",
-      body: t.Object({ content: t.String(), max_tokens: t.Optional(t.Integer({ minimum: 1 })), temperature: t.Optional(t.Number({ minimum: 0, maximum: 2 })) }),
+      parse: jsonOnly,
+      // max_tokens is checked in streamReply: Elysia turns t.Integer into a
+      // union that also takes numeric strings, so "10" was accepted (SPEC §10).
+      body: t.Object({ content: t.String(), max_tokens: t.Optional(t.Unknown()), temperature: t.Optional(t.Number({ minimum: 0, maximum: 2 })) }),
       detail: { summary: "Send a message and stream the reply (SSE)" },
     });

@@ -59,6 +59,10 @@ export function deleteChat(ctx: AppContext, project: string, id: string) {
   return { id: row.id, object: "chat.deleted" as const, deleted: true as const };
 }
 
+export function chatExists(ctx: AppContext, id: string): boolean {
+  return ctx.db.select({ id: chats.id }).from(chats).where(eq(chats.id, id)).get() !== undefined;
+}
+
 export function addMessage(ctx: AppContext, chatId: string, role: "user" | "assistant", content: string) {
   return ctx.db.insert(chatMessages).values({ id: newId("msg_"), chatId, role, content, createdAt: nowSeconds() }).returning().get();
 }

@@ -10,7 +10,7 @@ import { planEcho } from "../inference/echo";
 import { echoChunks } from "../inference/echoStream";
 import { sseResponse } from "../inference/sse";
 import { callUpstream, upstreamFailure } from "../inference/upstream";
-import { addMessage, getChat, history } from "./service";
+import { addMessage, chatExists, getChat, history } from "./service";
 
 const KEEP_ALIVE_MS = 15_000;
 
@@ -22,27 +22,38 @@ export async function streamReply(
   ctx: AppContext,
   principal: Principal,
   chatId: string,
-  input: { content: string; max_tokens?: number; temperature?: number },
+  input: { content: string; max_tokens?: unknown; temperature?: number },
   request: Request,
 ): Promise<Response> {
   const chat = getChat(ctx, principal.project, chatId);
   if (input.content.length === 0) throw new ApiError("invalid_value", "content must not be empty", { param: "content" });
+  if (input.max_tokens !== undefined && input.max_tokens !== null && (!Number.isSafeInteger(input.max_tokens) || (input.max_tokens as number) < 1))
+    throw new ApiError("invalid_value", "max_tokens must be a positive integer", { param: "max_tokens" });
   const model = resolveModel(ctx, chat.model, "chat");
   const messages = [...history(ctx, chat), { role: "user", content: input.content }];
   const body: Record<string, unknown> = { model: chat.model, messages, stream: true };
-  if (input.max_tokens !== undefined) body.max_tokens = input.max_tokens;
+  if (input.max_tokens !== undefined && input.max_tokens !== null) body.max_tokens = input.max_tokens;
   if (input.temperature !== undefined) body.temperature = input.temperature;
   const plan = model.kind === "echo" ? planEcho(body) : null;
   const { headers, release } = await admit(ctx, principal, model, plan?.promptTokens ?? 0, request.signal);
   const abort = new AbortController();
   let source: AsyncGenerator<Record<string, unknown>>;
   try {
-    source =
+    const opened =
       plan !== null
         ? echoChunks(body, newId("chatcmpl-"), nowSeconds(), { latencyMs: model.latencyMs, tokensPerSecond: model.tokensPerSecond }, abort.signal, plan)
-        : await upstreamChunks(ctx, model, body, abort.signal);
+        : await upstreamChunks(ctx, model, body, AbortSignal.any([abort.signal, request.signal]));
+    if (opened instanceof Response) {
+      // An upstream 4xx before the first byte passes through with its status
+      // and body, as on /chat/completions (it used to become a 502); nothing is stored.
+      release();
+      for (const [k, v] of Object.entries(headers)) opened.headers.set(k, v);
+      return opened;
+    }
+    source = opened;
   } catch (e) {
     release();
+    if (e instanceof ApiError) Object.assign(e.headers, headers);
     throw e;
   }
   addMessage(ctx, chat.id, "user", input.content);
@@ -51,6 +62,10 @@ export async function streamReply(
   const store = () => {
     if (stored) return;
     stored = true;
+    // The chat may have been deleted while its reply streamed: then there is
+    // nothing to store into (the insert failed on the foreign key and the
+    // client got an in-band "FOREIGN KEY constraint failed" instead of [DONE]).
+    if (!chatExists(ctx, chat.id)) return;
     addMessage(ctx, chat.id, "assistant", reply);
   };
   async function* events() {
@@ -77,11 +92,12 @@ export async function streamReply(
 /** Opens an upstream stream and yields its chunk objects (parsing `data:` lines). */
 async function upstreamChunks(ctx: AppContext, model: Parameters<typeof callUpstream>[0]["model"], body: Record<string, unknown>, signal: AbortSignal) {
   const res = await callUpstream({ model, path: "/chat/completions", body, signal });
-  if (!res.ok || !res.body) {
+  if (!res.ok) {
     const failure = await upstreamFailure(model, res);
     if (failure instanceof ApiError) throw failure;
-    throw new ApiError("upstream_error", `Upstream ${model.upstreamName} refused the request (HTTP ${res.status}): ${(await failure.text()).slice(0, 500)}`);
+    return failure;
   }
+  if (!res.body) throw new ApiError("upstream_error", `Upstream ${model.upstreamName} answered without a body`);
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   return (async function* () {
     let buf = "";

@@ -2,18 +2,20 @@ import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
 import { ApiError } from "../errors";
 import { admit, resolveModel } from "../inference/admission";
-import { embeddingInputs, embeddingsResponse } from "../inference/embed";
+import { embeddingInputs, embeddingsResponse, planEmbeddings } from "../inference/embed";
 import { countTokens } from "../inference/tokens";
-import { callUpstream, upstreamFailure } from "../inference/upstream";
+import { callUpstream, upstreamFailure, upstreamText } from "../inference/upstream";
 
 export async function createEmbeddings(ctx: AppContext, principal: Principal, body: Record<string, unknown>, request: Request): Promise<Response> {
   const model = resolveModel(ctx, body.model, "embeddings");
-  const texts = embeddingInputs(body.input);
+  // Built-in: every field is checked before admission, so a bad request costs no quota.
+  const plan = model.kind === "embed" ? planEmbeddings(body) : null;
+  const texts = plan?.texts ?? embeddingInputs(body.input);
   const tokens = texts.reduce((n, t) => n + countTokens(t), 0);
   const { headers, release } = await admit(ctx, principal, model, tokens, request.signal);
   try {
     if (model.kind === "embed") {
-      return new Response(JSON.stringify(embeddingsResponse(body)), { headers: { "content-type": "application/json", ...headers } });
+      return new Response(JSON.stringify(embeddingsResponse(body, plan!)), { headers: { "content-type": "application/json", ...headers } });
     }
     const res = await callUpstream({ model, path: "/embeddings", body, signal: request.signal });
     if (!res.ok) {
@@ -22,9 +24,11 @@ export async function createEmbeddings(ctx: AppContext, principal: Principal, bo
         Object.assign(failure.headers, headers);
         throw failure;
       }
+      // x-ratelimit-* on every inference response, passed-through errors included.
+      for (const [k, v] of Object.entries(headers)) failure.headers.set(k, v);
       return failure;
     }
-    return new Response(await res.text(), { headers: { "content-type": "application/json", ...headers } });
+    return new Response(await upstreamText(res), { headers: { "content-type": "application/json", ...headers } });
   } finally {
     release();
   }

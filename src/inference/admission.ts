@@ -25,12 +25,16 @@ export interface Admitted {
 
 export async function admit(ctx: AppContext, principal: Principal, model: ModelEntry, promptTokens: number, signal: AbortSignal): Promise<Admitted> {
   const limits = { rpm: principal.rpm ?? ctx.config.defaultRpm, tpm: principal.tpm ?? ctx.config.defaultTpm };
-  const headers = ctx.rateLimiter.admit(principal.keyId, limits, promptTokens);
+  const admittedAt = Date.now();
+  const headers = ctx.rateLimiter.admit(principal.keyId, limits, promptTokens, admittedAt);
   try {
     const release = await ctx.scheduler.acquireInteractive(model, signal);
     return { headers, release };
   } catch (e) {
-    if (e instanceof ApiError) Object.assign(e.headers, headers);
+    // The request never ran (529, or the client left the queue): it costs no
+    // quota, or clients retrying a busy model would use up their rpm on 529s.
+    const refunded = ctx.rateLimiter.refund(principal.keyId, limits, promptTokens, admittedAt);
+    if (e instanceof ApiError) Object.assign(e.headers, refunded ?? headers);
     throw e;
   }
 }

@@ -28,6 +28,10 @@ export function planEcho(body: Record<string, unknown>): EchoPlan {
   let lastUser = "";
   for (const m of messages as ChatMessage[]) {
     if (!m || typeof m !== "object" || typeof m.role !== "string") throw new ApiError("invalid_value", "each message needs a role", { param: "messages" });
+    // Content is text, an array of parts, or null/absent (e.g. an assistant tool call);
+    // a number or an object used to be read as an empty message.
+    if (m.content !== undefined && m.content !== null && typeof m.content !== "string" && !Array.isArray(m.content))
+      throw new ApiError("invalid_value", "message content must be a string or an array of content parts", { param: "messages" });
     const text = contentText(m.content);
     // 3 tokens of framing per message, as OpenAI's chat format counts.
     promptTokens += countTokens(text) + 3;
@@ -38,6 +42,7 @@ export function planEcho(body: Record<string, unknown>): EchoPlan {
   const maxRaw = body.max_completion_tokens ?? body.max_tokens;
   if (maxRaw !== undefined && maxRaw !== null && (!Number.isInteger(maxRaw) || (maxRaw as number) < 1))
     throw new ApiError("invalid_value", "max_tokens must be a positive integer", { param: body.max_completion_tokens !== undefined ? "max_completion_tokens" : "max_tokens" });
+  checkSampling(body);
   let reply = lastUser;
   let finish: "stop" | "length" = "stop";
   const stops = typeof body.stop === "string" ? [body.stop] : Array.isArray(body.stop) ? (body.stop as unknown[]).filter((s): s is string => typeof s === "string" && s.length > 0) : [];
@@ -61,6 +66,27 @@ export function planEcho(body: Record<string, unknown>): EchoPlan {
   const cut = truncate(reply, full, budget);
   if (cut.tokens < full) finish = "length";
   return { choices: Array.from({ length: n as number }, () => ({ text: cut.text, tokens: cut.tokens, finish })), reasoning, promptTokens };
+}
+
+/**
+ * The echo model ignores sampling, but a request OpenAI would refuse must not
+ * succeed here (SPEC §10: bad types → 400 naming the param). null = not given.
+ */
+function checkSampling(body: Record<string, unknown>): void {
+  const range = (name: string, min: number, max: number) => {
+    const v = body[name];
+    if (v === undefined || v === null) return;
+    if (typeof v !== "number" || !Number.isFinite(v) || v < min || v > max) throw new ApiError("invalid_value", `${name} must be a number from ${min} to ${max}`, { param: name });
+  };
+  range("temperature", 0, 2);
+  range("top_p", 0, 1);
+  range("presence_penalty", -2, 2);
+  range("frequency_penalty", -2, 2);
+  const stop = body.stop;
+  if (stop !== undefined && stop !== null && typeof stop !== "string" && !(Array.isArray(stop) && stop.every((s) => typeof s === "string")))
+    throw new ApiError("invalid_value", "stop must be a string or an array of strings", { param: "stop" });
+  const effort = body.reasoning_effort;
+  if (effort !== undefined && effort !== null && typeof effort !== "string") throw new ApiError("invalid_value", "reasoning_effort must be a string", { param: "reasoning_effort" });
 }
 
 function truncate(text: string, tokens: number, budget: number): { text: string; tokens: number } {

@@ -30,29 +30,53 @@ export function embedText(text: string, dimensions: number): Float32Array {
   return v;
 }
 
+/** A token id: a non-negative safe integer. */
+const isTokenId = (t: unknown): t is number => Number.isSafeInteger(t) && (t as number) >= 0;
+
 /** Normalises `input` (string | string[] | number[] | number[][]) to texts; token ids become "t<id>" words. */
 export function embeddingInputs(input: unknown): string[] {
-  const bad = () => new ApiError("invalid_value", "input must be a string, an array of strings, or token arrays", { param: "input" });
-  if (typeof input === "string") return [input];
+  const bad = () => new ApiError("invalid_value", "input must be a non-empty string, an array of non-empty strings, or arrays of token ids (non-negative integers)", { param: "input" });
+  // An empty text has no features: its vector would be all zeros, not
+  // L2-normalised (SPEC §6), so it is refused as the OpenAI API does.
+  if (typeof input === "string") {
+    if (input.length === 0) throw bad();
+    return [input];
+  }
   if (!Array.isArray(input) || input.length === 0 || input.length > 2048) throw bad();
-  if (input.every((x) => typeof x === "number")) return [input.map((t) => `t${t}`).join(" ")];
+  // Token ids are integers: 1.5 or -1 used to be accepted as "tokens".
+  if (input.every((x) => typeof x === "number")) {
+    if (!input.every(isTokenId)) throw bad();
+    return [input.map((t) => `t${t}`).join(" ")];
+  }
   return input.map((x) => {
-    if (typeof x === "string") return x;
-    if (Array.isArray(x) && x.length > 0 && x.every((t) => Number.isInteger(t))) return x.map((t) => `t${t}`).join(" ");
+    if (typeof x === "string" && x.length > 0) return x;
+    if (Array.isArray(x) && x.length > 0 && x.every(isTokenId)) return x.map((t) => `t${t}`).join(" ");
     throw bad();
   });
 }
 
-export function embeddingsResponse(body: Record<string, unknown>) {
+export interface EmbedPlan {
+  texts: string[];
+  dimensions: number;
+  format: "float" | "base64";
+}
+
+/** Validates an embeddings request for offpeak-embed (before admission, so bad input costs no quota). */
+export function planEmbeddings(body: Record<string, unknown>): EmbedPlan {
   const texts = embeddingInputs(body.input);
   const dims = body.dimensions ?? DEFAULT_DIMENSIONS;
   if (!Number.isInteger(dims) || (dims as number) < 1 || (dims as number) > 4096) throw new ApiError("invalid_value", "dimensions must be an integer from 1 to 4096", { param: "dimensions" });
   const format = body.encoding_format ?? "float";
   if (format !== "float" && format !== "base64") throw new ApiError("invalid_value", "encoding_format must be float or base64", { param: "encoding_format" });
+  return { texts, dimensions: dims as number, format };
+}
+
+export function embeddingsResponse(body: Record<string, unknown>, plan: EmbedPlan = planEmbeddings(body)) {
+  const { texts, dimensions, format } = plan;
   let promptTokens = 0;
   const data = texts.map((text, index) => {
     promptTokens += countTokens(text);
-    const v = embedText(text, dims as number);
+    const v = embedText(text, dimensions);
     const embedding = format === "base64" ? Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString("base64") : Array.from(v);
     return { object: "embedding" as const, index, embedding };
   });

@@ -52,6 +52,19 @@ export class RateLimiter {
     return this.headers(w, limits, resetMs);
   }
 
+  /**
+   * Gives back what `admit` counted for a request that then did not run (the
+   * model's queue was full, 529, or the client left while queued), if the
+   * window it was counted in is still current. Returns the updated headers.
+   */
+  refund(keyId: string, limits: Limits, tokens: number, admittedAt: number, now = Date.now()): Record<string, string> | null {
+    const w = this.windows.get(keyId);
+    if (!w || w.start > admittedAt || now - w.start >= WINDOW_MS) return null;
+    w.requests = Math.max(0, w.requests - 1);
+    w.tokens = Math.max(0, w.tokens - tokens);
+    return this.headers(w, limits, w.start + WINDOW_MS - now);
+  }
+
   /** Adds tokens learned after the answer (completion tokens). */
   charge(keyId: string, tokens: number): void {
     const w = this.windows.get(keyId);

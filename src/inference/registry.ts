@@ -90,17 +90,33 @@ export class ModelRegistry {
     }));
   }
 
+  private lastDiscovery = 0;
+  private discovering: Promise<void> | null = null;
+
+  /**
+   * Re-checks upstream health if the last check is older than `maxAgeMs`
+   * (concurrent callers share one check). GET /status uses it: with only the
+   * 60 s background sweep, an upstream that went down kept being reported
+   * healthy (status "ok") for up to a minute (SPEC §8: degraded when a
+   * dependency check fails).
+   */
+  refreshHealth(maxAgeMs: number, timeoutMs: number): Promise<void> {
+    if (this.config.upstreams.length === 0 || Date.now() - this.lastDiscovery < maxAgeMs) return Promise.resolve();
+    return (this.discovering ??= this.discover(timeoutMs).finally(() => (this.discovering = null)));
+  }
+
   /**
    * Reads every upstream's `GET /models`: the model list of upstreams that
    * name none in config, and the health of all of them.
    */
-  async discover(): Promise<void> {
+  async discover(timeoutMs = 10_000): Promise<void> {
+    this.lastDiscovery = Date.now();
     await Promise.all(
       this.config.upstreams.map(async (u) => {
           try {
             const res = await fetch(u.base_url.replace(/\/+$/, "") + "/models", {
               headers: u.api_key ? { authorization: `Bearer ${u.api_key}` } : {},
-              signal: AbortSignal.timeout(10_000),
+              signal: AbortSignal.timeout(timeoutMs),
             });
             if (!res.ok) throw new Error(`HTTP ${res.status}`);
             const body = (await res.json()) as { data?: { id?: unknown }[] };

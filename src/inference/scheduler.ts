@@ -87,13 +87,26 @@ export class Scheduler {
 
   private wait(lane: ModelLane, queue: Waiter[], signal?: AbortSignal): Promise<void> {
     return new Promise<void>((resolve, reject) => {
-      const w: Waiter = { grant: resolve, cancelled: false };
+      if (signal?.aborted) return reject(signal.reason ?? new Error("aborted"));
+      let granted = false;
+      const w: Waiter = {
+        grant: () => {
+          granted = true;
+          resolve();
+        },
+        cancelled: false,
+      };
       queue.push(w);
       signal?.addEventListener(
         "abort",
         () => {
-          if (w.cancelled) return;
+          if (w.cancelled || granted) return;
           w.cancelled = true;
+          // Leave the queue at once: a client that gave up used to keep its
+          // place, so `queued` (GET /status) stayed up and the bounded queue
+          // answered 529 although nobody was waiting.
+          const i = queue.indexOf(w);
+          if (i !== -1) queue.splice(i, 1);
           reject(signal.reason ?? new Error("aborted"));
         },
         { once: true },
@@ -112,8 +125,8 @@ export class Scheduler {
     };
   }
 
-  stats(modelId: string): { inFlight: number; queued: number; batchInFlight: number } {
+  stats(modelId: string): { inFlight: number; queued: number; batchInFlight: number; batchQueued: number } {
     const l = this.lanes.get(modelId);
-    return { inFlight: l?.inFlight ?? 0, queued: l?.queued ?? 0, batchInFlight: l?.batchInFlight ?? 0 };
+    return { inFlight: l?.inFlight ?? 0, queued: l?.queued ?? 0, batchInFlight: l?.batchInFlight ?? 0, batchQueued: l?.batch.length ?? 0 };
   }
 }

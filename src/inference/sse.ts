@@ -3,6 +3,8 @@
 // ": keep-alive" comment goes out when nothing else has for `keepAliveMs`,
 // and a client disconnect cancels the stream, which returns the generator
 // (its `finally` blocks run) so the producer stops.
+import { ApiError } from "../errors";
+
 const encoder = new TextEncoder();
 
 export function sseResponse(
@@ -44,8 +46,13 @@ export function sseResponse(
       } catch (e) {
         if (closed) return;
         // After the first byte the status is sent: report in-band, then end.
-        const message = e instanceof Error ? e.message : String(e);
-        send(controller, `data: ${JSON.stringify({ error: { message, type: "server_error", param: null, code: "stream_error" } })}\n\n`);
+        // Only our own errors are worded for clients; anything else (a database
+        // or parser message) would leak internals (SPEC §3), so it is generic.
+        const body =
+          e instanceof ApiError
+            ? e.body()
+            : { error: { message: "The stream ended because of an internal error", type: "server_error", param: null, code: "stream_error" } };
+        send(controller, `data: ${JSON.stringify(body)}\n\n`);
         controller.close();
         close();
       }

@@ -4,6 +4,7 @@
 // error bodies: upstream 4xx pass through with their body, 5xx → 502,
 // timeouts → 504, unreachable → 502.
 import { ApiError } from "../errors";
+import { countUpstreamError, countUpstreamRequest } from "../metrics";
 import type { ModelEntry } from "./registry";
 
 export interface UpstreamCall {
@@ -14,26 +15,51 @@ export interface UpstreamCall {
   signal: AbortSignal;
 }
 
+/** The timeout signal of each upstream answer, so that reading its body can tell a timeout from other failures. */
+const timeouts = new WeakMap<globalThis.Response, { model: ModelEntry; timeout: AbortSignal }>();
+
+const timeoutError = (model: ModelEntry) => new ApiError("upstream_timeout", `Upstream ${model.upstreamName} did not answer within ${model.timeoutMs} ms`);
+
 export async function callUpstream({ model, path, body, signal }: UpstreamCall): Promise<globalThis.Response> {
   const headers: Record<string, string> = { "content-type": "application/json" };
   if (model.apiKey) headers.authorization = `Bearer ${model.apiKey}`;
   const timeout = AbortSignal.timeout(model.timeoutMs);
+  countUpstreamRequest(model.id);
   try {
-    return await fetch(model.baseUrl + path, {
+    const res = await fetch(model.baseUrl + path, {
       method: "POST",
       headers,
       body: JSON.stringify({ ...body, model: model.upstreamModel ?? model.id }),
       signal: AbortSignal.any([signal, timeout]),
     });
+    timeouts.set(res, { model, timeout });
+    return res;
   } catch (e) {
-    if (timeout.aborted) throw new ApiError("upstream_timeout", `Upstream ${model.upstreamName} did not answer within ${model.timeoutMs} ms`);
+    if (!signal.aborted) countUpstreamError(model.id, timeout.aborted ? "timeout" : "connection");
+    if (timeout.aborted) throw timeoutError(model);
     throw new ApiError("upstream_error", `Upstream ${model.upstreamName} is unreachable`);
+  }
+}
+
+/**
+ * Reads a whole (non-streamed) upstream body. The timeout covers the body
+ * too: an upstream that sends headers and then stalls used to surface as an
+ * unhandled abort (500); it is a 504, and a dropped connection a 502.
+ */
+export async function upstreamText(res: globalThis.Response): Promise<string> {
+  try {
+    return await res.text();
+  } catch (e) {
+    const t = timeouts.get(res);
+    if (t?.timeout.aborted) throw timeoutError(t.model);
+    throw new ApiError("upstream_error", `Upstream ${t?.model.upstreamName ?? "(unknown)"} broke off its answer`);
   }
 }
 
 /** Turns a non-2xx upstream answer into our error: 4xx verbatim, 5xx as 502. */
 export async function upstreamFailure(model: ModelEntry, res: globalThis.Response): Promise<Response | ApiError> {
-  const text = await res.text();
+  countUpstreamError(model.id, res.status);
+  const text = await upstreamText(res);
   if (res.status >= 400 && res.status < 500) {
     let body = text;
     try {

@@ -5,7 +5,12 @@ import pkg from "../../package.json";
 import type { AppContext } from "../context";
 import { batches } from "../db/schema";
 
-export function statusReport(ctx: AppContext) {
+/** How old an upstream health check may be when GET /status answers, and how long a fresh one may take. */
+const HEALTH_MAX_AGE_MS = 1_000;
+const HEALTH_TIMEOUT_MS = 3_000;
+
+export async function statusReport(ctx: AppContext) {
+  await ctx.registry.refreshHealth(HEALTH_MAX_AGE_MS, HEALTH_TIMEOUT_MS);
   let dbOk = true;
   let counts = { validating: 0, in_progress: 0, finalizing: 0 };
   try {

@@ -8,6 +8,7 @@ import { echoCompletion } from "../../inference/echo";
 import { embeddingsResponse } from "../../inference/embed";
 import type { PricedModel, RunTask } from "../types";
 import { acquireSlot } from "./slots";
+import { countUpstreamAttempt } from "../../metrics/worker";
 
 export interface LineResult {
   ok: boolean;
@@ -97,11 +98,13 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
         body = { error: { message: text.slice(0, 2000), type: "upstream_error", param: null, code: null } };
       }
       const requestId = res.headers.get("x-request-id");
+      countUpstreamAttempt(model.id, attempt, res.ok ? null : res.status);
       if (res.ok) return { ok: true, line: resultLine(req.custom_id, res.status, requestId, body, null), usage: (body as { usage?: unknown }).usage ?? null };
       last = { status: res.status, requestId, body };
       if (!RETRYABLE(res.status)) break;
       wait = retryAfterMs(res);
     } catch (e) {
+      countUpstreamAttempt(model.id, attempt, (e as Error).name === "TimeoutError" ? "timeout" : "connection");
       last = null;
       lastError = (e as Error).name === "TimeoutError" ? `upstream timed out after ${model.timeoutMs} ms` : `upstream unreachable: ${(e as Error).message}`;
     } finally {

@@ -10,6 +10,7 @@ import { runBuiltin, runUpstream, stoppedLine, type BatchRequest, type LineResul
 import { recoverParts } from "./partFiles";
 import { addUsage } from "./usage";
 import { acquireSlot } from "./slots";
+import { countLine, takeWorkerMetrics } from "../../metrics/worker";
 
 const FLUSH_BYTES = 1 << 20;
 const PROGRESS_MS = 250;
@@ -57,7 +58,8 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
   if (task.stopCode) control.stopCode ??= task.stopCode;
   const out = new PartWriter(openSync(task.outPath, "a"));
   const err = new PartWriter(openSync(task.errPath, "a"));
-  const record = (r: LineResult, model: PricedModel | undefined) => {
+  const record = (r: LineResult, model: PricedModel | undefined, modelId = model?.id ?? "unknown") => {
+    countLine(modelId, r.ok);
     if (r.ok) {
       totals.completed++;
       out.push(r.line);
@@ -72,7 +74,7 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
     const now = Date.now();
     if (now - lastProgress >= PROGRESS_MS) {
       lastProgress = now;
-      post({ type: "progress", batchId: task.batchId, idx: task.idx, totals: { ...totals } });
+      post({ type: "progress", batchId: task.batchId, idx: task.idx, totals: { ...totals }, metrics: takeWorkerMetrics() });
     }
   };
 
@@ -94,7 +96,7 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
           break outer;
         }
         if (control.stopCode) {
-          record(stoppedLine(req.custom_id, control.stopCode), undefined);
+          record(stoppedLine(req.custom_id, control.stopCode), undefined, String(req.body.model));
           continue;
         }
         const model = models.get(req.body.model as string);
@@ -124,7 +126,7 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
     out.close();
     err.close();
   }
-  post({ type: paused ? "paused" : "done", batchId: task.batchId, idx: task.idx, totals });
+  post({ type: paused ? "paused" : "done", batchId: task.batchId, idx: task.idx, totals, metrics: takeWorkerMetrics() });
 }
 
 async function executeAsync(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl): Promise<LineResult | null> {

@@ -1,0 +1,213 @@
+// offpeak batches create|get|list|cancel|wait, and the wait loop that
+// `batch run` shares.
+import { CliError, connection, keyValues, numberFlag, parseArgs, positionals, usageError, type Parsed } from "./args";
+import { printJson, table, timeText } from "./format";
+import { Client, type Batch, type List } from "./http";
+import { Progress } from "./progress";
+
+export const FINAL_STATES = ["completed", "failed", "expired", "cancelled"];
+
+export const BATCHES_HELP = `offpeak batches — batches on a running offpeak server
+
+Usage:
+  offpeak batches create FILE_ID [--endpoint /v1/chat/completions] [--completion-window 24h]
+                                 [--metadata key=value]...
+  offpeak batches get BATCH_ID
+  offpeak batches list [--limit N] [--after BATCH_ID] [--json]
+  offpeak batches cancel BATCH_ID
+  offpeak batches wait BATCH_ID [--interval SECONDS] [--progress-interval SECONDS] [--quiet]
+
+create, get and cancel print the batch record (JSON). wait shows progress on
+stderr (a bar on a terminal, a plain line every few seconds otherwise),
+then prints the final record.
+
+Connection (every client command):
+  --base-url URL   API base (env OFFPEAK_BASE_URL; default http://127.0.0.1:8080/v1)
+  --api-key KEY    API key (env OFFPEAK_API_KEY, else OFFPEAK_ADMIN_KEY)
+
+Exit codes: 0 done (wait: the batch completed); 1 wait: the batch failed,
+expired or was cancelled; 2 bad usage, server unreachable, or the server
+refused the request (its message is printed).
+`;
+
+export async function batchesCommand(argv: string[]): Promise<number> {
+  const verb = argv[0];
+  if (!verb) {
+    process.stderr.write(BATCHES_HELP);
+    return 2;
+  }
+  if (verb === "--help" || verb === "-h" || verb === "help") {
+    process.stdout.write(BATCHES_HELP);
+    return 0;
+  }
+  const rest = argv.slice(1);
+  switch (verb) {
+    case "create":
+      return create(rest);
+    case "get":
+      return get(rest);
+    case "list":
+    case "ls":
+      return list(rest);
+    case "cancel":
+      return cancel(rest);
+    case "wait":
+      return wait(rest);
+  }
+  throw usageError(`unknown batches command '${verb}' (create, get, list, cancel, wait; see offpeak batches --help)`);
+}
+
+function helped(p: Parsed): boolean {
+  if (p.bools.help) process.stdout.write(BATCHES_HELP);
+  return !!p.bools.help;
+}
+
+export interface CreateOptions {
+  endpoint: string;
+  completionWindow: string;
+  metadata?: Record<string, string>;
+}
+
+export function createBatch(client: Client, fileId: string, o: CreateOptions): Promise<Batch> {
+  return client.json<Batch>("POST", "/batches", {
+    json: { input_file_id: fileId, endpoint: o.endpoint, completion_window: o.completionWindow, ...(o.metadata ? { metadata: o.metadata } : {}) },
+  });
+}
+
+async function create(argv: string[]): Promise<number> {
+  const p = parseArgs(argv, { endpoint: "string", "completion-window": "string", metadata: "list" });
+  if (helped(p)) return 0;
+  const [fileId] = positionals(p, ["FILE_ID"], "offpeak batches create FILE_ID [--endpoint E] [--completion-window 24h] [--metadata k=v]");
+  const client = new Client(connection(p));
+  printJson(
+    await createBatch(client, fileId!, {
+      endpoint: p.flags.endpoint ?? "/v1/chat/completions",
+      completionWindow: p.flags["completion-window"] ?? "24h",
+      metadata: keyValues(p, "metadata"),
+    }),
+  );
+  return 0;
+}
+
+async function get(argv: string[]): Promise<number> {
+  const p = parseArgs(argv, {});
+  if (helped(p)) return 0;
+  const [id] = positionals(p, ["BATCH_ID"], "offpeak batches get BATCH_ID");
+  printJson(await new Client(connection(p)).json<Batch>("GET", `/batches/${encodeURIComponent(id!)}`));
+  return 0;
+}
+
+async function list(argv: string[]): Promise<number> {
+  const p = parseArgs(argv, { limit: "string", after: "string", json: "boolean" });
+  if (helped(p)) return 0;
+  positionals(p, [], "offpeak batches list [--limit N] [--after BATCH_ID] [--json]");
+  const res = await new Client(connection(p)).json<List<Batch>>("GET", "/batches", { query: { limit: p.flags.limit, after: p.flags.after } });
+  if (p.bools.json) {
+    printJson(res);
+    return 0;
+  }
+  process.stdout.write(
+    table(
+      ["ID", "STATUS", "DONE", "FAILED", "TOTAL", "CREATED", "ENDPOINT"],
+      res.data.map((b) => [
+        b.id,
+        b.status,
+        String(b.request_counts.completed + b.request_counts.failed),
+        String(b.request_counts.failed),
+        String(b.request_counts.total),
+        timeText(b.created_at),
+        b.endpoint,
+      ]),
+    ),
+  );
+  if (res.has_more) process.stderr.write(`(more: --after ${res.last_id})\n`);
+  return 0;
+}
+
+async function cancel(argv: string[]): Promise<number> {
+  const p = parseArgs(argv, {});
+  if (helped(p)) return 0;
+  const [id] = positionals(p, ["BATCH_ID"], "offpeak batches cancel BATCH_ID");
+  printJson(await new Client(connection(p)).json<Batch>("POST", `/batches/${encodeURIComponent(id!)}/cancel`));
+  return 0;
+}
+
+/** --interval (poll, default 1 s) and --progress-interval (plain lines, default 5 s) and --quiet. */
+export const WAIT_FLAGS = { interval: "string", "progress-interval": "string", quiet: "boolean" } as const;
+
+export function waitOptions(p: Parsed, prefix: string): { intervalMs: number; progress: Progress } {
+  const intervalMs = numberFlag(p, "interval", 1, 0.05, 3600) * 1000;
+  const plainEveryMs = numberFlag(p, "progress-interval", 5, 0.05, 3600) * 1000;
+  return { intervalMs, progress: new Progress({ quiet: p.bools.quiet, plainEveryMs, prefix }) };
+}
+
+async function wait(argv: string[]): Promise<number> {
+  const p = parseArgs(argv, WAIT_FLAGS);
+  if (helped(p)) return 0;
+  const [id] = positionals(p, ["BATCH_ID"], "offpeak batches wait BATCH_ID [--interval S]");
+  const client = new Client(connection(p));
+  const { intervalMs, progress } = waitOptions(p, `${id} `);
+  const final = await waitForBatch(client, id!, intervalMs, progress);
+  printJson(final);
+  reportEnd(final);
+  return final.status === "completed" ? 0 : 1;
+}
+
+/** How long a wait rides out an unreachable server (a restart resumes the batch). */
+const UNREACHABLE_GRACE_MS = 120_000;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Polls the batch until it reaches a final state, drawing progress; Ctrl-C leaves it running on the server. */
+export async function waitForBatch(client: Client, id: string, intervalMs: number, progress: Progress): Promise<Batch> {
+  const onInterrupt = () => {
+    progress.finishLine();
+    process.stderr.write(`\ninterrupted: batch ${id} keeps running on the server (offpeak batches wait ${id} to follow it, offpeak batches cancel ${id} to stop it)\n`);
+    process.exit(130);
+  };
+  process.on("SIGINT", onInterrupt);
+  let lastOk = Date.now();
+  let warned = false;
+  try {
+    for (;;) {
+      let b: Batch;
+      try {
+        b = await client.json<Batch>("GET", `/batches/${encodeURIComponent(id)}`);
+        lastOk = Date.now();
+        if (warned) progress.note("server reachable again");
+        warned = false;
+      } catch (e) {
+        // A restarting server resumes the batch: keep waiting for a while.
+        if (!(e instanceof CliError) || e.kind !== "connection" || Date.now() - lastOk > UNREACHABLE_GRACE_MS) throw e;
+        if (!warned) progress.note(`${e.message} Retrying for up to ${UNREACHABLE_GRACE_MS / 1000} s…`);
+        warned = true;
+        await sleep(Math.max(intervalMs, 1000));
+        continue;
+      }
+      const c = b.request_counts;
+      progress.update({ label: b.status, done: c.completed + c.failed, total: c.total || null, failed: c.failed, unit: "lines" });
+      if (FINAL_STATES.includes(b.status)) {
+        progress.finishLine();
+        return b;
+      }
+      await sleep(intervalMs);
+    }
+  } finally {
+    process.off("SIGINT", onInterrupt);
+  }
+}
+
+/** On stderr: why a batch did not complete (validation errors, expiry, cancellation). */
+export function reportEnd(b: Batch): void {
+  if (b.status === "failed") {
+    const errs = b.errors?.data ?? [];
+    process.stderr.write(`batch ${b.id} failed${errs.length ? ":" : ""}\n`);
+    for (const e of errs.slice(0, 20)) {
+      const where = e.line && !/^line \d+/i.test(e.message) ? `line ${e.line}: ` : "";
+      process.stderr.write(`  ${where}${e.message}${e.code ? ` (${e.code})` : ""}\n`);
+    }
+    if (errs.length > 20) process.stderr.write(`  … and ${errs.length - 20} more (offpeak batches get ${b.id})\n`);
+  } else if (b.status !== "completed") {
+    process.stderr.write(`batch ${b.id} ${b.status}: ${b.request_counts.completed} completed, ${b.request_counts.failed} failed of ${b.request_counts.total}\n`);
+  }
+}

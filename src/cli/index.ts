@@ -1,0 +1,16 @@
+// The client commands of the offpeak executable: they talk to a running
+// server over HTTP (plain fetch, no SDK), unlike `serve` and `keys`, which
+// work on the data directory.
+import { batchCommand } from "./run";
+import { batchesCommand } from "./batches";
+import { filesCommand } from "./files";
+import { healthcheckCommand } from "./health";
+
+export const CLIENT_COMMANDS: Record<string, (argv: string[]) => Promise<number>> = {
+  files: filesCommand,
+  batches: batchesCommand,
+  batch: batchCommand,
+  healthcheck: healthcheckCommand,
+};
+
+export { CliError } from "./args";

@@ -1,0 +1,129 @@
+// offpeak batch run FILE.jsonl: upload (streamed), create the batch, follow
+// it, download the results (streamed) — one command for the whole round trip.
+import { accessSync, closeSync, constants, openSync, readSync, writeFileSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
+import { connection, keyValues, parseArgs, positionals, usageError, type Parsed } from "./args";
+import { createBatch, reportEnd, WAIT_FLAGS, waitForBatch, waitOptions } from "./batches";
+import { uploadWithProgress } from "./files";
+import { Client } from "./http";
+import { formatDuration, Progress } from "./progress";
+
+export const BATCH_HELP = `offpeak batch run — upload a JSONL file, run it as a batch, download the results
+
+Usage:
+  offpeak batch run FILE.jsonl [--endpoint /v1/chat/completions] [--completion-window 24h]
+                               [--out RESULTS.jsonl] [--errors ERRORS.jsonl] [--metadata key=value]...
+                               [--interval SECONDS] [--progress-interval SECONDS] [--quiet]
+
+Streams FILE.jsonl to the server, creates the batch, shows progress on
+stderr (a bar with done/total, rate and ETA on a terminal; a plain line
+every --progress-interval seconds, default 5, otherwise), and streams the
+results to disk when the batch ends.
+
+  --endpoint      default: the url of the file's first request (else /v1/chat/completions)
+  --out           successful lines (default: FILE.results.jsonl beside the input; always written)
+  --errors        failed lines (default: FILE.errors.jsonl; written when there are any)
+  --interval      seconds between status polls (default 1)
+
+Ctrl-C stops following, not the batch: it keeps running on the server.
+
+Connection (every client command):
+  --base-url URL   API base (env OFFPEAK_BASE_URL; default http://127.0.0.1:8080/v1)
+  --api-key KEY    API key (env OFFPEAK_API_KEY, else OFFPEAK_ADMIN_KEY)
+
+Exit codes: 0 the batch completed (some lines may have failed: see --errors);
+1 the batch failed validation, expired or was cancelled; 2 bad usage, server
+unreachable, or the server refused the request (its message is printed).
+`;
+
+export async function batchCommand(argv: string[]): Promise<number> {
+  const verb = argv[0];
+  if (!verb) {
+    process.stderr.write(BATCH_HELP);
+    return 2;
+  }
+  if (verb === "--help" || verb === "-h" || verb === "help") {
+    process.stdout.write(BATCH_HELP);
+    return 0;
+  }
+  if (verb !== "run") throw usageError(`unknown batch command '${verb}' (run; see offpeak batch --help)`);
+  return run(argv.slice(1));
+}
+
+/** The url of the first request line, as a batch endpoint; null if it cannot be read. */
+export function endpointOf(path: string): string | null {
+  let fd: number;
+  try {
+    fd = openSync(path, "r");
+  } catch {
+    return null;
+  }
+  try {
+    const buf = Buffer.alloc(1 << 20);
+    const n = readSync(fd, buf, 0, buf.length, 0);
+    const text = buf.subarray(0, n).toString("utf8").replace(/^\uFEFF/, "");
+    const first = text.split("\n").find((l) => l.trim() !== "");
+    if (!first) return null;
+    const url = (JSON.parse(first) as { url?: unknown }).url;
+    return typeof url === "string" ? url.replace(/^\/api\/v1\//, "/v1/") : null;
+  } catch {
+    return null;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+function defaultPath(input: string, kind: "results" | "errors"): string {
+  const name = basename(input).replace(/\.jsonl?$/i, "");
+  return join(dirname(input), `${name}.${kind}.jsonl`);
+}
+
+function checkWritable(path: string, flag: string): void {
+  try {
+    accessSync(dirname(path) || ".", constants.W_OK);
+  } catch {
+    throw usageError(`${flag} ${path}: its folder does not exist or is not writable`);
+  }
+}
+
+async function run(argv: string[]): Promise<number> {
+  const p: Parsed = parseArgs(argv, { ...WAIT_FLAGS, endpoint: "string", "completion-window": "string", out: "string", errors: "string", metadata: "list" });
+  if (p.bools.help) {
+    process.stdout.write(BATCH_HELP);
+    return 0;
+  }
+  const [input] = positionals(p, ["FILE.jsonl"], "offpeak batch run FILE.jsonl [--out RESULTS.jsonl] [--errors ERRORS.jsonl]");
+  const client = new Client(connection(p));
+  const out = p.flags.out ?? defaultPath(input!, "results");
+  const errs = p.flags.errors ?? defaultPath(input!, "errors");
+  checkWritable(out, "--out");
+  checkWritable(errs, "--errors");
+  const endpoint = p.flags.endpoint ?? endpointOf(input!) ?? "/v1/chat/completions";
+  const metadata = keyValues(p, "metadata");
+  const started = Date.now();
+
+  const file = await uploadWithProgress(client, input!, "batch", new Progress({ quiet: p.bools.quiet, prefix: "" }));
+  const created = await createBatch(client, file.id, { endpoint, completionWindow: p.flags["completion-window"] ?? "24h", metadata });
+  const { intervalMs, progress } = waitOptions(p, `${created.id} `);
+  progress.note(`created ${created.id} (${created.request_counts.total} requests, ${endpoint})`);
+  const b = await waitForBatch(client, created.id, intervalMs, progress);
+
+  const c = b.request_counts;
+  let summary = `${b.id} ${b.status}: ${c.completed} completed, ${c.failed} failed of ${c.total} in ${formatDuration((Date.now() - started) / 1000)}\n`;
+  if (b.status !== "failed") {
+    const download = async (fileId: string, path: string, label: string) => {
+      await client.download(fileId, path, (done, total) => progress.update({ label, done, total, unit: "B" }));
+      progress.finishLine();
+    };
+    if (b.output_file_id) await download(b.output_file_id, out, "downloading");
+    else writeFileSync(out, "");
+    summary += `results: ${out} (${c.completed} lines)\n`;
+    if (b.error_file_id) {
+      await download(b.error_file_id, errs, "downloading errors");
+      summary += `errors: ${errs} (${c.failed} lines)\n`;
+    }
+  }
+  process.stdout.write(summary);
+  reportEnd(b);
+  return b.status === "completed" ? 0 : 1;
+}

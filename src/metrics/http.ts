@@ -1,0 +1,115 @@
+// Observes every HTTP request from outside the framework: wraps the app's
+// fetch so that the exact status of every answer is seen (also the 401s that
+// authentication throws before routing, and the errors onError maps), then
+// counts it by route pattern and writes one JSON log line.
+//
+// The route label comes from a trie of the app's own route patterns, not from
+// the raw path: label values must stay bounded (ids in paths would make a new
+// series per file). A request no route matches is labelled "unmatched".
+import type { AppContext } from "../context";
+import { principalOf } from "../auth/plugin";
+import { requestIdOf, pathOf } from "../app";
+import { m } from "./index";
+
+interface Node {
+  statics: Map<string, Node>;
+  param: Node | null;
+  /** Pattern of a trailing `*` route here, by method. */
+  wildcard: Map<string, string> | null;
+  /** Pattern ending exactly here, by method. */
+  end: Map<string, string> | null;
+}
+
+const node = (): Node => ({ statics: new Map(), param: null, wildcard: null, end: null });
+
+const segmentsOf = (path: string) => path.split("/").filter((s) => s !== "");
+
+export type RouteMatcher = (method: string, path: string) => string;
+
+/** Builds a matcher from route patterns like "/api/v1/files/:id" and "/api/v1/models/*". */
+export function routeMatcher(routes: readonly { method: string; path: string }[]): RouteMatcher {
+  const root = node();
+  for (const r of routes) {
+    let n = root;
+    const segs = segmentsOf(r.path);
+    let wildcard = false;
+    for (const s of segs) {
+      if (s === "*") {
+        wildcard = true;
+        break;
+      }
+      if (s.startsWith(":")) n = n.param ??= node();
+      else {
+        let next = n.statics.get(s);
+        if (!next) n.statics.set(s, (next = node()));
+        n = next;
+      }
+    }
+    const method = r.method.toUpperCase();
+    if (wildcard) (n.wildcard ??= new Map()).set(method, r.path);
+    else if (!(n.end ??= new Map()).has(method)) n.end.set(method, r.path);
+  }
+  const pick = (byMethod: Map<string, string> | null, method: string) =>
+    byMethod ? (byMethod.get(method) ?? byMethod.get("ALL") ?? (method === "HEAD" ? byMethod.get("GET") : undefined)) : undefined;
+  const find = (n: Node, segs: string[], i: number, method: string): string | undefined => {
+    if (i === segs.length) return pick(n.end, method) ?? pick(n.wildcard, method);
+    const s = n.statics.get(segs[i]!);
+    const viaStatic = s && find(s, segs, i + 1, method);
+    if (viaStatic) return viaStatic;
+    const viaParam = n.param && find(n.param, segs, i + 1, method);
+    if (viaParam) return viaParam;
+    return pick(n.wildcard, method);
+  };
+  return (method, path) => find(root, segmentsOf(path), 0, method) ?? "unmatched";
+}
+
+/** A key sent where it does not belong (a path) must not reach the log. */
+const redactPath = (p: string) => (p.length > 200 ? p.slice(0, 200) + "…" : p).replace(/sk-[A-Za-z0-9_-]+/g, "sk-[redacted]");
+
+type Fetch = (request: Request, server?: { requestIP(r: Request): { address: string } | null }) => Response | Promise<Response>;
+
+/** Wraps `app.fetch` with request metrics and the request log. */
+export function observeRequests(ctx: AppContext, app: { fetch: (request: Request) => Response | Promise<Response>; routes: readonly { method: string; path: string }[] }): Fetch {
+  const route = routeMatcher(app.routes);
+  const inner = app.fetch;
+  const log = ctx.log;
+  return async (request, server) => {
+    const t0 = performance.now();
+    let status = 500;
+    try {
+      const res = await inner(request);
+      status = res.status;
+      return res;
+    } finally {
+      const seconds = (performance.now() - t0) / 1000;
+      const path = pathOf(request.url);
+      const pattern = route(request.method, path);
+      m.httpRequests.inc([request.method, pattern, String(status)]);
+      m.httpDuration.observe([request.method, pattern], seconds);
+      let keyId: string | null = null;
+      let project: string | null = null;
+      try {
+        const p = principalOf(request);
+        keyId = p.keyId;
+        project = p.project;
+      } catch {
+        // no valid key (401, or a route outside the API base)
+      }
+      const fields = {
+        request_id: requestIdOf(request),
+        method: request.method,
+        route: pattern,
+        path: redactPath(path),
+        status,
+        duration_ms: Math.round(seconds * 100_000) / 100,
+        key_id: keyId,
+        project,
+        client: server?.requestIP(request)?.address ?? null,
+      };
+      // Liveness probes would drown everything else; overload (529) is expected backpressure.
+      if (pattern === "/healthz") log.debug("request", fields);
+      else if (status >= 500 && status !== 529) log.warn("request", fields);
+      else log.info("request", fields);
+    }
+  };
+}

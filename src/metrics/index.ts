@@ -1,0 +1,65 @@
+// offpeak's metrics, in one process-wide registry (like prom-client's default
+// registry). Counters are updated where things happen: the request observer
+// (HTTP), the batch runner (line counts reported by Workers), the upstream
+// client (interactive errors). Gauges that mirror state (queues, stored
+// bytes, batches by status) are read at scrape time in ./routes.ts.
+import { Registry } from "./registry";
+import { upstreamReason, type WorkerMetricsDelta } from "./worker";
+
+export const registry = new Registry();
+
+/** Seconds; from sub-millisecond routing answers to long uploads. */
+const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120];
+
+export const m = {
+  buildInfo: registry.gauge("offpeak_build_info", "Always 1; the version is in the label.", ["version"]),
+  startTime: registry.gauge("offpeak_process_start_time_seconds", "Unix time the server started."),
+  httpRequests: registry.counter("offpeak_http_requests_total", "HTTP requests answered, by method, route pattern and status.", ["method", "route", "status"]),
+  httpDuration: registry.histogram(
+    "offpeak_http_request_duration_seconds",
+    "Time from receiving a request to its response headers (a streamed body may take longer), by method and route pattern.",
+    ["method", "route"],
+    LATENCY_BUCKETS,
+  ),
+  batchLinesProcessed: registry.counter("offpeak_batch_lines_processed_total", "Batch request lines that got a result (output or error line), by model.", ["model"]),
+  batchLinesFailed: registry.counter("offpeak_batch_lines_failed_total", "Batch request lines that ended in the error file, by model.", ["model"]),
+  batches: registry.gauge("offpeak_batches", "Batches in the database, by status.", ["status"]),
+  modelInFlight: registry.gauge("offpeak_model_in_flight", "Requests holding a scheduler slot, by model and priority (interactive, batch).", ["model", "priority"]),
+  modelQueueDepth: registry.gauge("offpeak_model_queue_depth", "Requests waiting for a scheduler slot, by model and priority (interactive, batch).", ["model", "priority"]),
+  modelHealthy: registry.gauge("offpeak_model_healthy", "1 if the model's upstream answered its last health check (built-ins: always 1).", ["model"]),
+  upstreamRequests: registry.counter("offpeak_upstream_requests_total", "Requests sent to upstream engines (each retry counts), by model and source (interactive, batch).", ["model", "source"]),
+  upstreamErrors: registry.counter(
+    "offpeak_upstream_errors_total",
+    "Upstream attempts without a 2xx answer, by model, source and reason (timeout, connection, http_408, http_429, http_4xx, http_5xx).",
+    ["model", "source", "reason"],
+  ),
+  upstreamRetries: registry.counter("offpeak_upstream_retries_total", "Upstream attempts that were retries of a batch request, by model.", ["model"]),
+  filesStored: registry.gauge("offpeak_files_stored", "Files in the database (including batch outputs), by purpose.", ["purpose"]),
+  fileBytesStored: registry.gauge("offpeak_file_bytes_stored", "Bytes of stored files, by purpose.", ["purpose"]),
+  storageFreeBytes: registry.gauge("offpeak_storage_free_bytes", "Free bytes on the data directory's filesystem."),
+};
+
+m.startTime.set([], Math.floor(Date.now() / 1000));
+
+/** For interactive upstream calls (main thread). */
+export function countUpstreamRequest(model: string): void {
+  m.upstreamRequests.inc([model, "interactive"]);
+}
+export function countUpstreamError(model: string, status: number | "timeout" | "connection"): void {
+  m.upstreamErrors.inc([model, "interactive", upstreamReason(status)]);
+}
+
+/** Adds what a batch Worker counted since its last message. */
+export function applyWorkerMetrics(d: WorkerMetricsDelta): void {
+  for (const model in d.lines) {
+    const [processed, failed] = d.lines[model]!;
+    m.batchLinesProcessed.inc([model], processed);
+    m.batchLinesFailed.inc([model], failed); // also when 0: the series exists for rate()
+  }
+  for (const model in d.upstreamRequests) m.upstreamRequests.inc([model, "batch"], d.upstreamRequests[model]);
+  for (const model in d.retries) m.upstreamRetries.inc([model], d.retries[model]);
+  for (const key in d.upstreamErrors) {
+    const tab = key.indexOf("\t");
+    m.upstreamErrors.inc([key.slice(0, tab), "batch", key.slice(tab + 1)], d.upstreamErrors[key]);
+  }
+}

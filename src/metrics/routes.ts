@@ -1,0 +1,57 @@
+// GET /metrics (admin scope): Prometheus text format. Counters are kept as
+// things happen; gauges that mirror state are read here, at scrape time, so
+// they cost nothing between scrapes.
+import { Elysia } from "elysia";
+import { sql } from "drizzle-orm";
+import pkg from "../../package.json";
+import { scopes } from "../auth/plugin";
+import type { AppContext } from "../context";
+import { batches, files } from "../db/schema";
+import { m, registry } from "./index";
+import { PROMETHEUS_CONTENT_TYPE } from "./registry";
+
+const BATCH_STATUSES = ["validating", "in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled"];
+
+export function collectGauges(ctx: AppContext): void {
+  m.buildInfo.set([pkg.version], 1);
+
+  m.batches.reset();
+  for (const s of BATCH_STATUSES) m.batches.set([s], 0);
+  for (const r of ctx.db.select({ status: batches.status, n: sql<number>`count(*)` }).from(batches).groupBy(batches.status).all()) m.batches.set([r.status], r.n);
+
+  m.filesStored.reset();
+  m.fileBytesStored.reset();
+  for (const r of ctx.db
+    .select({ purpose: files.purpose, n: sql<number>`count(*)`, bytes: sql<number>`coalesce(sum(${files.bytes}), 0)` })
+    .from(files)
+    .groupBy(files.purpose)
+    .all()) {
+    m.filesStored.set([r.purpose], r.n);
+    m.fileBytesStored.set([r.purpose], r.bytes);
+  }
+
+  const free = ctx.store.freeBytes();
+  if (free !== null) m.storageFreeBytes.set([], free);
+
+  m.modelInFlight.reset();
+  m.modelQueueDepth.reset();
+  m.modelHealthy.reset();
+  for (const model of ctx.registry.list()) {
+    const s = ctx.scheduler.stats(model.id);
+    m.modelInFlight.set([model.id, "interactive"], s.inFlight - s.batchInFlight);
+    m.modelInFlight.set([model.id, "batch"], s.batchInFlight);
+    m.modelQueueDepth.set([model.id, "interactive"], s.queued);
+    m.modelQueueDepth.set([model.id, "batch"], s.batchQueued);
+    m.modelHealthy.set([model.id], model.healthy ? 1 : 0);
+  }
+}
+
+export const metricsRoutes = (ctx: AppContext) =>
+  new Elysia().use(scopes).get(
+    "/metrics",
+    () => {
+      collectGauges(ctx);
+      return new Response(registry.render(), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
+    },
+    { scope: "admin", detail: { tags: ["status"], summary: "Prometheus metrics (admin scope)" } },
+  );

@@ -1,0 +1,338 @@
+// The client commands of the executable (`offpeak files …`, `offpeak batches
+// …`, `offpeak batch run …`, `offpeak healthcheck`): the real entry point
+// `bun src/main.ts`, run as a child process against a real server on port 0.
+// Their stderr is a pipe, so progress is in its plain (non-terminal) form.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { chatLine, startTestServer, type TestServer } from "./helpers/server";
+import { closedPort } from "./helpers/fakeUpstream";
+import { formatDuration, Progress, renderBar, renderPlain } from "../src/cli/progress";
+
+const ROOT = join(import.meta.dir, "..");
+const MAIN = join(ROOT, "src/main.ts");
+
+let t: TestServer;
+let work: string;
+
+/** The environment without offpeak settings inherited from the caller. */
+function cleanEnv(extra: Record<string, string> = {}): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) {
+    if (v === undefined || k.startsWith("OFFPEAK_") || k === "PORT" || k === "HOST") continue;
+    env[k] = v;
+  }
+  return { ...env, ...extra };
+}
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `offpeak ARGS` against the test server (base URL and admin key in the environment unless overridden). */
+async function cli(args: string[], env: Record<string, string> = {}): Promise<Run> {
+  const proc = Bun.spawn([process.execPath, MAIN, ...args], {
+    cwd: work,
+    env: cleanEnv({ OFFPEAK_BASE_URL: t.base, OFFPEAK_API_KEY: t.admin, ...env }),
+    stdout: "pipe",
+    stderr: "pipe",
+    stdin: "ignore",
+  });
+  const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+  return { code, stdout, stderr };
+}
+
+/** A failed expectation shows what the command printed. */
+function expectCode(r: Run, code: number): void {
+  if (r.code !== code) throw new Error(`expected exit ${code}, got ${r.code}\nstdout: ${r.stdout}\nstderr: ${r.stderr}`);
+}
+
+function writeLines(name: string, lines: string[]): string {
+  const path = join(work, name);
+  writeFileSync(path, lines.join("\n") + "\n");
+  return path;
+}
+
+const ids = (n: number, prefix = "c") => Array.from({ length: n }, (_, i) => `${prefix}${i}`);
+const parseLines = (text: string) =>
+  text
+    .split("\n")
+    .filter((l) => l !== "")
+    .map((l) => JSON.parse(l) as { custom_id: string; response: { status_code: number } | null; error: unknown });
+
+beforeAll(async () => {
+  work = mkdtempSync(join(tmpdir(), "offpeak-cli-client-"));
+  // A slow-enough echo model (2 ms per line, 2 at a time: 8000 lines take 8 s) so a batch can be cancelled while it runs.
+  const config = join(work, "config.json");
+  writeFileSync(config, JSON.stringify({ models: { "offpeak-echo": { latency_ms: 2, max_concurrency: 2 } } }));
+  t = await startTestServer({ argv: ["--config", config], env: { OFFPEAK_BATCH_WORKERS: "2" } });
+});
+
+afterAll(async () => {
+  await t?.stop();
+  rmSync(work, { recursive: true, force: true });
+});
+
+describe("help", () => {
+  test("offpeak --help lists the client commands; each group has its own help", async () => {
+    const top = await cli(["--help"]);
+    expectCode(top, 0);
+    for (const w of ["files upload", "batches create", "batch run", "OFFPEAK_BASE_URL", "OFFPEAK_API_KEY", "Exit codes"]) expect(top.stdout).toContain(w);
+    for (const [group, words] of [
+      ["files", ["upload", "list", "get", "download", "rm", "--base-url", "--api-key"]],
+      ["batches", ["create", "get", "list", "cancel", "wait", "Exit codes"]],
+      ["batch", ["run", "--out", "--errors", "--endpoint", "Exit codes"]],
+      ["healthcheck", ["--url"]],
+    ] as const) {
+      const r = await cli([group, "--help"]);
+      expectCode(r, 0);
+      for (const w of words) expect(r.stdout).toContain(w);
+    }
+    const verbHelp = await cli(["files", "upload", "--help"]);
+    expectCode(verbHelp, 0);
+    expect(verbHelp.stdout).toContain("offpeak files upload FILE");
+  });
+});
+
+describe("files", () => {
+  test("upload → list → get → download (file and stdout) → rm", async () => {
+    const path = writeLines("files.jsonl", ids(5).map((id) => chatLine(id)));
+    const bytes = readFileSync(path);
+
+    const up = await cli(["files", "upload", path]);
+    expectCode(up, 0);
+    const file = JSON.parse(up.stdout);
+    expect(file).toMatchObject({ object: "file", purpose: "batch", status: "processed", filename: "files.jsonl", bytes: bytes.length });
+    expect(file.id).toMatch(/^file-[0-9A-Za-z]{24}$/);
+    expect(up.stderr).toContain(`uploaded ${path} → ${file.id}`);
+
+    const list = await cli(["files", "list", "--purpose", "batch"]);
+    expectCode(list, 0);
+    expect(list.stdout.split("\n")[0]).toMatch(/^ID\s+BYTES\s+CREATED\s+PURPOSE\s+FILENAME$/);
+    expect(list.stdout).toContain(file.id);
+    const listJson = await cli(["files", "list", "--json", "--limit", "1", "--order", "desc"]);
+    expectCode(listJson, 0);
+    expect(JSON.parse(listJson.stdout)).toMatchObject({ object: "list", data: [{ id: file.id }] });
+
+    const get = await cli(["files", "get", file.id]);
+    expectCode(get, 0);
+    expect(JSON.parse(get.stdout)).toEqual(file);
+
+    const out = join(work, "downloaded.jsonl");
+    const dl = await cli(["files", "download", file.id, "--out", out]);
+    expectCode(dl, 0);
+    expect(readFileSync(out).equals(bytes)).toBe(true);
+    expect(existsSync(out + ".part")).toBe(false);
+    const dlStdout = await cli(["files", "download", file.id]);
+    expectCode(dlStdout, 0);
+    expect(dlStdout.stdout).toBe(bytes.toString());
+
+    const rm = await cli(["files", "rm", file.id]);
+    expectCode(rm, 0);
+    expect(rm.stdout).toBe(`deleted ${file.id}\n`);
+    const gone = await cli(["files", "get", file.id]);
+    expectCode(gone, 2);
+    expect(gone.stderr).toContain("404");
+    expect(gone.stderr).toContain("not_found");
+  });
+
+  test("a bad batch file is refused with the server's message naming the line (exit 2)", async () => {
+    const path = writeLines("bad.jsonl", [chatLine("a"), chatLine("a")]);
+    const r = await cli(["files", "upload", path]);
+    expectCode(r, 2);
+    expect(r.stderr).toMatch(/line 2: duplicate custom_id/);
+  });
+});
+
+describe("batches", () => {
+  test("create → get → wait (exit 0, final record) → list", async () => {
+    const file = (await t.sdk().files.create({ file: new File([ids(4).map((id) => chatLine(id)).join("\n")], "b.jsonl"), purpose: "batch" })).id;
+    const created = await cli(["batches", "create", file, "--metadata", "team=a", "--metadata", "run=1"]);
+    expectCode(created, 0);
+    const batch = JSON.parse(created.stdout);
+    expect(batch).toMatchObject({ object: "batch", status: "validating", input_file_id: file, endpoint: "/v1/chat/completions", completion_window: "24h", metadata: { team: "a", run: "1" } });
+
+    const got = await cli(["batches", "get", batch.id]);
+    expectCode(got, 0);
+    expect(JSON.parse(got.stdout).id).toBe(batch.id);
+
+    const waited = await cli(["batches", "wait", batch.id, "--interval", "0.05"]);
+    expectCode(waited, 0);
+    const final = JSON.parse(waited.stdout);
+    expect(final).toMatchObject({ id: batch.id, status: "completed", request_counts: { total: 4, completed: 4, failed: 0 } });
+    expect(waited.stderr).toContain(`${batch.id} completed 4/4 (100.0%)`);
+
+    const list = await cli(["batches", "list", "--limit", "5"]);
+    expectCode(list, 0);
+    expect(list.stdout.split("\n")[0]).toMatch(/^ID\s+STATUS\s+DONE\s+FAILED\s+TOTAL\s+CREATED\s+ENDPOINT$/);
+    expect(list.stdout).toMatch(new RegExp(`${batch.id}\\s+completed\\s+4\\s+0\\s+4\\s`));
+    const listJson = await cli(["batches", "list", "--json"]);
+    expect(JSON.parse(listJson.stdout).data.map((b: { id: string }) => b.id)).toContain(batch.id);
+  });
+
+  test("cancel a running batch → wait exits 1 and says cancelled; cancelling it again after the end is refused (exit 2)", async () => {
+    const file = (await t.sdk().files.create({ file: new File([ids(8000, "slow").map((id) => chatLine(id)).join("\n")], "slow.jsonl"), purpose: "batch" })).id;
+    const created = await cli(["batches", "create", file]);
+    expectCode(created, 0);
+    const id = JSON.parse(created.stdout).id as string;
+    const cancelled = await cli(["batches", "cancel", id]);
+    expectCode(cancelled, 0);
+    expect(["cancelling", "cancelled"]).toContain(JSON.parse(cancelled.stdout).status);
+
+    const waited = await cli(["batches", "wait", id, "--interval", "0.05"]);
+    expectCode(waited, 1);
+    expect(JSON.parse(waited.stdout).status).toBe("cancelled");
+    expect(waited.stderr).toContain(`batch ${id} cancelled`);
+
+    const again = await cli(["batches", "cancel", id]);
+    expectCode(again, 2);
+    expect(again.stderr).toContain("409");
+  });
+});
+
+describe("batch run", () => {
+  test("end to end: results and errors files hold every custom_id once; exit 0; plain progress on a pipe", async () => {
+    const good = ids(24, "ok");
+    const lines = good.map((id) => chatLine(id));
+    lines.splice(7, 0, chatLine("bad1", "x", { n: 0 })); // the echo model refuses n=0: an error line
+    const input = writeLines("run.jsonl", lines);
+    const out = join(work, "run-out.jsonl");
+    const errs = join(work, "run-err.jsonl");
+
+    const r = await cli(["batch", "run", input, "--out", out, "--errors", errs, "--interval", "0.05", "--progress-interval", "0.05"]);
+    expectCode(r, 0);
+    const results = parseLines(readFileSync(out, "utf8"));
+    const errors = parseLines(readFileSync(errs, "utf8"));
+    expect(results.map((l) => l.custom_id).sort()).toEqual([...good].sort());
+    expect(new Set(results.map((l) => l.custom_id)).size).toBe(good.length);
+    expect(results.every((l) => l.response?.status_code === 200)).toBe(true);
+    expect(errors.map((l) => l.custom_id)).toEqual(["bad1"]);
+    expect(errors[0]!.response?.status_code).toBe(400);
+
+    expect(r.stdout).toMatch(/^batch_[0-9A-Za-z]{24} completed: 24 completed, 1 failed of 25 in \S+\n/);
+    expect(r.stdout).toContain(`results: ${out} (24 lines)`);
+    expect(r.stdout).toContain(`errors: ${errs} (1 lines)`);
+
+    // Not a terminal: whole lines only, no carriage returns or escape codes.
+    expect(r.stderr).not.toContain("\r");
+    expect(r.stderr).not.toContain("\x1b[");
+    expect(r.stderr).toMatch(/^uploading .+\/.+ \(100\.0%\)$/m);
+    expect(r.stderr).toMatch(/^uploaded .*run\.jsonl → file-[0-9A-Za-z]{24} /m);
+    expect(r.stderr).toMatch(/^created batch_[0-9A-Za-z]{24} \(25 requests, \/v1\/chat\/completions\)$/m);
+    const progress = r.stderr.split("\n").filter((l) => /^batch_[0-9A-Za-z]{24} (validating|in_progress|finalizing|completed) \d+\/\d+/.test(l));
+    expect(progress.length).toBeGreaterThanOrEqual(2);
+    expect(progress[progress.length - 1]).toMatch(/ completed 25\/25 \(100\.0%\), 1 failed$/);
+  });
+
+  test("defaults: the endpoint comes from the first line, outputs go beside the input, no errors file when nothing failed", async () => {
+    const embed = (id: string) => JSON.stringify({ custom_id: id, method: "POST", url: "/v1/embeddings", body: { model: "offpeak-embed", input: `text ${id}` } });
+    const input = writeLines("emb.jsonl", ids(6, "e").map(embed));
+    const r = await cli(["batch", "run", input, "--interval", "0.05", "--quiet"]);
+    expectCode(r, 0);
+    expect(r.stderr).toBe("");
+    const results = parseLines(readFileSync(join(work, "emb.results.jsonl"), "utf8"));
+    expect(results.map((l) => l.custom_id).sort()).toEqual(ids(6, "e").sort());
+    expect(existsSync(join(work, "emb.errors.jsonl"))).toBe(false);
+  });
+
+  test("a batch that fails validation (unknown model): exit 1, the reason on stderr, no results written", async () => {
+    const input = writeLines("unknown-model.jsonl", [chatLine("u1"), chatLine("u2", "x", { model: "no-such-model" })]);
+    const out = join(work, "unknown-out.jsonl");
+    const r = await cli(["batch", "run", input, "--out", out, "--interval", "0.05"]);
+    expectCode(r, 1);
+    expect(r.stdout).toMatch(/ failed: 0 completed, 0 failed of 2/);
+    expect(r.stderr).toMatch(/batch batch_[0-9A-Za-z]{24} failed:\n {2}Line 2: .*no-such-model/);
+    expect(existsSync(out)).toBe(false);
+  });
+});
+
+describe("exit 2: usage and connection errors", () => {
+  test("bad usage: each with a clear message on stderr", async () => {
+    const cases: [string[], RegExp, Record<string, string>?][] = [
+      [["files"], /offpeak files upload FILE/],
+      [["files", "frobnicate"], /unknown files command 'frobnicate'/],
+      [["files", "get"], /missing FILE_ID/],
+      [["files", "get", "a", "b"], /unexpected argument 'b'/],
+      [["files", "list", "--bogus"], /unknown option --bogus/],
+      [["files", "list", "--limit"], /--limit needs a value/],
+      [["batch", "run"], /missing FILE\.jsonl/],
+      [["batch", "run", join(tmpdir(), "does-not-exist.jsonl")], /cannot read .*does-not-exist\.jsonl/],
+      [["batch", "run", "x.jsonl", "--out", "/no/such/dir/out.jsonl"], /--out \/no\/such\/dir\/out\.jsonl: its folder does not exist/],
+      [["batches", "wait", "batch_x", "--interval", "abc"], /--interval must be a number/],
+      [["batches", "list", "--base-url", "ftp://x"], /--base-url must be http/],
+      [["files", "list"], /no API key/, { OFFPEAK_API_KEY: "" }],
+    ];
+    for (const [args, message, env] of cases) {
+      const r = await cli(args, env);
+      if (r.code !== 2 || !message.test(r.stderr)) throw new Error(`offpeak ${args.join(" ")}: exit ${r.code}, stderr ${JSON.stringify(r.stderr)}`);
+      expect(r.stdout).toBe("");
+    }
+  });
+
+  test("a wrong key: the server's 401 with a hint", async () => {
+    const r = await cli(["files", "list"], { OFFPEAK_API_KEY: "sk-op-wrong" });
+    expectCode(r, 2);
+    expect(r.stderr).toContain("HTTP 401");
+    expect(r.stderr).toContain("--api-key");
+    expect(r.stderr).not.toContain("sk-op-wrong");
+  });
+
+  test("an unreachable server", async () => {
+    const port = await closedPort();
+    for (const args of [["files", "list"], ["batches", "get", "batch_x"], ["batch", "run", writeLines("unreach.jsonl", [chatLine("a")])]]) {
+      const r = await cli([...args, "--base-url", `http://127.0.0.1:${port}/v1`]);
+      expectCode(r, 2);
+      expect(r.stderr).toContain(`cannot reach offpeak at http://127.0.0.1:${port}/v1`);
+    }
+  });
+});
+
+describe("healthcheck", () => {
+  test("0 against a live server, 1 against nothing", async () => {
+    expectCode(await cli(["healthcheck", "--url", `${t.url}/healthz`]), 0);
+    const port = await closedPort();
+    const down = await cli(["healthcheck"], { PORT: String(port) });
+    expectCode(down, 1);
+    expect(down.stderr).toContain(`http://127.0.0.1:${port}/healthz`);
+  });
+});
+
+describe("progress rendering", () => {
+  test("terminal: one line redrawn in place with bar, done/total, rate and ETA", () => {
+    const line = renderBar({ label: "in_progress", done: 5200, total: 10000, failed: 3, unit: "lines" }, 1234, 100);
+    expect(line).toMatch(/^in_progress \[█+░+\]  52%  5,200\/10,000  1,234 lines\/s  ETA 4s  3 failed$/);
+    expect(line.length).toBeLessThan(100);
+    expect(renderBar({ label: "in_progress", done: 5200, total: 10000, unit: "lines" }, 1234, 40).length).toBeLessThan(40);
+
+    const writes: string[] = [];
+    const p = new Progress({ sink: { write: (s: string) => writes.push(s), isTTY: true, columns: 100 } });
+    p.update({ label: "in_progress", done: 0, total: 100, unit: "lines" }, 0);
+    p.update({ label: "in_progress", done: 50, total: 100, unit: "lines" }, 1000);
+    p.update({ label: "completed", done: 100, total: 100, unit: "lines" }, 1500);
+    p.finishLine();
+    expect(writes.slice(0, 3).every((w) => w.startsWith("\r") && w.endsWith("\x1b[K"))).toBe(true);
+    expect(writes[1]).toContain("50/100  50.0 lines/s  ETA 1s");
+    expect(writes[3]).toBe("\n");
+  });
+
+  test("plain: a line at each status change and every interval, not more", () => {
+    const writes: string[] = [];
+    const p = new Progress({ sink: { write: (s: string) => writes.push(s), isTTY: false }, plainEveryMs: 5000, prefix: "batch_x " });
+    p.update({ label: "validating", done: 0, total: 100, unit: "lines" }, 0);
+    p.update({ label: "in_progress", done: 10, total: 100, unit: "lines" }, 1000);
+    p.update({ label: "in_progress", done: 20, total: 100, unit: "lines" }, 2000);
+    p.update({ label: "in_progress", done: 70, total: 100, failed: 2, unit: "lines" }, 7000);
+    p.update({ label: "completed", done: 100, total: 100, failed: 2, unit: "lines" }, 7500);
+    expect(writes).toEqual([
+      "batch_x validating 0/100 (0.0%)\n",
+      "batch_x in_progress 10/100 (10.0%)\n",
+      "batch_x in_progress 70/100 (70.0%) 10.0 lines/s ETA 3s, 2 failed\n",
+      "batch_x completed 100/100 (100.0%), 2 failed\n",
+    ]);
+    expect(renderPlain("", { label: "uploading", done: 1536, total: 3072, unit: "B" }, 1024)).toBe("uploading 1.50 KiB/3.00 KiB (50.0%) 1.00 KiB/s ETA 2s");
+    expect([formatDuration(59), formatDuration(61), formatDuration(3725), formatDuration(90000)]).toEqual(["59s", "1m01s", "1h02m", "1d01h"]);
+  });
+});
