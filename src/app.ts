@@ -95,11 +95,18 @@ function toErrorResponse(ctx: AppContext, code: string | number, error: unknown,
       const msg = ve ? `${param ? param + ": " : ""}${ve.message}` : "invalid request";
       return errorResponse(new ApiError("invalid_value", msg, { param }), requestId);
     }
-    case "PARSE":
+    case "PARSE": {
+      // Elysia wraps what a route's parse hook throws; our own error says more.
+      const cause = (error as { cause?: unknown }).cause;
+      if (cause instanceof ApiError) return errorResponse(cause, requestId);
       return errorResponse(new ApiError("invalid_json", "The request body is not valid JSON (or does not match its Content-Type)"), requestId);
+    }
     case "NOT_FOUND":
       return errorResponse(new ApiError("not_found", `Unknown route: ${request.method} ${pathOf(request.url).slice(0, 200)}`), requestId);
   }
-  ctx.log.error("unhandled error", { request_id: requestId, method: request.method, path: pathOf(request.url).slice(0, 200), error: String((error as Error)?.stack ?? error) });
+  // A client that went away (e.g. while queued for a model) is not a server
+  // fault: nobody reads the answer; 499 is what the request log records.
+  if (request.signal.aborted || (error as Error)?.name === "AbortError") return new Response(null, { status: 499 });
+  ctx.log.error("unhandled error", { request_id: requestId, method: request.method, path: pathOf(request.url).slice(0, 200), error: String((error as Error)?.stack || error) });
   return errorResponse(new ApiError("internal_error", `Internal server error (request ${requestId})`), requestId);
 }

@@ -178,10 +178,10 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
 
   const upstreams: UpstreamConfig[] = (file.upstreams ?? []).map((u) => ({
     ...u,
-    api_key: u.api_key_env ? (env[u.api_key_env] ?? null) : null,
+    api_key: u.api_key_env ? env[u.api_key_env] || null : null,
   }));
   if (env.OFFPEAK_UPSTREAM_URL) {
-    upstreams.push({ name: "upstream", base_url: env.OFFPEAK_UPSTREAM_URL, api_key: env.OFFPEAK_UPSTREAM_KEY ?? null });
+    upstreams.push({ name: "upstream", base_url: env.OFFPEAK_UPSTREAM_URL, api_key: env.OFFPEAK_UPSTREAM_KEY || null });
   }
 
   const logLevel = (flags["log-level"] ?? env.OFFPEAK_LOG_LEVEL ?? file.server?.log_level ?? "info") as LogLevel;

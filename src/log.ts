@@ -11,6 +11,8 @@ export interface Logger {
   info(msg: string, fields?: Record<string, unknown>): void;
   warn(msg: string, fields?: Record<string, unknown>): void;
   error(msg: string, fields?: Record<string, unknown>): void;
+  /** Whether a line at `level` would be written (to skip building fields that would be dropped). */
+  enabled(level: LogLevel): boolean;
 }
 
 const SECRET_FIELDS = new Set(["authorization", "api_key", "apikey", "key", "secret", "password", "token", "cookie"]);
@@ -34,5 +36,5 @@ export function createLogger(level: LogLevel, sink: (line: string) => void = (l)
     if (ORDER[lvl] < min) return;
     sink(JSON.stringify({ time: new Date().toISOString(), level: lvl, msg, ...(fields ? redact(fields) : undefined) }) + "\n");
   };
-  return { debug: emit("debug"), info: emit("info"), warn: emit("warn"), error: emit("error") };
+  return { debug: emit("debug"), info: emit("info"), warn: emit("warn"), error: emit("error"), enabled: (lvl) => ORDER[lvl] >= min };
 }

@@ -64,7 +64,7 @@ export async function chatCompletions(ctx: AppContext, principal: Principal, bod
     }
   }
 
-  const { headers, release } = await admit(ctx, principal, model, promptTokensOf(body), request.signal);
+  const { headers, release, metersTokens } = await admit(ctx, principal, model, promptTokensOf(body), request.signal);
   let handedOff = false;
   try {
     const res = await callUpstream({ model, path: "/chat/completions", body, signal: request.signal });
@@ -84,12 +84,17 @@ export async function chatCompletions(ctx: AppContext, principal: Principal, bod
       });
     }
     const text = await upstreamText(res);
-    try {
-      const usage = (JSON.parse(text) as { usage?: { completion_tokens?: number } }).usage;
+    // Parsing the answer is only needed to charge its tokens; otherwise a
+    // cheap check of its first character still catches a non-JSON answer.
+    if (metersTokens) {
+      let usage: { completion_tokens?: number } | undefined;
+      try {
+        usage = (JSON.parse(text) as { usage?: { completion_tokens?: number } }).usage;
+      } catch {
+        throw new ApiError("upstream_error", `Upstream ${model.upstreamName} answered with invalid JSON`);
+      }
       if (usage?.completion_tokens) ctx.rateLimiter.charge(principal.keyId, usage.completion_tokens);
-    } catch {
-      throw new ApiError("upstream_error", `Upstream ${model.upstreamName} answered with invalid JSON`);
-    }
+    } else if (!/^\s*\{/.test(text)) throw new ApiError("upstream_error", `Upstream ${model.upstreamName} answered with invalid JSON`);
     return new Response(text, { headers: { "content-type": "application/json", ...headers } });
   } finally {
     if (!handedOff) release();

@@ -149,7 +149,7 @@ export class Progress {
     this.lastLabel = s.label;
     if (this.tty) {
       // Redraw at most 10 times a second.
-      if (!changed && now - this.lastDraw < 100) return;
+      if (!changed && now - this.lastDraw < 100 && s.done !== s.total) return;
       this.lastDraw = now;
       this.sink.write(`\r${renderBar(s, rate, this.sink.columns || 80)}\x1b[K`);
       this.drawn = true;

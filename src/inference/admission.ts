@@ -21,6 +21,8 @@ export interface Admitted {
   /** x-ratelimit-* headers for the response. */
   headers: Record<string, string>;
   release: Release;
+  /** Whether completion tokens count against a tpm limit (else the answer need not be read for usage). */
+  metersTokens: boolean;
 }
 
 export async function admit(ctx: AppContext, principal: Principal, model: ModelEntry, promptTokens: number, signal: AbortSignal): Promise<Admitted> {
@@ -29,7 +31,7 @@ export async function admit(ctx: AppContext, principal: Principal, model: ModelE
   const headers = ctx.rateLimiter.admit(principal.keyId, limits, promptTokens, admittedAt);
   try {
     const release = await ctx.scheduler.acquireInteractive(model, signal);
-    return { headers, release };
+    return { headers, release, metersTokens: limits.tpm !== null };
   } catch (e) {
     // The request never ran (529, or the client left the queue): it costs no
     // quota, or clients retrying a busy model would use up their rpm on 529s.

@@ -37,6 +37,8 @@ export async function callUpstream({ model, path, body, signal }: UpstreamCall):
   } catch (e) {
     if (!signal.aborted) countUpstreamError(model.id, timeout.aborted ? "timeout" : "connection");
     if (timeout.aborted) throw timeoutError(model);
+    // The client left: rethrow the abort (answered 499, not counted as an upstream fault).
+    if (signal.aborted) throw e;
     throw new ApiError("upstream_error", `Upstream ${model.upstreamName} is unreachable`);
   }
 }

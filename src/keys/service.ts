@@ -1,6 +1,7 @@
 // API keys: created with a secret shown once, stored only as a SHA-256 hash,
 // revoked by setting revoked_at (checked on every request, so revocation
 // takes effect on the next one). Used by the HTTP routes and by the CLI.
+import { keysChanged } from "../auth/verify";
 import { and, asc, eq, isNull } from "drizzle-orm";
 import type { Db } from "../db/client";
 import { apiKeys } from "../db/schema";
@@ -78,6 +79,7 @@ export function revokeKey(db: Db, id: string) {
     .returning({ id: apiKeys.id })
     .all();
   if (revoked.length === 0) throw notFound("key", id);
+  keysChanged(db);
   return { id, object: "api_key" as const, deleted: true as const };
 }
 
