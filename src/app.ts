@@ -6,7 +6,7 @@ import { authenticate } from "./auth/plugin";
 import { createVerifier } from "./auth/verify";
 import type { AppContext } from "./context";
 import { ApiError, errorResponse } from "./errors";
-import { base62 } from "./ids";
+import { newId } from "./ids";
 import { filesRoutes } from "./files/routes";
 import { keysRoutes } from "./keys/routes";
 import { batchesRoutes } from "./batches/routes";
@@ -44,7 +44,7 @@ export function buildApp(ctx: AppContext) {
   return (
     new Elysia()
       .onRequest(({ request, set }) => {
-        const id = "req_" + base62(24);
+        const id = newId("req_");
         requestIds.set(request, id);
         set.headers["x-request-id"] = id;
         const path = pathOf(request.url);

@@ -15,7 +15,10 @@ export function base62(length: number): string {
   return out;
 }
 
-export const newId = (prefix: "file-" | "batch_" | "batch_req_" | "chat_" | "msg_" | "key_" | "chatcmpl-") => prefix + base62(24);
+export type IdPrefix = "file-" | "batch_" | "batch_req_" | "chat_" | "msg_" | "key_" | "chatcmpl-" | "req_";
+
+/** A prefix and 24 CSPRNG base62 characters (drawn from a shared IdStream: one request id per HTTP request adds up). */
+export const newId = (prefix: IdPrefix): string => shared.next(prefix);
 
 const BASE62 = /^[0-9A-Za-z]{24}$/;
 
@@ -51,6 +54,7 @@ export class IdStream {
 }
 
 const ALPHABET_CODES = Uint8Array.from(ALPHABET, (c) => c.charCodeAt(0));
+const shared = new IdStream();
 
 /** A stable id derived from a seed: finalizing a batch twice (after a crash) names its result files the same. */
 export function derivedId(prefix: string, seed: string): string {

@@ -54,7 +54,8 @@ export function createVerifier(db: Db, adminKey: string | null) {
   return (secret: string): Principal | null => {
     if (secret.length === 0 || secret.length > 512) return null;
     const hash = hashSecret(secret);
-    if (adminHash && sameHash(hash, adminHash)) return { keyId: "key_env_admin", project: "default", scopes: adminScopes, rpm: null, tpm: null };
+    // Plain comparison of digests is safe: timing can only reveal digest bits, never the secret's.
+    if (hash === adminHash) return { keyId: "key_env_admin", project: "default", scopes: adminScopes, rpm: null, tpm: null };
     const version = dataVersion.get()!.data_version;
     const generation = generations.get(db.$client) ?? 0;
     if (version !== cachedAt.version || generation !== cachedAt.generation || cache.size >= MAX_CACHED) {

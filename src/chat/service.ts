@@ -79,7 +79,7 @@ export async function chatCompletions(ctx: AppContext, principal: Principal, bod
     }
     if (stream && res.body) {
       handedOff = true;
-      return new Response(passThrough(res.body, release), {
+      return new Response(passThrough(res, release), {
         headers: { "content-type": res.headers.get("content-type") ?? "text/event-stream", "cache-control": "no-cache", ...headers },
       });
     }

@@ -9,7 +9,7 @@ import { admit, resolveModel } from "../inference/admission";
 import { planEcho } from "../inference/echo";
 import { echoChunks } from "../inference/echoStream";
 import { sseResponse } from "../inference/sse";
-import { callUpstream, upstreamFailure } from "../inference/upstream";
+import { callUpstream, streamDeadline, upstreamFailure } from "../inference/upstream";
 import { addMessage, chatExists, getChat, history } from "./service";
 
 const KEEP_ALIVE_MS = 15_000;
@@ -99,12 +99,14 @@ async function upstreamChunks(ctx: AppContext, model: Parameters<typeof callUpst
   }
   if (!res.body) throw new ApiError("upstream_error", `Upstream ${model.upstreamName} answered without a body`);
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  const deadline = streamDeadline(res);
   return (async function* () {
     let buf = "";
     try {
       for (;;) {
         const { value, done } = await reader.read();
         if (done) return;
+        deadline.onChunk();
         buf += value;
         let nl: number;
         while ((nl = buf.indexOf("\n")) !== -1) {
@@ -117,6 +119,7 @@ async function upstreamChunks(ctx: AppContext, model: Parameters<typeof callUpst
         }
       }
     } finally {
+      deadline.onEnd();
       await reader.cancel().catch(() => {});
     }
   })();

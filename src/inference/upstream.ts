@@ -5,6 +5,7 @@
 // timeouts → 504, unreachable → 502.
 import { ApiError } from "../errors";
 import { countUpstreamError, countUpstreamRequest } from "../metrics";
+import { Deadline } from "./deadline";
 import type { ModelEntry } from "./registry";
 
 export interface UpstreamCall {
@@ -15,28 +16,29 @@ export interface UpstreamCall {
   signal: AbortSignal;
 }
 
-/** The timeout signal of each upstream answer, so that reading its body can tell a timeout from other failures. */
-const timeouts = new WeakMap<globalThis.Response, { model: ModelEntry; timeout: AbortSignal }>();
+/** The deadline of each upstream answer: reading its body clears it, and can tell a timeout from other failures. */
+const deadlines = new WeakMap<globalThis.Response, { model: ModelEntry; deadline: Deadline }>();
 
 const timeoutError = (model: ModelEntry) => new ApiError("upstream_timeout", `Upstream ${model.upstreamName} did not answer within ${model.timeoutMs} ms`);
 
 export async function callUpstream({ model, path, body, signal }: UpstreamCall): Promise<globalThis.Response> {
   const headers: Record<string, string> = { "content-type": "application/json" };
   if (model.apiKey) headers.authorization = `Bearer ${model.apiKey}`;
-  const timeout = AbortSignal.timeout(model.timeoutMs);
+  const deadline = new Deadline(model.timeoutMs, signal);
   countUpstreamRequest(model.id);
   try {
     const res = await fetch(model.baseUrl + path, {
       method: "POST",
       headers,
       body: JSON.stringify({ ...body, model: model.upstreamModel ?? model.id }),
-      signal: AbortSignal.any([signal, timeout]),
+      signal: deadline.signal,
     });
-    timeouts.set(res, { model, timeout });
+    deadlines.set(res, { model, deadline });
     return res;
   } catch (e) {
-    if (!signal.aborted) countUpstreamError(model.id, timeout.aborted ? "timeout" : "connection");
-    if (timeout.aborted) throw timeoutError(model);
+    deadline.clear();
+    if (!signal.aborted) countUpstreamError(model.id, deadline.timedOut ? "timeout" : "connection");
+    if (deadline.timedOut) throw timeoutError(model);
     // The client left: rethrow the abort (answered 499, not counted as an upstream fault).
     if (signal.aborted) throw e;
     throw new ApiError("upstream_error", `Upstream ${model.upstreamName} is unreachable`);
@@ -49,13 +51,25 @@ export async function callUpstream({ model, path, body, signal }: UpstreamCall):
  * unhandled abort (500); it is a 504, and a dropped connection a 502.
  */
 export async function upstreamText(res: globalThis.Response): Promise<string> {
+  const t = deadlines.get(res);
   try {
     return await res.text();
   } catch (e) {
-    const t = timeouts.get(res);
-    if (t?.timeout.aborted) throw timeoutError(t.model);
+    if (t?.deadline.timedOut) throw timeoutError(t.model);
     throw new ApiError("upstream_error", `Upstream ${t?.model.upstreamName ?? "(unknown)"} broke off its answer`);
+  } finally {
+    t?.deadline.clear();
   }
+}
+
+/**
+ * For a streamed answer: the deadline becomes an idle timeout (restarted on
+ * every chunk), cleared when the stream ends. Returns the per-chunk and the
+ * end callbacks.
+ */
+export function streamDeadline(res: globalThis.Response): { onChunk: () => void; onEnd: () => void } {
+  const t = deadlines.get(res);
+  return { onChunk: () => t?.deadline.restart(), onEnd: () => t?.deadline.clear() };
 }
 
 /** Turns a non-2xx upstream answer into our error: 4xx verbatim, 5xx as 502. */
@@ -82,8 +96,15 @@ export async function upstreamFailure(model: ModelEntry, res: globalThis.Respons
   return new ApiError("upstream_error", `Upstream ${model.upstreamName} failed with HTTP ${res.status}${detail ? `: ${detail.slice(0, 500)}` : ""}`);
 }
 
-/** Passes a body through chunk by chunk, calling `onEnd` once when it ends or the client cancels. */
-export function passThrough(body: ReadableStream<Uint8Array>, onEnd: () => void): ReadableStream<Uint8Array> {
+/** Passes an upstream answer's body through chunk by chunk, calling `onEnd` once when it ends or the client cancels. */
+export function passThrough(res: globalThis.Response, onEnd: () => void): ReadableStream<Uint8Array> {
+  const body = res.body!;
+  const deadline = streamDeadline(res);
+  const finish = onEnd;
+  onEnd = () => {
+    deadline.onEnd();
+    finish();
+  };
   const reader = body.getReader();
   let ended = false;
   const end = () => {
@@ -99,7 +120,10 @@ export function passThrough(body: ReadableStream<Uint8Array>, onEnd: () => void)
         if (done) {
           end();
           controller.close();
-        } else controller.enqueue(value);
+        } else {
+          deadline.onChunk();
+          controller.enqueue(value);
+        }
       } catch (e) {
         end();
         controller.error(e);

@@ -5,6 +5,7 @@
 import { ApiError } from "../../errors";
 import { IdStream } from "../../ids";
 import { echoCompletion } from "../../inference/echo";
+import { Deadline } from "../../inference/deadline";
 import { embeddingsResponse } from "../../inference/embed";
 import type { PricedModel, RunTask } from "../types";
 import { acquireSlot } from "./slots";
@@ -89,8 +90,16 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
     // A slot per attempt, not per request: during a backoff the slot is free for others.
     const release = model.limited ? await acquireSlot(model.id) : null;
     try {
-      const res = await fetch(model.baseUrl + path, { method: "POST", headers, body: payload, signal: AbortSignal.timeout(model.timeoutMs) });
-      const text = await res.text();
+      // A Deadline, not AbortSignal.timeout: that one's timer lives on for the whole timeout after the answer.
+      const deadline = new Deadline(model.timeoutMs);
+      let text: string;
+      let res: Response;
+      try {
+        res = await fetch(model.baseUrl + path, { method: "POST", headers, body: payload, signal: deadline.signal });
+        text = await res.text();
+      } finally {
+        deadline.clear();
+      }
       let body: unknown;
       try {
         body = JSON.parse(text);
