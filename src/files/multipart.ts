@@ -78,6 +78,39 @@ export async function readMultipart(
     return true;
   };
 
+  /**
+   * `more` for the body state, without copying the new chunk: the few bytes
+   * left over (shorter than the delimiter) are body unless a delimiter starts
+   * among them, which only a small joint of them and the chunk's head can
+   * show. If none starts there, they go to the sink and the chunk becomes the
+   * buffer as it is; otherwise (once per part) fall back to joining.
+   */
+  const moreBody = async (): Promise<boolean> => {
+    if (eof) return false;
+    const { value, done } = await reader.read();
+    if (done) {
+      eof = true;
+      return false;
+    }
+    const chunk = Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+    if (buf.length > 0) {
+      const joint = Buffer.concat([buf, chunk.subarray(0, delimiter.length)]);
+      const at = joint.indexOf(delimiter);
+      if (at !== -1 && at < buf.length) {
+        buf = Buffer.concat([buf, chunk]);
+        return true;
+      }
+      if (at === -1 && joint.length < buf.length + delimiter.length && !eof) {
+        // The chunk is shorter than a delimiter: too little to decide; join (small).
+        buf = Buffer.concat([buf, chunk]);
+        return true;
+      }
+      await sink!.write(buf);
+    }
+    buf = chunk;
+    return true;
+  };
+
   try {
     while (state !== "done") {
       if (state === "preamble") {
@@ -132,7 +165,7 @@ export async function readMultipart(
           await sink!.write(buf.subarray(0, safe));
           buf = buf.subarray(safe);
         }
-        if (!(await more())) throw malformed("truncated body: no closing boundary");
+        if (!(await moreBody())) throw malformed("truncated body: no closing boundary");
       }
     }
   } finally {

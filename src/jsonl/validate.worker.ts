@@ -22,7 +22,11 @@ self.onmessage = (event: MessageEvent) => {
     }
   } else if (msg.type === "init") {
     validator = new BatchFileValidator(msg.maxRequests);
+    reportedFailure = false;
   } else if (msg.type === "finish") {
     self.postMessage({ type: "result", result: validator!.finish() });
+    // This Worker may be kept for the next upload: drop this one's id set now.
+    validator = null;
+    Bun.gc(false);
   }
 };
