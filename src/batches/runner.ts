@@ -343,20 +343,38 @@ export class BatchRunner {
   /** Scheduler slots held by Workers' requests, by worker then request id. */
   private readonly slots = new Map<Worker, Map<number, Release>>();
 
-  private onSlotMessage(m: Extract<FromWorker, { type: "acquire" | "release" }>, worker: Worker): void {
+  /** Grants not yet sent, by worker: sent together at the end of the turn. */
+  private readonly pendingGrants = new Map<Worker, number[]>();
+
+  private onSlotMessage(m: Extract<FromWorker, { type: "slots" }>, worker: Worker): void {
     let held = this.slots.get(worker);
     if (!held) this.slots.set(worker, (held = new Map()));
-    if (m.type === "release") {
-      held.get(m.reqId)?.();
-      held.delete(m.reqId);
-      return;
+    // Releases first: a turn's releases free slots for its own asks.
+    for (const reqId of m.release) {
+      held.get(reqId)?.();
+      held.delete(reqId);
     }
-    const model = this.registry.get(m.model);
-    if (!model) return;
     const mine = held;
-    this.ctx.scheduler.acquireBatch(model).then((release) => {
-      mine.set(m.reqId, release);
-      worker.postMessage({ type: "grant", reqId: m.reqId } satisfies ToWorker);
+    for (const [reqId, modelId] of m.acquire) {
+      const model = this.registry.get(modelId);
+      if (!model) continue;
+      this.ctx.scheduler.acquireBatch(model).then((release) => {
+        // The Worker died meanwhile (its slots were given back): give this one back too.
+        if (this.slots.get(worker) !== mine) return release();
+        mine.set(reqId, release);
+        this.grantSoon(worker, reqId);
+      });
+    }
+  }
+
+  private grantSoon(worker: Worker, reqId: number): void {
+    const list = this.pendingGrants.get(worker);
+    if (list) return void list.push(reqId);
+    this.pendingGrants.set(worker, [reqId]);
+    queueMicrotask(() => {
+      const reqIds = this.pendingGrants.get(worker)!;
+      this.pendingGrants.delete(worker);
+      worker.postMessage({ type: "grants", reqIds } satisfies ToWorker);
     });
   }
 
@@ -367,7 +385,7 @@ export class BatchRunner {
   }
 
   private onWorkerMessage(m: FromWorker, worker: Worker): void {
-    if (m.type === "acquire" || m.type === "release") return this.onSlotMessage(m, worker);
+    if (m.type === "slots") return this.onSlotMessage(m, worker);
     if ((m.type === "progress" || m.type === "done" || m.type === "paused") && m.metrics) applyWorkerMetrics(m.metrics);
     const key = `${m.batchId}/${m.idx}`;
     switch (m.type) {

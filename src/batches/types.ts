@@ -68,9 +68,12 @@ export type FromWorker =
   /** Stopped for a checkpoint (shutdown) before the shard finished. */
   | { type: "paused"; batchId: string; idx: number; totals: ShardTotals; metrics?: WorkerMetricsDelta }
   | { type: "failed"; batchId: string; idx: number; error: string }
-  /** Asks the scheduler for a slot on a limited model (answered with "grant"). */
-  | { type: "acquire"; reqId: number; model: string }
-  | { type: "release"; reqId: number };
+  /**
+   * Scheduler slots on limited models, gathered over one turn of the Worker's
+   * event loop: `acquire` asks for slots (answered with "grants"), `release`
+   * gives them back. One message per turn, not three per request.
+   */
+  | { type: "slots"; acquire: [reqId: number, model: string][]; release: number[] };
 
 export type ToWorker =
   | { type: "init"; models: PricedModel[] }
@@ -79,4 +82,5 @@ export type ToWorker =
   | { type: "stop"; batchId: string; code: "batch_cancelled" | "batch_expired" }
   /** Shutdown: finish in-flight requests, flush, report "paused". */
   | { type: "checkpoint" }
-  | { type: "grant"; reqId: number };
+  /** Slots granted since the last "grants" message. */
+  | { type: "grants"; reqIds: number[] };

@@ -4,7 +4,7 @@
 import type { FromWorker, PricedModel, ToWorker } from "../types";
 import { runShard, type ShardControl } from "./runShard";
 import { validateShard } from "./validateShard";
-import { initSlots, onGrant } from "./slots";
+import { initSlots, onGrants } from "./slots";
 
 declare const self: Worker;
 
@@ -23,8 +23,8 @@ self.onmessage = (event: MessageEvent<ToWorker>) => {
     case "stop":
       if (current && current.batchId === msg.batchId) current.control.stopCode ??= msg.code;
       return;
-    case "grant":
-      onGrant(msg.reqId);
+    case "grants":
+      onGrants(msg.reqIds);
       return;
     case "checkpoint":
       checkpointing = true;
