@@ -78,7 +78,13 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
     }
   };
 
-  const inFlight = new Set<Promise<void>>();
+  // Requests in flight, and the line loop's single waiter: woken by every
+  // completion, it re-checks its condition (room for one more, or none left).
+  // Promise.race over the in-flight set cost a reaction per request per line.
+  let inFlight = 0;
+  let wake: (() => void) | null = null;
+  let failure: unknown = null;
+  const nextCompletion = () => new Promise<void>((r) => (wake = r));
   let paused = false;
   try {
     const stream = Bun.file(task.inputPath).slice(task.start, task.end).stream();
@@ -106,22 +112,33 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
           continue;
         }
         // Upstream (or a built-in with simulated latency): bounded concurrency.
-        while (inFlight.size >= task.concurrency) await Promise.race(inFlight);
-        const p: Promise<void> = executeAsync(req, model, task, control).then((r) => {
-          inFlight.delete(p);
-          // A result that arrives after a stop still counts: the request ran.
-          // null: a pause cut its retries short; it stays undone for the restart.
-          if (r) record(r, model);
-          else paused = true;
-        });
-        inFlight.add(p);
+        while (inFlight >= task.concurrency) await nextCompletion();
+        if (failure) throw failure;
+        inFlight++;
+        executeAsync(req, model, task, control)
+          .then(
+            (r) => {
+              // A result that arrives after a stop still counts: the request ran.
+              // null: a pause cut its retries short; it stays undone for the restart.
+              if (r) record(r, model);
+              else paused = true;
+            },
+            (e) => void (failure ??= e),
+          )
+          .finally(() => {
+            inFlight--;
+            const w = wake;
+            wake = null;
+            w?.();
+          });
         progress();
       }
       progress();
       // Give finished requests' writes and incoming control messages a turn.
-      if (inFlight.size === 0) await new Promise((r) => setImmediate(r));
+      if (inFlight === 0) await new Promise((r) => setImmediate(r));
     }
-    await Promise.all(inFlight);
+    while (inFlight > 0) await nextCompletion();
+    if (failure) throw failure;
   } finally {
     out.close();
     err.close();
