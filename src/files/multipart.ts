@@ -67,14 +67,21 @@ export async function readMultipart(
   let sink: PartSink | null = null;
   let eof = false;
 
-  const more = async (): Promise<boolean> => {
-    if (eof) return false;
+  /** The next chunk of the body (no copy), or null at its end. */
+  const nextChunk = async (): Promise<Buffer | null> => {
+    if (eof) return null;
     const { value, done } = await reader.read();
     if (done) {
       eof = true;
-      return false;
+      return null;
     }
-    buf = buf.length === 0 ? Buffer.from(value.buffer, value.byteOffset, value.byteLength) : Buffer.concat([buf, value]);
+    return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+  };
+
+  const more = async (): Promise<boolean> => {
+    const chunk = await nextChunk();
+    if (!chunk) return false;
+    buf = buf.length === 0 ? chunk : Buffer.concat([buf, chunk]);
     return true;
   };
 
@@ -86,13 +93,8 @@ export async function readMultipart(
    * buffer as it is; otherwise (once per part) fall back to joining.
    */
   const moreBody = async (): Promise<boolean> => {
-    if (eof) return false;
-    const { value, done } = await reader.read();
-    if (done) {
-      eof = true;
-      return false;
-    }
-    const chunk = Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+    const chunk = await nextChunk();
+    if (!chunk) return false;
     if (buf.length > 0) {
       const joint = Buffer.concat([buf, chunk.subarray(0, delimiter.length)]);
       const at = joint.indexOf(delimiter);
@@ -100,7 +102,7 @@ export async function readMultipart(
         buf = Buffer.concat([buf, chunk]);
         return true;
       }
-      if (at === -1 && joint.length < buf.length + delimiter.length && !eof) {
+      if (at === -1 && joint.length < buf.length + delimiter.length) {
         // The chunk is shorter than a delimiter: too little to decide; join (small).
         buf = Buffer.concat([buf, chunk]);
         return true;
