@@ -112,7 +112,10 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
           continue;
         }
         // Upstream (or a built-in with simulated latency): bounded concurrency.
-        while (inFlight >= task.concurrency) await nextCompletion();
+        // On a limited model the scheduler bounds what really runs; a few more
+        // lines wait for a slot here, so a freed slot is taken at once.
+        const cap = model.limited ? task.concurrency * 2 : task.concurrency;
+        while (inFlight >= cap) await nextCompletion();
         if (failure) throw failure;
         inFlight++;
         executeAsync(req, model, task, control)
