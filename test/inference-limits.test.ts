@@ -9,6 +9,9 @@ import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:tes
 import { APIError } from "openai";
 import {
   configWriter,
+  sleep,
+  upstreamChunk,
+  pushStream,
   deferred,
   eventually,
   expectError,
@@ -173,6 +176,35 @@ describe("per-key rate limits", () => {
     // A single prompt larger than the whole budget is refused too.
     const big = await limitedKey({ tpm: 5 });
     await expect429(await chat(big, text));
+  });
+
+  test("tpm: a streamed upstream answer's reported completion tokens count (even with the number cut between chunks)", async () => {
+    const key = await limitedKey({ tpm: 100 });
+    up.handler = (r) => {
+      const s = pushStream(r);
+      (async () => {
+        s.data(upstreamChunk("gated-chat", { role: "assistant", content: "hi" }));
+        // The usage chunk, split in the middle of "completion_tokens":80.
+        const usage = `data: ${JSON.stringify(upstreamChunk("gated-chat", {}, "stop", { usage: { prompt_tokens: 5, completion_tokens: 80, total_tokens: 85 } }))}\n\n`;
+        const cut = usage.indexOf(":80") + 2;
+        s.send(usage.slice(0, cut));
+        await sleep(20);
+        s.send(usage.slice(cut));
+        s.send("data: [DONE]\n\n");
+        s.close();
+      })();
+      return s.response;
+    };
+    const first = await chat(key, "one two", { stream: true, stream_options: { include_usage: true } }, "gated-chat");
+    expect(first.status).toBe(200);
+    await readAllSse(first);
+    // 5 prompt tokens (2 words + 3) were counted at admission, 80 completion tokens at the end: 85 of 100.
+    const next = await chat(key, "one two", {}, "offpeak-echo");
+    expect(next.status).toBe(200);
+    const remaining = Number(next.headers.get("x-ratelimit-remaining-tokens"));
+    expect(remaining).toBeLessThanOrEqual(100 - 85 - 5);
+    // And the next one over the budget is refused.
+    await expect429(await chat(key, "one two three four five six seven eight nine ten eleven twelve"));
   });
 
   test("a rate-limited request never reaches the upstream", async () => {

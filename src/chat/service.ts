@@ -9,7 +9,7 @@ import { echoCompletion, echoUsage, planEcho } from "../inference/echo";
 import { echoChunks, pacedDelay } from "../inference/echoStream";
 import { sseResponse } from "../inference/sse";
 import { contentText, countTokens } from "../inference/tokens";
-import { callUpstream, passThrough, upstreamFailure, upstreamText } from "../inference/upstream";
+import { StreamUsage, callUpstream, passThrough, upstreamFailure, upstreamText } from "../inference/upstream";
 
 const json = (body: unknown, headers: Record<string, string>) => new Response(JSON.stringify(body), { headers: { "content-type": "application/json", ...headers } });
 
@@ -79,7 +79,13 @@ export async function chatCompletions(ctx: AppContext, principal: Principal, bod
     }
     if (stream && res.body) {
       handedOff = true;
-      return new Response(passThrough(res, release), {
+      // Completion tokens count against tpm when the stream reports them (include_usage).
+      const usage = metersTokens ? new StreamUsage() : null;
+      const end = () => {
+        release();
+        if (usage?.completionTokens) ctx.rateLimiter.charge(principal.keyId, usage.completionTokens);
+      };
+      return new Response(passThrough(res, end, usage ? (c) => usage.push(c) : undefined), {
         headers: { "content-type": res.headers.get("content-type") ?? "text/event-stream", "cache-control": "no-cache", ...headers },
       });
     }

@@ -96,8 +96,11 @@ export async function upstreamFailure(model: ModelEntry, res: globalThis.Respons
   return new ApiError("upstream_error", `Upstream ${model.upstreamName} failed with HTTP ${res.status}${detail ? `: ${detail.slice(0, 500)}` : ""}`);
 }
 
-/** Passes an upstream answer's body through chunk by chunk, calling `onEnd` once when it ends or the client cancels. */
-export function passThrough(res: globalThis.Response, onEnd: () => void): ReadableStream<Uint8Array> {
+/**
+ * Passes an upstream answer's body through chunk by chunk, calling `onEnd`
+ * once when it ends or the client cancels; `onChunk` sees every chunk.
+ */
+export function passThrough(res: globalThis.Response, onEnd: () => void, onChunk?: (chunk: Uint8Array) => void): ReadableStream<Uint8Array> {
   const body = res.body!;
   const deadline = streamDeadline(res);
   const finish = onEnd;
@@ -122,6 +125,7 @@ export function passThrough(res: globalThis.Response, onEnd: () => void): Readab
           controller.close();
         } else {
           deadline.onChunk();
+          onChunk?.(value);
           controller.enqueue(value);
         }
       } catch (e) {
@@ -134,4 +138,26 @@ export function passThrough(res: globalThis.Response, onEnd: () => void): Readab
       await reader.cancel(reason);
     },
   });
+}
+
+/**
+ * Reads the completion tokens an upstream stream reports (its usage chunk,
+ * sent when the client asked for `stream_options.include_usage`) without
+ * parsing the stream: the last `"completion_tokens":N` seen wins. A small
+ * tail of each chunk is kept, so a number cut between chunks is still read.
+ */
+export class StreamUsage {
+  private readonly decoder = new TextDecoder();
+  private tail = "";
+  completionTokens = 0;
+
+  push(chunk: Uint8Array): void {
+    const text = this.tail + this.decoder.decode(chunk, { stream: true });
+    const re = /"completion_tokens"\s*:\s*(\d+)/g;
+    let m: RegExpExecArray | null;
+    while ((m = re.exec(text))) this.completionTokens = Number(m[1]);
+    // A match that runs to the end may be a number cut short: the tail sees
+    // it again, whole, with the next chunk (the last value read wins).
+    this.tail = text.slice(-48);
+  }
 }
