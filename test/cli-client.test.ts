@@ -243,7 +243,8 @@ describe("batch run", () => {
     const out = join(work, "unknown-out.jsonl");
     const r = await cli(["batch", "run", input, "--out", out, "--interval", "0.05"]);
     expectCode(r, 1);
-    expect(r.stdout).toMatch(/ failed: 0 completed, 0 failed of 2/);
+    // Nothing ran: request_counts are all 0 (completed + failed = total).
+    expect(r.stdout).toMatch(/ failed: 0 completed, 0 failed of 0/);
     expect(r.stderr).toMatch(/batch batch_[0-9A-Za-z]{24} failed:\n {2}Line 2: .*no-such-model/);
     expect(existsSync(out)).toBe(false);
   });

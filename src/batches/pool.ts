@@ -51,6 +51,9 @@ export class WorkerPool {
     const slot = this.slots.find((s) => s.task === null);
     if (!slot) return false;
     slot.task = task;
+    // The registry changes (upstream models found after start): every task
+    // goes with the models as they are now.
+    slot.worker.postMessage({ type: "init", models: this.models() } satisfies ToWorker);
     slot.worker.postMessage(task satisfies ToWorker);
     return true;
   }

@@ -29,7 +29,13 @@ interface Validation {
   batch: BatchRow;
   results: (ValidateResult | null)[];
   left: number;
+  tasks: WorkerTask[];
 }
+
+/** A failing shard task is tried again after 1 s, 2 s, 4 s … at most 5 min (a hot loop before). */
+const retryDelayMs = (failures: number) => Math.min(1000 * 2 ** (failures - 1), 300_000);
+/** Validation of a shard that fails this often fails the batch (a run task keeps backing off: its work is not lost). */
+const MAX_VALIDATE_FAILURES = 3;
 
 export class BatchRunner {
   /** host:pid:nonce — a new nonce per start, so a reused pid (pid 1 in containers) is still a new owner. */
@@ -228,16 +234,15 @@ export class BatchRunner {
             .run();
       });
       mkdirSync(batchDir(this.ctx, b.id), { recursive: true });
-      const v: Validation = { batch: b, results: cuts.map(() => null), left: cuts.length };
-      this.validations.set(b.id, v);
-      this.ctx.log.info("batch validating", { batch_id: b.id, status: b.status, shards: cuts.length });
-      const allowed = this.registry
+      const allowedModels = this.registry
         .list()
         .filter((m) => (b.endpoint === "/v1/embeddings" ? m.kind !== "echo" : m.kind !== "embed"))
         .map((m) => m.id);
-      cuts.forEach((c, idx) =>
-        this.queue.push({ type: "validate", batchId: b.id, idx, inputPath: path, start: c.start, end: c.end, endpoint: b.endpoint, models: allowed }),
-      );
+      const tasks: WorkerTask[] = cuts.map((c, idx) => ({ type: "validate", batchId: b.id, idx, inputPath: path, start: c.start, end: c.end, endpoint: b.endpoint, models: allowedModels }));
+      const v: Validation = { batch: b, results: cuts.map(() => null), left: cuts.length, tasks };
+      this.validations.set(b.id, v);
+      this.ctx.log.info("batch validating", { batch_id: b.id, status: b.status, shards: cuts.length });
+      this.queue.push(...tasks);
     }
   }
 
@@ -287,7 +292,11 @@ export class BatchRunner {
 
   private failBatch(b: BatchRow, errors: { code: string; message: string; param: string | null; line: number | null }[]): void {
     this.ctx.db.transaction((tx) => {
-      tx.update(batches).set({ status: "failed", failedAt: nowSeconds(), errors, leaseOwner: null, leaseExpiresAt: null }).where(eq(batches.id, b.id)).run();
+      // Nothing ran: request_counts are all 0 (completed + failed = total holds).
+      tx.update(batches)
+        .set({ status: "failed", failedAt: nowSeconds(), errors, total: 0, completed: 0, failed: 0, leaseOwner: null, leaseExpiresAt: null })
+        .where(eq(batches.id, b.id))
+        .run();
       tx.delete(batchShards).where(eq(batchShards.batchId, b.id)).run();
     });
     this.ctx.log.info("batch failed validation", { batch_id: b.id, status: "failed", errors: errors.length, first_error: errors[0]?.message });
@@ -390,6 +399,7 @@ export class BatchRunner {
     const key = `${m.batchId}/${m.idx}`;
     switch (m.type) {
       case "validated":
+        this.failures.delete(key);
         this.onValidated(m.batchId, m.idx, m.result);
         break;
       case "progress": {
@@ -399,6 +409,7 @@ export class BatchRunner {
       }
       case "done":
         this.live.delete(key);
+        this.failures.delete(key);
         this.dirty.add(m.batchId);
         this.ctx.db
           .update(batchShards)
@@ -412,20 +423,52 @@ export class BatchRunner {
         break;
       case "failed":
         this.live.delete(key);
-        this.ctx.log.error("batch shard task failed", { batch_id: m.batchId, shard: m.idx, error: m.error });
-        this.releaseShard(m.batchId, m.idx);
+        this.onTaskFailed(m);
         break;
     }
     this.kick();
   }
 
+  /** Shard task failures in a row, by "batchId/idx" (cleared when the shard is done). */
+  private readonly failures = new Map<string, number>();
+
+  private onTaskFailed(m: Extract<FromWorker, { type: "failed" }>): void {
+    const key = `${m.batchId}/${m.idx}`;
+    const n = (this.failures.get(key) ?? 0) + 1;
+    this.failures.set(key, n);
+    const delay = retryDelayMs(n);
+    this.ctx.log.error("batch shard task failed", { batch_id: m.batchId, shard: m.idx, task: m.task, failures: n, retry_in_ms: delay, error: m.error });
+    if (m.task === "run") {
+      // The shard keeps its lease (renewed) until it is released for another try.
+      setTimeout(() => {
+        if (this.stopping) return;
+        this.releaseShard(m.batchId, m.idx);
+        this.kick();
+      }, delay).unref();
+      return;
+    }
+    const v = this.validations.get(m.batchId);
+    if (!v) return;
+    if (n < MAX_VALIDATE_FAILURES) {
+      setTimeout(() => {
+        if (this.stopping || this.validations.get(m.batchId) !== v) return;
+        this.queue.push(v.tasks[m.idx]!);
+        this.kick();
+      }, delay).unref();
+      return;
+    }
+    this.validations.delete(m.batchId);
+    for (let i = 0; i < v.tasks.length; i++) this.failures.delete(`${m.batchId}/${i}`);
+    this.failBatch(v.batch, [{ code: "internal_error", message: `Part ${m.idx} of the input file could not be checked: ${m.error.split("\n")[0]!.slice(0, 300)}`, param: null, line: null }]);
+  }
+
   private onWorkerCrash(task: WorkerTask | null, error: string, worker: Worker): void {
     this.releaseSlotsOf(worker);
     this.ctx.log.error("batch worker crashed", { error, batch_id: task?.batchId, shard: task?.idx });
-    if (task?.type === "run") {
+    if (task?.type === "run" || task?.type === "validate") {
       this.live.delete(`${task.batchId}/${task.idx}`);
-      this.releaseShard(task.batchId, task.idx);
-    } else if (task?.type === "validate") this.queue.push(task);
+      this.onTaskFailed({ type: "failed", task: task.type, batchId: task.batchId, idx: task.idx, error: `the Worker crashed: ${error}` });
+    }
     this.kick();
   }
 

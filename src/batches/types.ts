@@ -67,7 +67,7 @@ export type FromWorker =
   | { type: "done"; batchId: string; idx: number; totals: ShardTotals; metrics?: WorkerMetricsDelta }
   /** Stopped for a checkpoint (shutdown) before the shard finished. */
   | { type: "paused"; batchId: string; idx: number; totals: ShardTotals; metrics?: WorkerMetricsDelta }
-  | { type: "failed"; batchId: string; idx: number; error: string }
+  | { type: "failed"; task: "validate" | "run"; batchId: string; idx: number; error: string }
   /**
    * Scheduler slots on limited models, gathered over one turn of the Worker's
    * event loop: `acquire` asks for slots (answered with "grants"), `release`

@@ -30,6 +30,14 @@ export function boundaryOf(contentType: string | null): string {
 
 const malformed = (why: string) => new ApiError("invalid_value", `malformed multipart body: ${why}`, { param: null });
 
+function decodeFilenameStar(value: string): string {
+  try {
+    return decodeURIComponent(value);
+  } catch {
+    throw malformed("filename* is not valid percent-encoded UTF-8");
+  }
+}
+
 function parseHeaders(block: string): PartInfo {
   let name: string | null = null;
   let filename: string | null = null;
@@ -42,7 +50,7 @@ function parseHeaders(block: string): PartInfo {
     if (key === "content-disposition") {
       name = /;\s*name="([^"]*)"/i.exec(value)?.[1] ?? /;\s*name=([^;\s]+)/i.exec(value)?.[1] ?? null;
       const fnStar = /;\s*filename\*=(?:UTF-8|utf-8)''([^;]+)/.exec(value)?.[1];
-      filename = fnStar ? decodeURIComponent(fnStar) : (/;\s*filename="([^"]*)"/i.exec(value)?.[1] ?? /;\s*filename=([^;\s]+)/i.exec(value)?.[1] ?? null);
+      filename = fnStar ? decodeFilenameStar(fnStar) : (/;\s*filename="([^"]*)"/i.exec(value)?.[1] ?? /;\s*filename=([^;\s]+)/i.exec(value)?.[1] ?? null);
     } else if (key === "content-type") contentType = value;
   }
   if (name === null) throw malformed("a part has no Content-Disposition name");

@@ -65,6 +65,8 @@ function fieldSink(st: UploadState, name: string): PartSink {
       chunks.push(chunk.slice());
     },
     end() {
+      // A field given twice (e.g. purpose=fine-tune before the file, purpose=batch after) is ambiguous.
+      if (st.fields.has(name)) throw new ApiError("invalid_value", `form field '${name}' is given more than once`, { param: name });
       st.fields.set(name, Buffer.concat(chunks).toString("utf8"));
     },
   };

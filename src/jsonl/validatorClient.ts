@@ -70,7 +70,14 @@ export class ValidatorClient {
       } else if (m.type === "failed") this.failed = true;
       else if (m.type === "result") resolveResult(m.result);
     };
-    this.worker.onerror = (e) => rejectResult(new Error(`validator worker failed: ${e.message}`));
+    this.worker.onerror = (e) => {
+      rejectResult(new Error(`validator worker failed: ${e.message}`));
+      // An upload waiting for room in the Worker must not wait forever.
+      this.failed = true;
+      const d = this.drained;
+      this.drained = null;
+      d?.();
+    };
     this.worker.postMessage({ type: "init", maxRequests });
   }
 

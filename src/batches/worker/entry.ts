@@ -33,14 +33,14 @@ self.onmessage = (event: MessageEvent<ToWorker>) => {
     case "validate":
       validateShard(msg).then(
         (result) => post({ type: "validated", batchId: msg.batchId, idx: msg.idx, result }),
-        (e) => post({ type: "failed", batchId: msg.batchId, idx: msg.idx, error: String(e?.stack ?? e) }),
+        (e) => post({ type: "failed", task: "validate", batchId: msg.batchId, idx: msg.idx, error: String(e?.stack ?? e) }),
       );
       return;
     case "run": {
       const control: ShardControl = { stopCode: msg.stopCode, pausing: checkpointing };
       current = { batchId: msg.batchId, control };
       runShard(msg, models, control, post)
-        .catch((e) => post({ type: "failed", batchId: msg.batchId, idx: msg.idx, error: String(e?.stack ?? e) }))
+        .catch((e) => post({ type: "failed", task: "run", batchId: msg.batchId, idx: msg.idx, error: String(e?.stack ?? e) }))
         .finally(() => {
           if (current?.control === control) current = null;
         });

@@ -72,6 +72,12 @@ export function runBuiltin(req: BatchRequest, model: PricedModel, endpoint: stri
 const RETRYABLE = (status: number) => status === 408 || status === 429 || status >= 500;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** Sleeps `ms`, waking every 250 ms to see whether `stop()` has become true. */
+async function sleepUnless(ms: number, stop: () => boolean): Promise<void> {
+  const until = Date.now() + ms;
+  for (let left = ms; left > 0 && !stop(); left = until - Date.now()) await sleep(Math.min(left, 250));
+}
+
 function retryAfterMs(res: Response): number | null {
   const ms = res.headers.get("retry-after-ms");
   if (ms && /^\d+(\.\d+)?$/.test(ms)) return Number(ms);
@@ -91,7 +97,7 @@ function retryAfterMs(res: Response): number | null {
 export type StopState = "stop" | "pause" | null;
 
 /** Resolves with the result line, or null when a pause left the request without a final answer. */
-export async function runUpstream(req: BatchRequest, model: PricedModel, task: RunTask, stopState: () => StopState): Promise<LineResult | null> {
+export async function runUpstream(req: BatchRequest, model: PricedModel, task: RunTask, stopState: () => StopState, stopCode: () => "batch_cancelled" | "batch_expired" | null): Promise<LineResult | null> {
   const path = task.endpoint === "/v1/embeddings" ? "/embeddings" : "/chat/completions";
   const payload = JSON.stringify({ ...req.body, model: model.upstreamModel ?? model.id, stream: false });
   const headers: Record<string, string> = { "content-type": "application/json" };
@@ -102,6 +108,13 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
     let wait: number | null = null;
     // A slot per attempt, not per request: during a backoff the slot is free for others.
     const release = model.limited ? await acquireSlot(model.id) : null;
+    // The wait for a slot can be long: a line that has not been sent yet and
+    // whose batch was stopped meanwhile is not sent at all.
+    if (attempt === 1 && stopState() !== null) {
+      release?.();
+      const code = stopCode();
+      return code ? stoppedLine(req.custom_id, code) : null;
+    }
     try {
       // A Deadline, not AbortSignal.timeout: that one's timer lives on for the whole timeout after the answer.
       const deadline = new Deadline(model.timeoutMs);
@@ -114,14 +127,18 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
         deadline.clear();
       }
       let body: unknown;
+      let isJson = true;
       try {
         body = JSON.parse(text);
       } catch {
+        isJson = false;
         body = { error: { message: text.slice(0, 2000), type: "upstream_error", param: null, code: null } };
       }
       const requestId = res.headers.get("x-request-id");
       countUpstreamAttempt(model.id, attempt, res.ok ? null : res.status);
-      if (res.ok) return { ok: true, line: upstreamLine(req.custom_id, res.status, requestId, text, body), usage: (body as { usage?: unknown }).usage ?? null };
+      if (res.ok && isJson) return { ok: true, line: upstreamLine(req.custom_id, res.status, requestId, text, body), usage: (body as { usage?: unknown }).usage ?? null };
+      // A 2xx that is not JSON (a proxy's page, a misconfigured engine) is no answer: an error line, not retried.
+      if (res.ok) return { ok: false, line: resultLine(req.custom_id, res.status, requestId, body, null), usage: null };
       last = { status: res.status, requestId, body };
       if (!RETRYABLE(res.status)) break;
       wait = retryAfterMs(res);
@@ -140,7 +157,11 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
     const backoff = Math.random() * task.retryBaseMs * 2 ** (attempt - 1);
     const delay = Math.min(Math.max(wait ?? 0, backoff), 60_000);
     if (Date.now() + delay >= task.deadline) break;
-    await sleep(delay);
+    // A cancel or a shutdown must not wait out a long retry-after.
+    await sleepUnless(delay, () => stopState() !== null);
+    const after = stopState();
+    if (after === "pause") return null;
+    if (after === "stop") break;
   }
   if (last) return { ok: false, line: resultLine(req.custom_id, last.status, last.requestId, last.body, null), usage: null };
   return { ok: false, line: resultLine(req.custom_id, null, null, null, { code: "upstream_unreachable", message: lastError.slice(0, 500) }), usage: null };

@@ -25,13 +25,10 @@ export async function recoverParts(outPath: string, errPath: string): Promise<Re
     const file = Bun.file(path);
     const size = file.size;
     if (size === 0) continue;
-    // Keep only complete lines: cut after the last newline.
-    const tail = new Uint8Array(await file.slice(Math.max(0, size - 65536), size).arrayBuffer());
-    let keep = size;
-    if (tail[tail.length - 1] !== 10) {
-      const nl = tail.lastIndexOf(10);
-      keep = nl === -1 ? (size <= 65536 ? 0 : -1) : size - tail.length + nl + 1;
-      if (keep === -1) throw new Error(`part file ${path} ends in a line longer than 64 KB without newline`);
+    // Keep only complete lines: cut after the last newline (a torn result
+    // line may be long: look back 64 KB at a time).
+    const keep = await endOfLastLine(path, size);
+    if (keep !== size) {
       const fd = openSync(path, "r+");
       ftruncateSync(fd, keep);
       closeSync(fd);
@@ -49,4 +46,17 @@ export async function recoverParts(outPath: string, errPath: string): Promise<Re
     }
   }
   return { done, totals };
+}
+
+/** The length of `path` up to and including its last newline (0 if none). */
+async function endOfLastLine(path: string, size: number): Promise<number> {
+  const file = Bun.file(path);
+  const WINDOW = 65536;
+  for (let end = size; end > 0; end -= WINDOW) {
+    const start = Math.max(0, end - WINDOW);
+    const bytes = new Uint8Array(await file.slice(start, end).arrayBuffer());
+    const nl = bytes.lastIndexOf(10);
+    if (nl !== -1) return start + nl + 1;
+  }
+  return 0;
 }

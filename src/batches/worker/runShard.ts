@@ -115,7 +115,10 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
         // On a limited model the scheduler bounds what really runs; a few more
         // lines wait for a slot here, so a freed slot is taken at once.
         const cap = model.limited ? task.concurrency * 2 : task.concurrency;
-        while (inFlight >= cap) await nextCompletion();
+        while (inFlight >= cap) {
+          await nextCompletion();
+          progress();
+        }
         if (failure) throw failure;
         inFlight++;
         executeAsync(req, model, task, control)
@@ -140,9 +143,17 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
       // Give finished requests' writes and incoming control messages a turn.
       if (inFlight === 0) await new Promise((r) => setImmediate(r));
     }
-    while (inFlight > 0) await nextCompletion();
+    // The shard's last lines: counts keep moving while they finish.
+    while (inFlight > 0) {
+      await nextCompletion();
+      progress();
+    }
     if (failure) throw failure;
   } finally {
+    // Even when the loop failed: requests still running write to these files
+    // when they finish; closing first could let a later shard reuse the
+    // descriptor numbers and receive their lines.
+    while (inFlight > 0) await nextCompletion();
     out.close();
     err.close();
   }
@@ -150,7 +161,14 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
 }
 
 async function executeAsync(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl): Promise<LineResult | null> {
-  if (model.kind === "upstream") return runUpstream(req, model, task, () => (control.stopCode !== null ? "stop" : control.pausing ? "pause" : null));
+  if (model.kind === "upstream")
+    return runUpstream(
+      req,
+      model,
+      task,
+      () => (control.stopCode !== null ? "stop" : control.pausing ? "pause" : null),
+      () => control.stopCode,
+    );
   // A built-in with simulated latency occupies a scheduler slot like an upstream would.
   const release = model.limited ? await acquireSlot(model.id) : null;
   try {

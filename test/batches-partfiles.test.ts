@@ -1,0 +1,22 @@
+// a torn (half-written) result line longer than 64 KB at the end of a
+// part file (SIGKILL during a flush of big embeddings lines) must be cut off,
+// not make the shard fail forever.
+import { afterAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { recoverParts } from "../src/batches/worker/partFiles";
+
+const dir = mkdtempSync(join(tmpdir(), "offpeak-review-parts-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe("part-file recovery", () => {
+  test("a torn last line over 64 KB is truncated and the complete lines recovered", async () => {
+    const full = JSON.stringify({ id: "batch_req_x", custom_id: "a", response: { status_code: 200, request_id: null, body: { data: [1, 2, 3] } }, error: null }) + "\n";
+    const torn = JSON.stringify({ id: "batch_req_y", custom_id: "b", response: { status_code: 200, request_id: null, body: { v: "x".repeat(100_000) } } }).slice(0, 90_000);
+    const out = join(dir, "out-0.jsonl");
+    writeFileSync(out, full + torn);
+    const r = await recoverParts(out, join(dir, "err-0.jsonl")).then((x) => [...x.done.keys()], (e) => String(e));
+    expect(r).toEqual(["a"]);
+  });
+});
