@@ -47,9 +47,13 @@ export async function finalizeBatch(ctx: AppContext, batch: BatchRow): Promise<v
   );
   const sum = (k: "completed" | "failed" | "inputTokens" | "cachedTokens" | "outputTokens" | "reasoningTokens" | "costAmount") => shards.reduce((a, s) => a + s[k], 0);
   const now = nowSeconds();
-  const final = batch.stopReason === "cancelled" ? "cancelled" : batch.stopReason === "expired" ? "expired" : "completed";
   const expiresAt = batch.outputExpiresAfter ? now + batch.outputExpiresAfter : null;
+  let final: "completed" | "cancelled" | "expired" = "completed";
   ctx.db.transaction((tx) => {
+    // Read the stop reason again here: a cancel may have come in while the
+    // parts were being joined, and the final state must agree with it.
+    const stopReason = tx.select({ stopReason: batches.stopReason }).from(batches).where(eq(batches.id, batch.id)).get()?.stopReason ?? batch.stopReason;
+    final = stopReason === "cancelled" ? "cancelled" : stopReason === "expired" ? "expired" : "completed";
     for (const [id, bytes, kind] of [
       [outId, outBytes, "output"],
       [errId, errBytes, "error"],

@@ -1,6 +1,6 @@
 // Batch records: create, read, list, cancel. Execution lives in runner.ts.
 import { checkMetadata } from "../metadata";
-import { and, desc, eq, inArray, lt } from "drizzle-orm";
+import { and, desc, eq, inArray, isNull, lt } from "drizzle-orm";
 import type { AppContext } from "../context";
 import { batches } from "../db/schema";
 import { ApiError, notFound } from "../errors";
@@ -122,10 +122,12 @@ export function cancelBatch(ctx: AppContext, project: string, id: string): Batch
   if (row.status === "cancelling") return row;
   if (row.status !== "validating" && row.status !== "in_progress")
     throw new ApiError("invalid_state", `Cannot cancel a batch in status '${row.status}'`);
+  // A batch past its deadline is already being expired: it ends `expired`.
+  if (row.stopReason === "expired") throw new ApiError("invalid_state", "The batch has expired and is being finalized");
   const updated = ctx.db
     .update(batches)
     .set({ status: "cancelling", cancellingAt: nowSeconds(), stopReason: "cancelled" })
-    .where(and(eq(batches.id, row.id), inArray(batches.status, ["validating", "in_progress"])))
+    .where(and(eq(batches.id, row.id), inArray(batches.status, ["validating", "in_progress"]), isNull(batches.stopReason)))
     .returning()
     .get();
   // Lost a race with the runner finishing it: report the state it reached.

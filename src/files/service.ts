@@ -90,16 +90,25 @@ export function deleteFile(ctx: AppContext, project: string, id: string) {
 /** Deletes files whose expires_at has passed: rows first, then bytes. */
 export function sweepExpiredFiles(ctx: AppContext): number {
   const now = nowSeconds();
-  const expired = ctx.db
-    .select({ id: files.id })
-    .from(files)
-    .where(and(isNotNull(files.expiresAt), lte(files.expiresAt, now)))
-    .limit(1000)
-    .all();
-  for (const { id } of expired) {
-    if (deleteGuards.some((g) => g(ctx, id))) continue;
-    ctx.db.delete(files).where(eq(files.id, id)).run();
-    ctx.store.delete(id);
+  let deleted = 0;
+  // Pages of 1000 in id order: files a guard keeps (the input of a running
+  // batch) are stepped over, so they cannot hide the expired files after them.
+  let after = "";
+  for (;;) {
+    const page = ctx.db
+      .select({ id: files.id })
+      .from(files)
+      .where(and(isNotNull(files.expiresAt), lte(files.expiresAt, now), gt(files.id, after)))
+      .orderBy(asc(files.id))
+      .limit(1000)
+      .all();
+    for (const { id } of page) {
+      if (deleteGuards.some((g) => g(ctx, id))) continue;
+      ctx.db.delete(files).where(eq(files.id, id)).run();
+      ctx.store.delete(id);
+      deleted++;
+    }
+    if (page.length < 1000) return deleted;
+    after = page[page.length - 1]!.id;
   }
-  return expired.length;
 }
