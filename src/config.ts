@@ -48,6 +48,7 @@ export const ConfigFile = Type.Object(
           host: Type.Optional(Type.String()),
           data_dir: Type.Optional(Type.String()),
           log_level: Type.Optional(Type.Union([Type.Literal("debug"), Type.Literal("info"), Type.Literal("warn"), Type.Literal("error")])),
+          sse_keepalive_ms: Type.Optional(Type.Integer({ minimum: 100, maximum: 300_000 })),
         },
         { additionalProperties: false },
       ),
@@ -93,6 +94,8 @@ export interface Config {
   maxFileBytes: number;
   maxBatchLines: number;
   logLevel: LogLevel;
+  /** Quiet time after which a chat-session SSE stream sends a `: keep-alive` comment (proxies drop idle streams). */
+  sseKeepAliveMs: number;
   /** Exact admin key from OFFPEAK_ADMIN_KEY, if set. */
   adminKey: string | null;
   /** Default per-key limits when a key sets none (null: unlimited). */
@@ -200,6 +203,7 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
       pick(intOf("--max-batch-lines", flags["max-batch-lines"], 1), intOf("OFFPEAK_MAX_BATCH_LINES", env.OFFPEAK_MAX_BATCH_LINES, 1), file.limits?.max_batch_lines) ??
       DEFAULTS.maxBatchLines,
     logLevel,
+    sseKeepAliveMs: pick(intOf("OFFPEAK_SSE_KEEPALIVE_MS", env.OFFPEAK_SSE_KEEPALIVE_MS, 100, 300_000), file.server?.sse_keepalive_ms) ?? 15_000,
     adminKey: env.OFFPEAK_ADMIN_KEY || null,
     defaultRpm: pick(intOf("OFFPEAK_RPM", env.OFFPEAK_RPM, 1), file.limits?.rpm) ?? null,
     defaultTpm: pick(intOf("OFFPEAK_TPM", env.OFFPEAK_TPM, 1), file.limits?.tpm) ?? null,

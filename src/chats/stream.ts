@@ -12,7 +12,6 @@ import { sseResponse } from "../inference/sse";
 import { callUpstream, streamDeadline, upstreamFailure } from "../inference/upstream";
 import { addMessage, chatExists, getChat, history } from "./service";
 
-const KEEP_ALIVE_MS = 15_000;
 
 interface Delta {
   choices?: { delta?: { content?: string | null } }[];
@@ -80,7 +79,7 @@ export async function streamReply(
   }
   return sseResponse(events(), {
     headers,
-    keepAliveMs: KEEP_ALIVE_MS,
+    keepAliveMs: ctx.config.sseKeepAliveMs,
     onClose: () => {
       abort.abort();
       release();
