@@ -1,0 +1,19 @@
+// Runs every benchmark one after another (never two at once: they share the
+// machine's cores) and prints each one's output. BENCHMARKS.md has what each
+// measures and the latest figures. Usage: bun bench/all.ts   (or npm run bench)
+const benches: [string, string[]][] = [
+  ["upload", ["bench/upload.ts"]],
+  ["batch on offpeak-echo (1M lines)", ["bench/batch-echo.ts"]],
+  ["batch against an upstream", ["bench/batch-upstream.ts", "200000"]],
+  ["chat completions through a proxy", ["bench/chat-proxy.ts"]],
+  ["off-peak priority", ["bench/priority.ts"]],
+];
+let failed = 0;
+for (const [name, args] of benches) {
+  console.log(`\n=== ${name}: bun ${args.join(" ")}`);
+  const p = Bun.spawn([process.execPath, ...args], { stdout: "inherit", stderr: "inherit", env: { ...process.env, OFFPEAK_LOG_LEVEL: "warn" } });
+  if ((await p.exited) !== 0) failed++;
+}
+process.exit(failed ? 1 : 0);
+
+export {};
