@@ -1,15 +1,17 @@
-// cancel (and checkpoint) vs requests queued for a scheduler slot.
+// Lines queued for a scheduler slot (a model with max_concurrency 1 and a
+// slow upstream): a cancel must not send them, and request_counts must keep
+// moving while a shard's last lines wait their turn.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { chatReq, createBatch, pollUntil, readResults, waitBatch } from "./helpers/batches";
+import { chatReq, createBatch, pollUntil, readResults, sleep, waitBatch } from "./helpers/batches";
 import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { startTestServer, type TestServer } from "./helpers/server";
 
 let t: TestServer;
 let fake: FakeUpstream;
-const dir = mkdtempSync(join(tmpdir(), "offpeak-review-"));
+const dir = mkdtempSync(join(tmpdir(), "offpeak-slots-"));
 beforeAll(async () => {
   fake = await startFakeUpstream({ models: ["fake-chat"], latencyMs: 250 });
   const cfg = join(dir, "c.json");
@@ -36,5 +38,18 @@ describe("cancel", () => {
     // At most the one request in flight at the cancel (plus one racing) may still go out.
     expect({ status: done.status, sentAfterCancel: fake.stats.requests - sentAtCancel }).toEqual({ status: "cancelled", sentAfterCancel: Math.min(fake.stats.requests - sentAtCancel, 1) });
     expect(cancelledLines).toBeGreaterThanOrEqual(10);
+  }, 8000);
+});
+
+describe("progress", () => {
+  test("request_counts move while the last (< 128) lines of a shard wait for a slot", async () => {
+    const client = t.sdk();
+    const lines = Array.from({ length: 15 }, (_, i) => chatReq(`p-${i}`, `line ${i}`, { model: "fake-chat" }));
+    const { batch } = await createBatch(client, lines);
+    await pollUntil(async () => fake.stats.requests, (n) => n >= 1, 3000);
+    await sleep(2000); // ≈10 requests done upstream by now
+    const b = await client.batches.retrieve(batch.id);
+    expect({ status: b.status, upstreamDone: fake.stats.requests >= 8, completed: b.request_counts!.completed >= 5 }).toEqual({ status: "in_progress", upstreamDone: true, completed: true });
+    await client.batches.cancel(batch.id);
   }, 8000);
 });
