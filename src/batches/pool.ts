@@ -5,7 +5,12 @@ import type { FromWorker, PricedModel, ToWorker, WorkerTask } from "./types";
 interface Slot {
   worker: Worker;
   task: WorkerTask | null;
+  /** Slots this Worker took itself, per model (shared memory: still readable after it died). */
+  held: Int32Array;
 }
+
+/** As many as the scheduler has shared models. */
+const HELD_CELLS = 1024;
 
 export class WorkerPool {
   private readonly slots: Slot[] = [];
@@ -13,6 +18,7 @@ export class WorkerPool {
   constructor(
     size: number,
     private readonly models: () => PricedModel[],
+    private readonly slotCells: Int32Array,
     private readonly onMessage: (m: FromWorker, worker: Worker) => void,
     private readonly onCrash: (task: WorkerTask | null, error: string, worker: Worker) => void,
   ) {
@@ -20,7 +26,8 @@ export class WorkerPool {
   }
 
   private spawn(): Slot {
-    const slot: Slot = { worker: new Worker(BATCH_WORKER), task: null };
+    const slot: Slot = { worker: new Worker(BATCH_WORKER), task: null, held: new Int32Array(new SharedArrayBuffer(4 * HELD_CELLS)) };
+    this.heldBy.set(slot.worker, slot.held);
     slot.worker.onmessage = (e: MessageEvent<FromWorker>) => {
       const m = e.data;
       if (m.type === "validated" || m.type === "done" || m.type === "paused" || m.type === "failed") slot.task = null;
@@ -34,8 +41,19 @@ export class WorkerPool {
       if (i !== -1) this.slots[i] = this.spawn();
       this.onCrash(task, e.message, slot.worker);
     };
-    slot.worker.postMessage({ type: "init", models: this.models() } satisfies ToWorker);
+    this.init(slot);
     return slot;
+  }
+
+  private readonly heldBy = new WeakMap<Worker, Int32Array>();
+
+  private init(slot: Slot): void {
+    slot.worker.postMessage({ type: "init", models: this.models(), slots: this.slotCells, held: slot.held } satisfies ToWorker);
+  }
+
+  /** The per-model counts of slots `worker` took itself (for giving them back when it died). */
+  heldOf(worker: Worker): Int32Array | undefined {
+    return this.heldBy.get(worker);
   }
 
   get idle(): number {
@@ -53,7 +71,7 @@ export class WorkerPool {
     slot.task = task;
     // The registry changes (upstream models found after start): every task
     // goes with the models as they are now.
-    slot.worker.postMessage({ type: "init", models: this.models() } satisfies ToWorker);
+    this.init(slot);
     slot.worker.postMessage(task satisfies ToWorker);
     return true;
   }

@@ -15,7 +15,7 @@ import { batchDir, partPath } from "./paths";
 import { WorkerPool } from "./pool";
 import type { BatchRow } from "./service";
 import { shardBoundaries } from "./shards";
-import type { Release } from "../inference/scheduler";
+import { CELLS, type Release } from "../inference/scheduler";
 import { zeroTotals, type ToWorker, type FromWorker, type PricedModel, type ShardTotals, type ValidateResult, type WorkerTask } from "./types";
 
 const TICK_MS = 200;
@@ -96,6 +96,7 @@ export class BatchRunner {
       inputPerMillion: m.pricing.inputPerMillion,
       outputPerMillion: m.pricing.outputPerMillion,
       limited: m.maxConcurrency !== null,
+      sharedBase: this.ctx.scheduler.sharedBase(m),
     }));
   }
 
@@ -103,6 +104,7 @@ export class BatchRunner {
     this.pool ??= new WorkerPool(
       Math.max(1, this.ctx.config.batches.workers),
       () => this.models(),
+      this.ctx.scheduler.sharedCells,
       (m, worker) => this.onWorkerMessage(m, worker),
       (task, error, worker) => this.onWorkerCrash(task, error, worker),
     );
@@ -363,6 +365,7 @@ export class BatchRunner {
       held.get(reqId)?.();
       held.delete(reqId);
     }
+    for (const model of m.pump) this.ctx.scheduler.pump(model);
     const mine = held;
     for (const [reqId, modelId] of m.acquire) {
       const model = this.registry.get(modelId);
@@ -391,6 +394,15 @@ export class BatchRunner {
   private releaseSlotsOf(worker: Worker): void {
     for (const release of this.slots.get(worker)?.values() ?? []) release();
     this.slots.delete(worker);
+    // And the slots it had taken itself, straight from shared memory.
+    const took = this.pool?.heldOf(worker);
+    if (took)
+      for (const m of this.registry.list()) {
+        const base = this.ctx.scheduler.sharedBase(m);
+        if (base < 0) continue;
+        const n = Atomics.exchange(took, base / CELLS, 0);
+        if (n > 0) this.ctx.scheduler.giveBack(m.id, n);
+      }
   }
 
   private onWorkerMessage(m: FromWorker, worker: Worker): void {

@@ -7,6 +7,8 @@ export interface PricedModel extends ModelSpec {
   outputPerMillion: number;
   /** True when the model has a concurrency limit: each request then needs a slot from the main thread's scheduler. */
   limited: boolean;
+  /** Where the model's slot cells start in the scheduler's shared memory, or -1 (slots only through messages). */
+  sharedBase: number;
 }
 
 export interface ShardRef {
@@ -73,10 +75,11 @@ export type FromWorker =
    * event loop: `acquire` asks for slots (answered with "grants"), `release`
    * gives them back. One message per turn, not three per request.
    */
-  | { type: "slots"; acquire: [reqId: number, model: string][]; release: number[] };
+  | { type: "slots"; acquire: [reqId: number, model: string][]; release: number[]; pump: string[] };
 
 export type ToWorker =
-  | { type: "init"; models: PricedModel[] }
+  /** `slots`: the scheduler's shared slot cells; `held`: this Worker's own count of slots it took itself, per model (read after a crash). */
+  | { type: "init"; models: PricedModel[]; slots: Int32Array; held: Int32Array }
   | WorkerTask
   /** Stop executing: drain the rest as errors with `code`. */
   | { type: "stop"; batchId: string; code: "batch_cancelled" | "batch_expired" }

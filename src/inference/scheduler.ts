@@ -3,6 +3,12 @@
 // when no interactive request is waiting, so batches use what interactive
 // traffic leaves free. A model without max_concurrency is unlimited and
 // needs no slots. A full interactive queue answers 529 at once.
+//
+// A limited model's slot count lives in memory shared with the batch Workers
+// (SharedSlots), so a Worker can take a free slot with one atomic operation
+// instead of a round trip to this thread per line — but only while nobody
+// waits here for that model (see batches/worker/slots.ts). Everything that
+// waits still waits here, in order, interactive first.
 import { ApiError } from "../errors";
 import type { ModelEntry } from "./registry";
 
@@ -11,28 +17,91 @@ interface Waiter {
   cancelled: boolean;
 }
 
+/** Per limited model, 4 cells in shared memory. */
+export const CELLS = 4;
+export const IN_FLIGHT = 0;
+export const LIMIT = 1;
+/** Interactive requests waiting here. */
+export const INTERACTIVE_WAITING = 2;
+/** All requests waiting here (interactive and batch): a Worker that frees a slot then asks this thread to hand it on. */
+export const WAITING = 3;
+/** Limited models whose slots are shared with Workers (more are served through this thread only). */
+const SHARED_MODELS = 1024;
+
+/** Takes a slot if one is free: compare-and-swap on the shared count, so Workers and this thread never take the same one. */
+export function tryTakeSlot(cells: Int32Array, base: number): boolean {
+  const limit = Atomics.load(cells, base + LIMIT);
+  for (;;) {
+    const cur = Atomics.load(cells, base + IN_FLIGHT);
+    if (cur >= limit) return false;
+    if (Atomics.compareExchange(cells, base + IN_FLIGHT, cur, cur + 1) === cur) return true;
+  }
+}
+
 class ModelLane {
-  inFlight = 0;
-  batchInFlight = 0;
+  private localInFlight = 0;
+  /** Slots held by interactive requests (the rest of inFlight are batch lines). */
+  interactiveInFlight = 0;
   readonly interactive: Waiter[] = [];
   readonly batch: Waiter[] = [];
   constructor(
     readonly limit: number | null,
     readonly queueSize: number,
-  ) {}
+    /** The shared cells of this model (limited models only), and where they start. */
+    private readonly shared: { cells: Int32Array; base: number } | null,
+  ) {
+    if (shared && limit !== null) Atomics.store(shared.cells, shared.base + LIMIT, limit);
+  }
+
+  get sharedBase(): number {
+    return this.shared ? this.shared.base : -1;
+  }
+
+  get inFlight(): number {
+    return this.shared ? Atomics.load(this.shared.cells, this.shared.base + IN_FLIGHT) : this.localInFlight;
+  }
 
   get queued(): number {
     return this.interactive.length;
   }
 
+  tryTake(): boolean {
+    if (this.limit === null) {
+      this.localInFlight++;
+      return true;
+    }
+    if (this.shared) return tryTakeSlot(this.shared.cells, this.shared.base);
+    if (this.localInFlight >= this.limit) return false;
+    this.localInFlight++;
+    return true;
+  }
+
+  give(n = 1): void {
+    if (this.shared) Atomics.sub(this.shared.cells, this.shared.base + IN_FLIGHT, n);
+    else this.localInFlight -= n;
+  }
+
+  /** Publishes the queue lengths Workers look at before taking a slot themselves. */
+  publish(): void {
+    if (!this.shared) return;
+    Atomics.store(this.shared.cells, this.shared.base + INTERACTIVE_WAITING, this.interactive.length);
+    Atomics.store(this.shared.cells, this.shared.base + WAITING, this.interactive.length + this.batch.length);
+  }
+
   /** Hands free slots to waiters, interactive first. */
   pump(): void {
-    while (this.limit === null || this.inFlight < this.limit) {
-      const w = shiftLive(this.interactive) ?? shiftLive(this.batch);
-      if (!w) return;
-      this.inFlight++;
+    for (;;) {
+      let q = this.interactive;
+      let w = shiftLive(q);
+      if (!w) w = shiftLive((q = this.batch));
+      if (!w) break;
+      if (!this.tryTake()) {
+        q.unshift(w);
+        break;
+      }
       w.grant();
     }
+    this.publish();
   }
 }
 
@@ -48,23 +117,29 @@ export type Release = () => void;
 
 export class Scheduler {
   private readonly lanes = new Map<string, ModelLane>();
+  /** CELLS Int32 per limited model, shared with the batch Workers. */
+  readonly sharedCells = new Int32Array(new SharedArrayBuffer(4 * CELLS * SHARED_MODELS));
+  private sharedUsed = 0;
 
   private lane(model: ModelEntry): ModelLane {
     let l = this.lanes.get(model.id);
     if (!l) {
-      l = new ModelLane(model.maxConcurrency, model.queueSize);
+      const shared = model.maxConcurrency !== null && this.sharedUsed < SHARED_MODELS ? { cells: this.sharedCells, base: CELLS * this.sharedUsed++ } : null;
+      l = new ModelLane(model.maxConcurrency, model.queueSize, shared);
       this.lanes.set(model.id, l);
     }
     return l;
   }
 
+  /** Where a limited model's cells start in `sharedCells`, or -1 (its batch lines then ask this thread for every slot). */
+  sharedBase(model: ModelEntry): number {
+    return model.maxConcurrency === null ? -1 : this.lane(model).sharedBase;
+  }
+
   /** For an interactive request: a slot now, a place in the queue, or 529. */
   async acquireInteractive(model: ModelEntry, signal?: AbortSignal): Promise<Release> {
     const lane = this.lane(model);
-    if (lane.limit === null || (lane.inFlight < lane.limit && lane.interactive.length === 0)) {
-      lane.inFlight++;
-      return this.releaser(lane, false);
-    }
+    if (lane.interactive.length === 0 && lane.tryTake()) return this.releaser(lane, false);
     if (lane.interactive.length >= lane.queueSize) {
       throw new ApiError("overloaded", `Model ${model.id} is overloaded: its queue is full. Retry shortly.`, { headers: { "retry-after": "1" } });
     }
@@ -75,14 +150,22 @@ export class Scheduler {
   /** For a batch line: waits (without bound) until interactive traffic leaves a slot. */
   async acquireBatch(model: ModelEntry, signal?: AbortSignal): Promise<Release> {
     const lane = this.lane(model);
-    if (lane.limit === null || (lane.inFlight < lane.limit && lane.interactive.length === 0 && lane.batch.length === 0)) {
-      lane.inFlight++;
-      lane.batchInFlight++;
-      return this.releaser(lane, true);
-    }
+    if (lane.interactive.length === 0 && lane.batch.length === 0 && lane.tryTake()) return this.releaser(lane, true);
     await this.wait(lane, lane.batch, signal);
-    lane.batchInFlight++;
     return this.releaser(lane, true);
+  }
+
+  /** A Worker freed slots it had taken itself while requests wait here: hand them on. */
+  pump(modelId: string): void {
+    this.lanes.get(modelId)?.pump();
+  }
+
+  /** Slots a Worker took itself and can no longer give back (it died). */
+  giveBack(modelId: string, n: number): void {
+    const lane = this.lanes.get(modelId);
+    if (!lane || n <= 0) return;
+    lane.give(n);
+    lane.pump();
   }
 
   private wait(lane: ModelLane, queue: Waiter[], signal?: AbortSignal): Promise<void> {
@@ -97,6 +180,7 @@ export class Scheduler {
         cancelled: false,
       };
       queue.push(w);
+      lane.publish();
       signal?.addEventListener(
         "abort",
         () => {
@@ -107,26 +191,31 @@ export class Scheduler {
           // answered 529 although nobody was waiting.
           const i = queue.indexOf(w);
           if (i !== -1) queue.splice(i, 1);
+          lane.publish();
           reject(signal.reason ?? new Error("aborted"));
         },
         { once: true },
       );
+      // A slot may have come free between the failed take and the push.
+      lane.pump();
     });
   }
 
   private releaser(lane: ModelLane, batch: boolean): Release {
+    if (!batch) lane.interactiveInFlight++;
     let done = false;
     return () => {
       if (done) return;
       done = true;
-      lane.inFlight--;
-      if (batch) lane.batchInFlight--;
+      if (!batch) lane.interactiveInFlight--;
+      lane.give();
       lane.pump();
     };
   }
 
   stats(modelId: string): { inFlight: number; queued: number; batchInFlight: number; batchQueued: number } {
     const l = this.lanes.get(modelId);
-    return { inFlight: l?.inFlight ?? 0, queued: l?.queued ?? 0, batchInFlight: l?.batchInFlight ?? 0, batchQueued: l?.batch.length ?? 0 };
+    const inFlight = l?.inFlight ?? 0;
+    return { inFlight, queued: l?.queued ?? 0, batchInFlight: Math.max(0, inFlight - (l?.interactiveInFlight ?? 0)), batchQueued: l?.batch.length ?? 0 };
   }
 }

@@ -4,7 +4,7 @@
 import type { FromWorker, PricedModel, ToWorker } from "../types";
 import { runShard, type ShardControl } from "./runShard";
 import { validateShard } from "./validateShard";
-import { initSlots, onGrants } from "./slots";
+import { initSlots, onGrants, setSharedSlots } from "./slots";
 
 declare const self: Worker;
 
@@ -19,6 +19,7 @@ self.onmessage = (event: MessageEvent<ToWorker>) => {
   switch (msg.type) {
     case "init":
       models = new Map(msg.models.map((m) => [m.id, m]));
+      setSharedSlots(msg.slots, msg.held, (model) => models.get(model)?.sharedBase ?? -1);
       return;
     case "stop":
       if (current && current.batchId === msg.batchId) current.control.stopCode ??= msg.code;

@@ -112,10 +112,10 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
           continue;
         }
         // Upstream (or a built-in with simulated latency): bounded concurrency.
-        // On a limited model the scheduler bounds what really runs; a few more
-        // lines wait for a slot here, so a freed slot is taken at once.
-        const cap = model.limited ? task.concurrency * 2 : task.concurrency;
-        while (inFlight >= cap) {
+        // On a limited model the scheduler bounds what really runs. No extra
+        // lines queue for a slot: while none wait in the scheduler, Workers
+        // take free slots from shared memory without a message (slots.ts).
+        while (inFlight >= task.concurrency) {
           await nextCompletion();
           progress();
         }

@@ -1,20 +1,39 @@
 // Worker side of scheduler slots: a batch request on a model with a
-// concurrency limit asks the main thread's scheduler for a slot (which
-// serves interactive requests first) and gives it back when done. Asks and
-// releases wait for the end of the current turn and go as one message: at
-// tens of thousands of lines a second, a message per ask and per release
-// cost more than the requests themselves.
+// concurrency limit needs a slot from the main thread's scheduler, which
+// serves interactive requests first.
+//
+// The fast path needs no message: while nobody waits in the scheduler for
+// that model, the Worker takes a free slot straight from the shared count
+// (one compare-and-swap, see inference/scheduler.ts) and gives it back the
+// same way, noting it in its own shared `held` count so the main thread can
+// take the slots back if this Worker dies. When requests do wait there (an
+// interactive one, or batch lines that found no free slot), the Worker asks
+// the scheduler instead and waits its turn behind them; and when it frees a
+// slot it took itself while someone waits, it asks the scheduler to hand
+// the slot on. Asks, releases and those requests go as one message per
+// turn of the event loop.
+import { CELLS, INTERACTIVE_WAITING, IN_FLIGHT, WAITING, tryTakeSlot } from "../../inference/scheduler";
 import type { FromWorker } from "../types";
 
 const waiting = new Map<number, () => void>();
 let nextId = 1;
 let post: (m: FromWorker) => void = () => {};
+let cells: Int32Array | null = null;
+let held: Int32Array | null = null;
+let baseOf: (model: string) => number = () => -1;
 let acquire: [number, string][] = [];
 let release: number[] = [];
+let pump: string[] = [];
 let scheduled = false;
 
 export function initSlots(poster: (m: FromWorker) => void): void {
   post = poster;
+}
+
+export function setSharedSlots(slotCells: Int32Array, heldCounts: Int32Array, sharedBaseOf: (model: string) => number): void {
+  cells = slotCells;
+  held = heldCounts;
+  baseOf = sharedBaseOf;
 }
 
 export function onGrants(reqIds: number[]): void {
@@ -29,15 +48,34 @@ function flushSoon(): void {
   scheduled = true;
   setImmediate(() => {
     scheduled = false;
-    const m: FromWorker = { type: "slots", acquire, release };
+    const m: FromWorker = { type: "slots", acquire, release, pump };
     acquire = [];
     release = [];
+    pump = [];
     post(m);
   });
 }
 
-/** Resolves with a release function once the scheduler grants a slot. */
+/** Resolves with a release function once a slot is taken or granted. */
 export function acquireSlot(model: string): Promise<() => void> {
+  const base = baseOf(model);
+  if (cells && held && base >= 0 && Atomics.load(cells, base + WAITING) === 0 && tryTakeSlot(cells, base)) {
+    const c = cells;
+    const h = held;
+    Atomics.add(h, base / CELLS, 1);
+    let done = false;
+    return Promise.resolve(() => {
+      if (done) return;
+      done = true;
+      Atomics.sub(c, base + IN_FLIGHT, 1);
+      Atomics.sub(h, base / CELLS, 1);
+      // Someone waits in the scheduler (it could not see this slot free): let it hand the slot on.
+      if (Atomics.load(c, base + WAITING) > 0 || Atomics.load(c, base + INTERACTIVE_WAITING) > 0) {
+        pump.push(model);
+        flushSoon();
+      }
+    });
+  }
   const reqId = nextId++;
   return new Promise((resolve) => {
     waiting.set(reqId, () =>
