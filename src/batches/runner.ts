@@ -4,7 +4,7 @@
 // again from the database on each tick. Per-line work happens in Workers.
 import { mkdirSync } from "node:fs";
 import { hostname } from "node:os";
-import { and, eq, inArray, isNull, lt, or, sql } from "drizzle-orm";
+import { and, eq, inArray, isNull, sql } from "drizzle-orm";
 import type { AppContext } from "../context";
 import { batches, batchShards, files } from "../db/schema";
 import { base62, nowSeconds } from "../ids";
@@ -16,6 +16,7 @@ import { WorkerPool } from "./pool";
 import type { BatchRow } from "./service";
 import { shardBoundaries } from "./shards";
 import { CELLS, type Release } from "../inference/scheduler";
+import { prepareTickQueries, type TickQueries } from "./tickQueries";
 import { zeroTotals, type ToWorker, type FromWorker, type PricedModel, type ShardTotals, type ValidateResult, type WorkerTask } from "./types";
 
 const TICK_MS = 200;
@@ -40,6 +41,7 @@ const MAX_VALIDATE_FAILURES = 3;
 export class BatchRunner {
   /** host:pid:nonce — a new nonce per start, so a reused pid (pid 1 in containers) is still a new owner. */
   readonly owner = `${hostname()}:${process.pid}:${base62(8)}`;
+  private readonly q: TickQueries;
   private pool: WorkerPool | null = null;
   private timer: ReturnType<typeof setInterval> | null = null;
   private ticking = false;
@@ -57,7 +59,9 @@ export class BatchRunner {
   constructor(
     private readonly ctx: AppContext,
     private readonly registry: ModelRegistry,
-  ) {}
+  ) {
+    this.q = prepareTickQueries(ctx.db, this.owner);
+  }
 
   start(): void {
     this.timer = setInterval(() => this.kick(), TICK_MS);
@@ -129,11 +133,7 @@ export class BatchRunner {
   // ── expiry and cancellation ────────────────────────────────────────────
 
   private markExpired(): void {
-    this.ctx.db
-      .update(batches)
-      .set({ stopReason: "expired" })
-      .where(and(inArray(batches.status, ["validating", "in_progress"]), isNull(batches.stopReason), lt(batches.expiresAt, nowSeconds() + 1)))
-      .run();
+    this.q.markExpired.run({ before: nowSeconds() + 1 });
   }
 
   /** Tells Workers running shards of a stopped batch to drain the rest as errors. */
@@ -156,8 +156,8 @@ export class BatchRunner {
 
   private renewLeases(now: number): void {
     const until = now + this.ctx.config.batches.leaseMs;
-    this.ctx.db.update(batchShards).set({ leaseExpiresAt: until }).where(and(eq(batchShards.leaseOwner, this.owner), eq(batchShards.status, "running"))).run();
-    this.ctx.db.update(batches).set({ leaseExpiresAt: until }).where(eq(batches.leaseOwner, this.owner)).run();
+    this.q.renewShardLeases.run({ until });
+    this.q.renewBatchLeases.run({ until });
   }
 
   /** An owner on this host whose process is gone (or is an earlier start of this pid) will never renew. */
@@ -177,11 +177,7 @@ export class BatchRunner {
   }
 
   private releaseDeadLeases(now: number): void {
-    const held = this.ctx.db
-      .select({ batchId: batchShards.batchId, idx: batchShards.idx, owner: batchShards.leaseOwner, exp: batchShards.leaseExpiresAt })
-      .from(batchShards)
-      .where(eq(batchShards.status, "running"))
-      .all();
+    const held = this.q.runningShards.all();
     for (const s of held) {
       if (!this.ownerIsDead(s.owner, s.exp, now)) continue;
       this.ctx.db
@@ -208,17 +204,7 @@ export class BatchRunner {
   // ── validating ─────────────────────────────────────────────────────────
 
   private async startValidations(now: number): Promise<void> {
-    // Validating, or cancelled before its shards were validated.
-    const waiting = this.ctx.db
-      .select()
-      .from(batches)
-      .where(
-        or(
-          eq(batches.status, "validating"),
-          and(eq(batches.status, "cancelling"), sql`NOT EXISTS (SELECT 1 FROM ${batchShards} WHERE ${batchShards.batchId} = ${batches.id} AND ${batchShards.status} <> 'validating')`),
-        ),
-      )
-      .all();
+    const waiting = this.q.waitingValidation.all();
     for (const b of waiting) {
       if (this.validations.has(b.id) || !this.claimBatch(b, now)) continue;
       const file = this.ctx.db.select().from(files).where(eq(files.id, b.inputFileId)).get();
@@ -313,14 +299,7 @@ export class BatchRunner {
     const pool = this.getPool();
     while (this.queue.length > 0 && pool.idle > 0) pool.dispatch(this.queue.shift()!);
     if (pool.idle === 0 || this.stopping) return;
-    const candidates = this.ctx.db
-      .select({ shard: batchShards, batch: batches })
-      .from(batchShards)
-      .innerJoin(batches, eq(batches.id, batchShards.batchId))
-      .where(and(eq(batchShards.status, "pending"), inArray(batches.status, ["in_progress", "cancelling"])))
-      .orderBy(batches.seq, batchShards.idx)
-      .limit(pool.idle)
-      .all();
+    const candidates = this.q.pendingShards.all({ limit: pool.idle });
     for (const { shard, batch } of candidates) {
       const claimed = this.ctx.db
         .update(batchShards)
@@ -505,58 +484,17 @@ export class BatchRunner {
     const ids = [...new Set([...this.live.values()].map((l) => l.batchId).concat([...this.dirty]))];
     this.dirty.clear();
     if (ids.length === 0) return;
-    const s = batchShards;
-    this.ctx.db.transaction((tx) => {
-      for (const l of this.live.values()) {
-        const t = l.totals;
-        tx.update(s)
-          .set({
-            completed: sql`max(${s.completed}, ${t.completed})`,
-            failed: sql`max(${s.failed}, ${t.failed})`,
-            inputTokens: sql`max(${s.inputTokens}, ${t.inputTokens})`,
-            cachedTokens: sql`max(${s.cachedTokens}, ${t.cachedTokens})`,
-            outputTokens: sql`max(${s.outputTokens}, ${t.outputTokens})`,
-            reasoningTokens: sql`max(${s.reasoningTokens}, ${t.reasoningTokens})`,
-            costAmount: sql`max(${s.costAmount}, ${t.costAmount})`,
-          })
-          .where(and(eq(s.batchId, l.batchId), eq(s.idx, l.idx), eq(s.status, "running"), eq(s.leaseOwner, this.owner)))
-          .run();
-      }
+    this.ctx.db.transaction(() => {
+      for (const l of this.live.values()) this.q.shardCounts.run({ ...l.totals, batchId: l.batchId, idx: l.idx });
       for (const id of ids) {
-        const sums = tx
-          .select({
-            completed: sql<number>`coalesce(sum(${s.completed}), 0)`,
-            failed: sql<number>`coalesce(sum(${s.failed}), 0)`,
-            inputTokens: sql<number>`coalesce(sum(${s.inputTokens}), 0)`,
-            cachedTokens: sql<number>`coalesce(sum(${s.cachedTokens}), 0)`,
-            outputTokens: sql<number>`coalesce(sum(${s.outputTokens}), 0)`,
-            reasoningTokens: sql<number>`coalesce(sum(${s.reasoningTokens}), 0)`,
-            costAmount: sql<number>`coalesce(sum(${s.costAmount}), 0)`,
-          })
-          .from(s)
-          .where(eq(s.batchId, id))
-          .get()!;
-        // Only while running: finalization writes the final sums and deletes the shards.
-        tx.update(batches)
-          .set(sums)
-          .where(and(eq(batches.id, id), inArray(batches.status, ["in_progress", "cancelling"])))
-          .run();
+        const sums = this.q.shardSums.get({ id })!;
+        this.q.batchCounts.run({ ...sums, id });
       }
     });
   }
 
   private startFinalizations(now: number): void {
-    const ready = this.ctx.db
-      .select()
-      .from(batches)
-      .where(
-        and(
-          inArray(batches.status, ["in_progress", "cancelling", "finalizing"]),
-          sql`EXISTS (SELECT 1 FROM ${batchShards} WHERE ${batchShards.batchId} = ${batches.id})`,
-          sql`NOT EXISTS (SELECT 1 FROM ${batchShards} WHERE ${batchShards.batchId} = ${batches.id} AND ${batchShards.status} <> 'done')`,
-        ),
-      )
-      .all();
+    const ready = this.q.readyToFinalize.all();
     for (const b of ready) {
       if (this.finalizing.has(b.id) || !this.claimBatch(b, now)) continue;
       this.finalizing.add(b.id);
