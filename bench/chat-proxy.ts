@@ -1,6 +1,8 @@
 // Non-streaming chat completions through offpeak to a zero-latency loopback
 // upstream, at 32 connections with wrk, beside a naive Bun.serve + fetch
-// proxy measured the same way in the same run. Needs wrk (Debian: apt-get
+// proxy measured the same way in the same run, and for reference the same
+// proxy as an Elysia route that parses and re-serialises the body
+// (bench/elysia-proxy.ts): what the framework costs before offpeak's own work. Needs wrk (Debian: apt-get
 // install wrk). Usage: bun bench/chat-proxy.ts [seconds-per-run=5] [rounds=5]
 import { writeFileSync } from "node:fs";
 import { BENCH_KEY, freePort, startBenchServer } from "./server";
@@ -64,33 +66,39 @@ const upstream = Bun.spawn([process.execPath, "bench/fake-upstream.ts", String(u
 const upBase = `http://127.0.0.1:${upPort}/v1`;
 const naivePort = await freePort();
 const naive = Bun.spawn([process.execPath, "bench/naive-proxy.ts", String(naivePort), upBase], { stdout: "ignore" });
+const elysiaPort = await freePort();
+const elysia = Bun.spawn([process.execPath, "bench/elysia-proxy.ts", String(elysiaPort), upBase], { stdout: "ignore" });
 let server: Awaited<ReturnType<typeof startBenchServer>> | null = null;
 try {
   await waitFor(`${upBase}/models`);
   await waitFor(`http://127.0.0.1:${naivePort}/`);
+  await waitFor(`http://127.0.0.1:${elysiaPort}/`);
   server = await startBenchServer({}, { upstreams: [{ name: "fake", base_url: upBase, models: ["fake-model"], max_concurrency: 256, queue_size: 1024 }] });
   const url = `${server.base}/chat/completions`;
   const naiveUrl = `http://127.0.0.1:${naivePort}/v1/chat/completions`;
+  const elysiaUrl = `http://127.0.0.1:${elysiaPort}/v1/chat/completions`;
   // Warm both up, then alternate rounds (this machine is noisy: one pair of
   // runs can differ by 40%); each figure is the median over the rounds.
   await wrk(naiveUrl);
+  await wrk(elysiaUrl);
   await wrk(url);
   const bases: WrkResult[] = [];
+  const refs: WrkResult[] = [];
   const ourRuns: WrkResult[] = [];
+  const runs = [() => wrk(naiveUrl).then((r) => bases.push(r)), () => wrk(elysiaUrl).then((r) => refs.push(r)), () => wrk(url).then((r) => ourRuns.push(r))];
   for (let round = 0; round < ROUNDS; round++) {
-    if (round % 2 === 0) {
-      bases.push(await wrk(naiveUrl));
-      ourRuns.push(await wrk(url));
-    } else {
-      ourRuns.push(await wrk(url));
-      bases.push(await wrk(naiveUrl));
-    }
-    console.log(`  round ${round + 1}: naive ${Math.round(bases.at(-1)!.rps)} req/s, offpeak ${Math.round(ourRuns.at(-1)!.rps)} req/s (p99 ${ourRuns.at(-1)!.p99.toFixed(2)} ms)`);
+    // Rotate the order so no server always runs first (or last) in a round.
+    for (let k = 0; k < runs.length; k++) await runs[(round + k) % runs.length]!();
+    console.log(
+      `  round ${round + 1}: naive ${Math.round(bases.at(-1)!.rps)} req/s (p99 ${bases.at(-1)!.p99.toFixed(2)} ms), elysia ${Math.round(refs.at(-1)!.rps)} req/s (p99 ${refs.at(-1)!.p99.toFixed(2)} ms), offpeak ${Math.round(ourRuns.at(-1)!.rps)} req/s (p99 ${ourRuns.at(-1)!.p99.toFixed(2)} ms)`,
+    );
   }
   const base = medianOf(bases);
+  const ref = medianOf(refs);
   const ours = medianOf(ourRuns);
   console.log(`medians over ${ROUNDS} rounds of ${seconds} s, 32 connections:`);
   console.log(`naive proxy: ${Math.round(base.rps)} req/s  p50 ${base.p50.toFixed(2)} ms  p99 ${base.p99.toFixed(2)} ms  errors ${base.errors}`);
+  console.log(`elysia ref : ${Math.round(ref.rps)} req/s  p50 ${ref.p50.toFixed(2)} ms  p99 ${ref.p99.toFixed(2)} ms  errors ${ref.errors}  (${(ref.rps / base.rps).toFixed(2)}× naive)`);
   console.log(`offpeak    : ${Math.round(ours.rps)} req/s  p50 ${ours.p50.toFixed(2)} ms  p99 ${ours.p99.toFixed(2)} ms  errors ${ours.errors}`);
   console.log(`ratio      : ${(ours.rps / base.rps).toFixed(2)}× the naive proxy (target ≥ 0.7×, p99 ≤ 3 ms, 0 errors)`);
   // At saturation every connection waits its turn (Little's law: latency ≈
@@ -103,5 +111,6 @@ try {
 } finally {
   await server?.stop();
   naive.kill();
+  elysia.kill();
   upstream.kill();
 }

@@ -43,10 +43,11 @@ export function buildApp(ctx: AppContext) {
   const verify = createVerifier(ctx.db, ctx.config.adminKey);
   return (
     new Elysia()
-      .onRequest(({ request, set }) => {
-        const id = newId("req_");
-        requestIds.set(request, id);
-        set.headers["x-request-id"] = id;
+      // The id goes on the answer in withRequestId (server.ts), not through
+      // set.headers: any entry there makes Elysia copy every Response a
+      // handler returns into a new one with a streamed body.
+      .onRequest(({ request }) => {
+        requestIds.set(request, newId("req_"));
         const path = pathOf(request.url);
         if (!isUnderApi(path)) return;
         authenticate(request, verify, path.slice(path.startsWith("/v1") ? 3 : 7));
@@ -74,6 +75,21 @@ function decodes(path: string): boolean {
     return true;
   } catch {
     return false;
+  }
+}
+
+/** Puts the request's id on its answer (errors carry it already). */
+export function withRequestId(request: Request, res: Response): Response {
+  if (res.headers.has("x-request-id")) return res;
+  const id = requestIdOf(request);
+  try {
+    res.headers.set("x-request-id", id);
+    return res;
+  } catch {
+    // Immutable headers (Response.error(), a fetched Response): answer with a copy.
+    const headers = new Headers(res.headers);
+    headers.set("x-request-id", id);
+    return new Response(res.body, { status: res.status, statusText: res.statusText, headers });
   }
 }
 

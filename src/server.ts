@@ -1,6 +1,6 @@
 // Starts offpeak on a resolved Config: opens the database, bootstraps the
 // first key, serves HTTP, runs background sweeps, and shuts down cleanly.
-import { buildApp } from "./app";
+import { buildApp, withRequestId } from "./app";
 import { observeRequests } from "./metrics/http";
 import type { Config } from "./config";
 import type { AppContext } from "./context";
@@ -57,8 +57,9 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
     // Uploads are bounded by max_file_bytes in the handler, not here.
     maxRequestBodySize: Number.MAX_SAFE_INTEGER,
     idleTimeout: 255,
-    // Request metrics and the request log see every answer, also those made before routing (401).
-    fetch: observeRequests(ctx, app),
+    // Request metrics and the request log see every answer, also those made
+    // before routing (401); every answer carries its x-request-id.
+    fetch: observeRequests(ctx, { routes: app.routes, fetch: async (request) => withRequestId(request, await app.fetch(request)) }),
   });
   const sweep = setInterval(() => {
     try {
