@@ -82,6 +82,23 @@ type Fetch = (request: Request, server?: { requestIP(r: Request): { address: str
 
 type Level = "debug" | "info" | "warn";
 
+/** Counts a request and observes its duration: bound once per method, route and status (all bounded sets). */
+const recorders = new Map<string, (seconds: number) => void>();
+function recorderOf(method: string, pattern: string, status: number): (seconds: number) => void {
+  const key = method + " " + pattern + " " + status;
+  let record = recorders.get(key);
+  if (!record) {
+    const count = m.httpRequests.bind([method, pattern, String(status)]);
+    const observe = m.httpDuration.bind([method, pattern]);
+    record = (seconds) => {
+      count();
+      observe(seconds);
+    };
+    if (recorders.size < 4096) recorders.set(key, record);
+  }
+  return record;
+}
+
 /** Wraps `app.fetch` with request metrics and the request log. */
 export function observeRequests(ctx: AppContext, app: { fetch: (request: Request) => Response | Promise<Response>; routes: readonly { method: string; path: string }[] }): Fetch {
   const route = routeMatcher(app.routes);
@@ -98,8 +115,7 @@ export function observeRequests(ctx: AppContext, app: { fetch: (request: Request
       const seconds = (performance.now() - t0) / 1000;
       const path = pathOf(request.url);
       const pattern = route(request.method, path);
-      m.httpRequests.inc([request.method, pattern, String(status)]);
-      m.httpDuration.observe([request.method, pattern], seconds);
+      recorderOf(request.method, pattern, status)(seconds);
       // Liveness probes would drown everything else; overload (529) is expected backpressure.
       const level: Level = pattern === "/healthz" ? "debug" : status >= 500 && status !== 529 ? "warn" : "info";
       // Build the line only if it is written: at high request rates this is measurable.

@@ -81,6 +81,11 @@ export class Counter extends Metric<Cell> {
     if (!(by >= 0)) throw new Error(`${this.name}: a counter only goes up`);
     this.cell(values).value += by;
   }
+  /** One label set's increment, bound once: no lookup per update (counters are never reset, so the cell stays). */
+  bind(values: readonly string[]): () => void {
+    const c = this.cell(values);
+    return () => void c.value++;
+  }
   get(values: readonly string[] = []): number {
     return this.cells.get(values.join(SEP))?.cell.value ?? 0;
   }
@@ -120,7 +125,14 @@ export class Histogram extends Metric<HistCell> {
     return { counts: new Float64Array(this.buckets.length), sum: 0, count: 0 };
   }
   observe(values: readonly string[], v: number): void {
+    this.observeCell(this.cell(values), v);
+  }
+  /** One label set's observe, bound once (histograms are never reset, so the cell stays). */
+  bind(values: readonly string[]): (v: number) => void {
     const c = this.cell(values);
+    return (v) => this.observeCell(c, v);
+  }
+  private observeCell(c: HistCell, v: number): void {
     // Non-cumulative per bucket; rendering accumulates. A value above the last bucket only counts in +Inf.
     const b = this.buckets;
     for (let i = 0; i < b.length; i++)
