@@ -33,7 +33,8 @@ OFFPEAK_UPSTREAM_URL, OFFPEAK_UPSTREAM_KEY; for the client: OFFPEAK_BASE_URL
 (default http://127.0.0.1:8080/v1), OFFPEAK_API_KEY.
 
 Exit codes: 0 success; 1 a batch failed, expired or was cancelled (batch run,
-batches wait); 2 bad usage, an unreachable server or a refused request.
+batches wait); 2 bad usage, an unreachable server or a refused request;
+3 --timeout passed before the batch ended (batch run, batches wait).
 `;
 
 async function main(argv: string[]): Promise<number> {

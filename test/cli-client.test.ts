@@ -193,6 +193,41 @@ describe("batches", () => {
   });
 });
 
+describe("--timeout", () => {
+  test("batches wait --timeout: gives up with exit 3 and the record as it is; the batch keeps running; a later wait follows it", async () => {
+    const file = (await t.sdk().files.create({ file: new File([ids(8000, "to").map((id) => chatLine(id)).join("\n")], "to.jsonl"), purpose: "batch" })).id;
+    const id = JSON.parse((await cli(["batches", "create", file])).stdout).id as string;
+    const waited = await cli(["batches", "wait", id, "--interval", "0.05", "--timeout", "0.5"]);
+    expectCode(waited, 3);
+    const record = JSON.parse(waited.stdout);
+    expect({ id: record.id, final: ["completed", "failed", "expired", "cancelled"].includes(record.status) }).toEqual({ id, final: false });
+    expect(waited.stderr).toContain(`timed out after 0.5 s: batch ${id} is ${record.status} and keeps running on the server`);
+    // Still running on the server: the timeout only stopped the client.
+    expect((await t.sdk().batches.retrieve(id)).status).not.toBe("cancelled");
+    await t.sdk().batches.cancel(id);
+    const after = await cli(["batches", "wait", id, "--interval", "0.05", "--timeout", "60"]);
+    expectCode(after, 1);
+    expect(JSON.parse(after.stdout).status).toBe("cancelled");
+  });
+
+  test("batch run --timeout: exit 3, nothing downloaded, the batch named on stderr", async () => {
+    const input = writeLines("slow-run.jsonl", ids(8000, "sr").map((id) => chatLine(id)));
+    const out = join(work, "slow-run.out.jsonl");
+    const r = await cli(["batch", "run", input, "--out", out, "--interval", "0.05", "--timeout", "0.5"]);
+    expectCode(r, 3);
+    const id = /batch (batch_[0-9A-Za-z]{24}) is/.exec(r.stderr)?.[1];
+    expect(id).toBeDefined();
+    expect(existsSync(out)).toBe(false);
+    await t.sdk().batches.cancel(id!);
+  });
+
+  test("a bad --timeout is a usage error", async () => {
+    const r = await cli(["batches", "wait", "batch_x", "--timeout", "-1"]);
+    expectCode(r, 2);
+    expect(r.stderr).toMatch(/--timeout must be a number/);
+  });
+});
+
 describe("batch run", () => {
   test("end to end: results and errors files hold every custom_id once; exit 0; plain progress on a pipe", async () => {
     const good = ids(24, "ok");

@@ -15,11 +15,13 @@ Usage:
   offpeak batches get BATCH_ID
   offpeak batches list [--limit N] [--after BATCH_ID] [--json]
   offpeak batches cancel BATCH_ID
-  offpeak batches wait BATCH_ID [--interval SECONDS] [--progress-interval SECONDS] [--quiet]
+  offpeak batches wait BATCH_ID [--interval SECONDS] [--progress-interval SECONDS]
+                               [--timeout SECONDS] [--quiet]
 
 create, get and cancel print the batch record (JSON). wait shows progress on
 stderr (a bar on a terminal, a plain line every few seconds otherwise),
-then prints the final record.
+then prints the final record; with --timeout it gives up after that many
+seconds (exit 3), printing the record as it is, and the batch keeps running.
 
 Connection (every client command):
   --base-url URL   API base (env OFFPEAK_BASE_URL; default http://127.0.0.1:8080/v1)
@@ -27,7 +29,8 @@ Connection (every client command):
 
 Exit codes: 0 done (wait: the batch completed); 1 wait: the batch failed,
 expired or was cancelled; 2 bad usage, server unreachable, or the server
-refused the request (its message is printed).
+refused the request (its message is printed); 3 wait: --timeout passed
+before the batch ended.
 `;
 
 export async function batchesCommand(argv: string[]): Promise<number> {
@@ -132,13 +135,24 @@ async function cancel(argv: string[]): Promise<number> {
   return 0;
 }
 
-/** --interval (poll, default 1 s) and --progress-interval (plain lines, default 5 s) and --quiet. */
-export const WAIT_FLAGS = { interval: "string", "progress-interval": "string", quiet: "boolean" } as const;
+/** --interval (poll, default 1 s), --progress-interval (plain lines, default 5 s), --timeout (none) and --quiet. */
+export const WAIT_FLAGS = { interval: "string", "progress-interval": "string", timeout: "string", quiet: "boolean" } as const;
 
-export function waitOptions(p: Parsed, prefix: string): { intervalMs: number; progress: Progress } {
+/** Exit code when --timeout passes before the batch ends (it keeps running). */
+export const TIMED_OUT_EXIT = 3;
+
+export interface WaitOptions {
+  intervalMs: number;
+  /** Give up after this long (null: wait until the batch ends). */
+  timeoutMs: number | null;
+  progress: Progress;
+}
+
+export function waitOptions(p: Parsed, prefix: string): WaitOptions {
   const intervalMs = numberFlag(p, "interval", 1, 0.05, 3600) * 1000;
   const plainEveryMs = numberFlag(p, "progress-interval", 5, 0.05, 3600) * 1000;
-  return { intervalMs, progress: new Progress({ quiet: p.bools.quiet, plainEveryMs, prefix }) };
+  const timeoutMs = p.flags.timeout === undefined ? null : numberFlag(p, "timeout", 0, 0.05, 31 * 24 * 3600) * 1000;
+  return { intervalMs, timeoutMs, progress: new Progress({ quiet: p.bools.quiet, plainEveryMs, prefix }) };
 }
 
 async function wait(argv: string[]): Promise<number> {
@@ -146,9 +160,13 @@ async function wait(argv: string[]): Promise<number> {
   if (helped(p)) return 0;
   const [id] = positionals(p, ["BATCH_ID"], "offpeak batches wait BATCH_ID [--interval S]");
   const client = new Client(connection(p));
-  const { intervalMs, progress } = waitOptions(p, `${id} `);
-  const final = await waitForBatch(client, id!, intervalMs, progress);
+  const opts = waitOptions(p, `${id} `);
+  const final = await waitForBatch(client, id!, opts);
   printJson(final);
+  if (!FINAL_STATES.includes(final.status)) {
+    process.stderr.write(timedOutMessage(final, opts.timeoutMs!));
+    return TIMED_OUT_EXIT;
+  }
   reportEnd(final);
   return final.status === "completed" ? 0 : 1;
 }
@@ -158,8 +176,16 @@ const UNREACHABLE_GRACE_MS = 120_000;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Polls the batch until it reaches a final state, drawing progress; Ctrl-C leaves it running on the server. */
-export async function waitForBatch(client: Client, id: string, intervalMs: number, progress: Progress): Promise<Batch> {
+export const timedOutMessage = (b: Batch, timeoutMs: number) =>
+  `timed out after ${timeoutMs / 1000} s: batch ${b.id} is ${b.status} and keeps running on the server (offpeak batches wait ${b.id} to follow it, offpeak batches cancel ${b.id} to stop it)\n`;
+
+/**
+ * Polls the batch until it reaches a final state, drawing progress, and
+ * returns it; with a timeout, returns the last record seen (not final) once
+ * it passes. Ctrl-C leaves the batch running on the server.
+ */
+export async function waitForBatch(client: Client, id: string, { intervalMs, timeoutMs, progress }: WaitOptions): Promise<Batch> {
+  const giveUpAt = timeoutMs === null ? Infinity : Date.now() + timeoutMs;
   const onInterrupt = () => {
     progress.finishLine();
     process.stderr.write(`\ninterrupted: batch ${id} keeps running on the server (offpeak batches wait ${id} to follow it, offpeak batches cancel ${id} to stop it)\n`);
@@ -186,11 +212,11 @@ export async function waitForBatch(client: Client, id: string, intervalMs: numbe
       }
       const c = b.request_counts;
       progress.update({ label: b.status, done: c.completed + c.failed, total: c.total || null, failed: c.failed, unit: "lines" });
-      if (FINAL_STATES.includes(b.status)) {
+      if (FINAL_STATES.includes(b.status) || Date.now() >= giveUpAt) {
         progress.finishLine();
         return b;
       }
-      await sleep(intervalMs);
+      await sleep(Math.min(intervalMs, Math.max(0, giveUpAt - Date.now())));
     }
   } finally {
     process.off("SIGINT", onInterrupt);

@@ -3,7 +3,7 @@
 import { accessSync, closeSync, constants, openSync, readSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { connection, keyValues, parseArgs, positionals, usageError, type Parsed } from "./args";
-import { createBatch, reportEnd, WAIT_FLAGS, waitForBatch, waitOptions } from "./batches";
+import { createBatch, FINAL_STATES, reportEnd, TIMED_OUT_EXIT, timedOutMessage, WAIT_FLAGS, waitForBatch, waitOptions } from "./batches";
 import { uploadWithProgress } from "./files";
 import { Client } from "./http";
 import { formatDuration, Progress } from "./progress";
@@ -13,7 +13,7 @@ export const BATCH_HELP = `offpeak batch run — upload a JSONL file, run it as 
 Usage:
   offpeak batch run FILE.jsonl [--endpoint /v1/chat/completions] [--completion-window 24h]
                                [--out RESULTS.jsonl] [--errors ERRORS.jsonl] [--metadata key=value]...
-                               [--interval SECONDS] [--progress-interval SECONDS] [--quiet]
+                               [--interval SECONDS] [--progress-interval SECONDS] [--timeout SECONDS] [--quiet]
 
 Streams FILE.jsonl to the server, creates the batch, shows progress on
 stderr (a bar with done/total, rate and ETA on a terminal; a plain line
@@ -24,6 +24,8 @@ results to disk when the batch ends.
   --out           successful lines (default: FILE.results.jsonl beside the input; always written)
   --errors        failed lines (default: FILE.errors.jsonl; written when there are any)
   --interval      seconds between status polls (default 1)
+  --timeout       stop waiting after this many seconds of the batch running (exit 3;
+                  the batch keeps running, nothing is downloaded)
 
 Ctrl-C stops following, not the batch: it keeps running on the server.
 
@@ -33,7 +35,8 @@ Connection (every client command):
 
 Exit codes: 0 the batch completed (some lines may have failed: see --errors);
 1 the batch failed validation, expired or was cancelled; 2 bad usage, server
-unreachable, or the server refused the request (its message is printed).
+unreachable, or the server refused the request (its message is printed);
+3 --timeout passed before the batch ended.
 `;
 
 export async function batchCommand(argv: string[]): Promise<number> {
@@ -104,9 +107,14 @@ async function run(argv: string[]): Promise<number> {
 
   const file = await uploadWithProgress(client, input!, "batch", new Progress({ quiet: p.bools.quiet, prefix: "" }));
   const created = await createBatch(client, file.id, { endpoint, completionWindow: p.flags["completion-window"] ?? "24h", metadata });
-  const { intervalMs, progress } = waitOptions(p, `${created.id} `);
+  const opts = waitOptions(p, `${created.id} `);
+  const { progress } = opts;
   progress.note(`created ${created.id} (${created.request_counts.total} requests, ${endpoint})`);
-  const b = await waitForBatch(client, created.id, intervalMs, progress);
+  const b = await waitForBatch(client, created.id, opts);
+  if (!FINAL_STATES.includes(b.status)) {
+    process.stderr.write(timedOutMessage(b, opts.timeoutMs!));
+    return TIMED_OUT_EXIT;
+  }
 
   const c = b.request_counts;
   let summary = `${b.id} ${b.status}: ${c.completed} completed, ${c.failed} failed of ${c.total} in ${formatDuration((Date.now() - started) / 1000)}\n`;
