@@ -207,6 +207,40 @@ describe("per-key rate limits", () => {
     await expect429(await chat(key, "one two three four five six seven eight nine ten eleven twelve"));
   });
 
+  test("tpm: a streamed upstream answer without usage counts the tokens of its deltas (content and reasoning)", async () => {
+    const key = await limitedKey({ tpm: 100 });
+    const words = Array.from({ length: 30 }, (_, i) => `w${i}`);
+    up.handler = (r) => {
+      const s = pushStream(r);
+      (async () => {
+        s.data(upstreamChunk("gated-chat", { role: "assistant", reasoning_content: "think a b c d e f g h i" })); // 10 tokens
+        // 30 words in 3 chunks, one event cut across two writes.
+        for (let i = 0; i < 30; i += 10) {
+          const ev = `data: ${JSON.stringify(upstreamChunk("gated-chat", { content: words.slice(i, i + 10).join(" ") + " " }))}\n\n`;
+          s.send(ev.slice(0, 25));
+          await sleep(5);
+          s.send(ev.slice(25));
+        }
+        s.data(upstreamChunk("gated-chat", {}, "stop"));
+        s.send("data: [DONE]\n\n");
+        s.close();
+      })();
+      return s.response;
+    };
+    const first = await chat(key, "one two", { stream: true }, "gated-chat");
+    expect(first.status).toBe(200);
+    const { chunks } = await readAllSse(first);
+    // Passed through untouched: no usage was asked for, none is added.
+    expect(chunks.map((c) => c.choices[0]?.delta?.content ?? "").join("")).toBe(words.join(" ") + " ");
+    expect(chunks.some((c) => c.usage)).toBe(false);
+    // 5 prompt tokens at admission + 40 completion tokens counted from the deltas; the next request's own prompt (5) too.
+    const next = await chat(key, "one two", {}, "offpeak-echo");
+    expect(next.status).toBe(200);
+    const remaining = Number(next.headers.get("x-ratelimit-remaining-tokens"));
+    expect(remaining).toBeLessThanOrEqual(100 - 45 - 5);
+    expect(remaining).toBeGreaterThanOrEqual(100 - 45 - 5 - 10);
+  });
+
   test("a rate-limited request never reaches the upstream", async () => {
     const key = await limitedKey({ rpm: 1 });
     up.handler = (r) => jsonResponse(upstreamCompletion(r.body));

@@ -79,7 +79,8 @@ export async function chatCompletions(ctx: AppContext, principal: Principal, bod
     }
     if (stream && res.body) {
       handedOff = true;
-      // Completion tokens count against tpm when the stream reports them (include_usage).
+      // Completion tokens count against tpm: as the stream reports them
+      // (include_usage), else as counted from its deltas (StreamUsage).
       const usage = metersTokens ? new StreamUsage() : null;
       const end = () => {
         release();

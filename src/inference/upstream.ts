@@ -7,6 +7,7 @@ import { ApiError } from "../errors";
 import { countUpstreamError, countUpstreamRequest } from "../metrics";
 import { Deadline } from "./deadline";
 import type { ModelEntry } from "./registry";
+import { countTokens } from "./tokens";
 
 export interface UpstreamCall {
   model: ModelEntry;
@@ -141,23 +142,53 @@ export function passThrough(res: globalThis.Response, onEnd: () => void, onChunk
 }
 
 /**
- * Reads the completion tokens an upstream stream reports (its usage chunk,
- * sent when the client asked for `stream_options.include_usage`) without
- * parsing the stream: the last `"completion_tokens":N` seen wins. A small
- * tail of each chunk is kept, so a number cut between chunks is still read.
+ * The completion tokens of a streamed upstream answer, for tpm limits (only
+ * made for keys with one). The stream is read event by event as it passes
+ * (nothing is held back from the client): if the upstream reports usage (the
+ * client asked for `stream_options.include_usage`) its `completion_tokens`
+ * win; otherwise the tokens of the content and reasoning deltas are counted
+ * the way the built-in models count them — an estimate, but a stream no
+ * longer costs nothing against tpm just because usage was not asked for.
  */
 export class StreamUsage {
   private readonly decoder = new TextDecoder();
-  private tail = "";
-  completionTokens = 0;
+  private pending = "";
+  private reported: number | null = null;
+  private estimated = 0;
+
+  get completionTokens(): number {
+    return this.reported ?? this.estimated;
+  }
 
   push(chunk: Uint8Array): void {
-    const text = this.tail + this.decoder.decode(chunk, { stream: true });
-    const re = /"completion_tokens"\s*:\s*(\d+)/g;
-    let m: RegExpExecArray | null;
-    while ((m = re.exec(text))) this.completionTokens = Number(m[1]);
-    // A match that runs to the end may be a number cut short: the tail sees
-    // it again, whole, with the next chunk (the last value read wins).
-    this.tail = text.slice(-48);
+    this.pending += this.decoder.decode(chunk, { stream: true });
+    const events = this.pending.split(EVENT_END);
+    this.pending = events.pop()!;
+    // One event larger than this is not a chat chunk: stop buffering it.
+    if (this.pending.length > MAX_EVENT_CHARS) this.pending = "";
+    for (const e of events) this.event(e);
+  }
+
+  private event(text: string): void {
+    let data = "";
+    for (const line of text.split(LINE_END)) if (line.startsWith("data:")) data += (data ? "\n" : "") + line.slice(line.startsWith("data: ") ? 6 : 5);
+    if (!data || data === "[DONE]") return;
+    let chunk: { choices?: { delta?: Record<string, unknown> }[]; usage?: { completion_tokens?: unknown } | null };
+    try {
+      chunk = JSON.parse(data);
+    } catch {
+      return;
+    }
+    const reported = chunk?.usage?.completion_tokens;
+    if (typeof reported === "number" && reported >= 0) this.reported = reported;
+    for (const choice of Array.isArray(chunk?.choices) ? chunk.choices : []) {
+      const d = choice?.delta;
+      if (!d) continue;
+      for (const field of [d.content, d.reasoning_content, d.reasoning]) if (typeof field === "string") this.estimated += countTokens(field);
+    }
   }
 }
+
+const EVENT_END = /\r?\n\r?\n/;
+const LINE_END = /\r?\n/;
+const MAX_EVENT_CHARS = 1 << 20;
