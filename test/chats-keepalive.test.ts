@@ -1,9 +1,10 @@
 // SPEC §6: a chat-session stream sends `: keep-alive` comments while nothing
 // else goes out, so proxies do not drop a quiet stream. The interval is
 // configured (OFFPEAK_SSE_KEEPALIVE_MS, default 15 s); here 150 ms, against an
-// upstream that sends its first chunk at once and then stays silent for 700 ms.
+// upstream that sends its first chunk at once and then stays silent for 700
+// ms, and against upstreams that send no headers at all for 700 ms.
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { json, pushStream, readAllSse, sleep, startScriptedUpstream, upstreamChunk, type ScriptedUpstream } from "./helpers/inference";
+import { json, jsonResponse, pushStream, readAllSse, sleep, sseReader, startScriptedUpstream, upstreamChunk, type ScriptedUpstream } from "./helpers/inference";
 import { startTestServer, type TestServer } from "./helpers/server";
 
 let t: TestServer;
@@ -44,6 +45,59 @@ test("a quiet stream gets `: keep-alive` comments while nothing else goes out, t
   expect(between.every((e) => e === ": keep-alive")).toBe(true);
   expect(chunks.map((c) => c.choices[0]?.delta?.content ?? "").join("")).toBe("late");
   expect(raw.trimEnd().endsWith("data: [DONE]")).toBe(true);
+});
+
+const newChat = async () => json(await t.api("/chats", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "quiet-chat" }) }));
+const say = (chatId: string, content: string) => t.api(`/chats/${chatId}/stream`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ content }) });
+const messagesOf = async (chatId: string) => ((await json(await t.api(`/chats/${chatId}`))).messages as { role: string; content: string }[]).map((m) => `${m.role}:${m.content}`);
+
+test("an upstream that sends no headers for a while: the stream starts with keep-alive comments, then the answer; both messages are stored", async () => {
+  up.handler = async (r) => {
+    await sleep(700);
+    const s = pushStream(r);
+    s.data(upstreamChunk("quiet-chat", { role: "assistant", content: "at last" }, null));
+    s.data(upstreamChunk("quiet-chat", {}, "stop"));
+    s.send("data: [DONE]\n\n");
+    s.close();
+    return s.response;
+  };
+  const chat = await newChat();
+  const res = await say(chat.id, "anyone?");
+  expect(res.status).toBe(200);
+  const { chunks, raw } = await readAllSse(res);
+  const events = raw.split("\n\n");
+  const firstData = events.findIndex((e) => e.startsWith("data:"));
+  expect(firstData).toBeGreaterThanOrEqual(2);
+  expect(events.slice(0, firstData).every((e) => e === ": keep-alive")).toBe(true);
+  expect(chunks.map((c) => c.choices[0]?.delta?.content ?? "").join("")).toBe("at last");
+  expect(await messagesOf(chat.id)).toEqual(["user:anyone?", "assistant:at last"]);
+});
+
+test("an upstream that refuses after the stream has started: its error body is the last event (no [DONE]), nothing is stored", async () => {
+  const refusal = { error: { message: "context too long", type: "invalid_request_error", param: "messages", code: "context_length_exceeded" } };
+  up.handler = async () => {
+    await sleep(700);
+    return jsonResponse(refusal, 400);
+  };
+  const chat = await newChat();
+  const res = await say(chat.id, "too much");
+  expect(res.status).toBe(200);
+  const r = sseReader(res);
+  const seen: { data: string | null; comments: string[] }[] = [];
+  for (let e = await r.next(); e; e = await r.next()) seen.push(e);
+  const data = seen.filter((e) => e.data !== null).map((e) => e.data);
+  expect(seen[0]!.comments).toEqual(["keep-alive"]);
+  expect(data).toEqual([JSON.stringify(refusal)]);
+  expect(await messagesOf(chat.id)).toEqual([]);
+});
+
+test("an upstream answering within the interval still passes a 4xx through with its status", async () => {
+  up.handler = () => jsonResponse({ error: { message: "bad temperature", type: "invalid_request_error", param: "temperature", code: null } }, 400);
+  const chat = await newChat();
+  const res = await say(chat.id, "hi");
+  expect(res.status).toBe(400);
+  expect((await res.json()).error.message).toBe("bad temperature");
+  expect(await messagesOf(chat.id)).toEqual([]);
 });
 
 test("the interval is checked at start: out of range is a configuration error", async () => {

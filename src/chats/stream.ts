@@ -8,7 +8,7 @@ import { newId, nowSeconds } from "../ids";
 import { admit, resolveModel } from "../inference/admission";
 import { planEcho } from "../inference/echo";
 import { echoChunks } from "../inference/echoStream";
-import { sseResponse } from "../inference/sse";
+import { InBandError, sseResponse } from "../inference/sse";
 import { callUpstream, streamDeadline, upstreamFailure } from "../inference/upstream";
 import { addMessage, chatExists, getChat, history } from "./service";
 
@@ -36,12 +36,21 @@ export async function streamReply(
   const plan = model.kind === "echo" ? planEcho(body) : null;
   const { headers, release } = await admit(ctx, principal, model, plan?.promptTokens ?? 0, request.signal);
   const abort = new AbortController();
-  let source: AsyncGenerator<Record<string, unknown>>;
+  const opening =
+    plan !== null
+      ? Promise.resolve(echoChunks(body, newId("chatcmpl-"), nowSeconds(), { latencyMs: model.latencyMs, tokensPerSecond: model.tokensPerSecond }, abort.signal, plan))
+      : upstreamChunks(ctx, model, body, AbortSignal.any([abort.signal, request.signal]));
+  // Wait for the upstream's answer (so a 4xx can pass through with its
+  // status), but not longer than the keep-alive interval: an engine that
+  // sends no headers until it starts generating must not leave the client
+  // without a byte for longer than that. Past it, the stream starts with
+  // keep-alive comments and a failure to open becomes its last event.
+  // Handled where it is awaited; this only keeps a failure after an early start from counting as unhandled.
+  opening.catch(() => {});
+  let opened: Awaited<typeof opening> | typeof STILL_OPENING;
+  let timer: ReturnType<typeof setTimeout> | undefined;
   try {
-    const opened =
-      plan !== null
-        ? echoChunks(body, newId("chatcmpl-"), nowSeconds(), { latencyMs: model.latencyMs, tokensPerSecond: model.tokensPerSecond }, abort.signal, plan)
-        : await upstreamChunks(ctx, model, body, AbortSignal.any([abort.signal, request.signal]));
+    opened = await Promise.race([opening, new Promise<typeof STILL_OPENING>((r) => (timer = setTimeout(() => r(STILL_OPENING), ctx.config.sseKeepAliveMs)))]);
     if (opened instanceof Response) {
       // An upstream 4xx before the first byte passes through with its status
       // and body, as on /chat/completions (it used to become a 502); nothing is stored.
@@ -49,17 +58,23 @@ export async function streamReply(
       for (const [k, v] of Object.entries(headers)) opened.headers.set(k, v);
       return opened;
     }
-    source = opened;
   } catch (e) {
     release();
     if (e instanceof ApiError) Object.assign(e.headers, headers);
     throw e;
+  } finally {
+    clearTimeout(timer);
   }
-  addMessage(ctx, chat.id, "user", input.content);
   let reply = "";
+  let userStored = false;
   let stored = false;
+  const storeUser = () => {
+    userStored = true;
+    addMessage(ctx, chat.id, "user", input.content);
+  };
   const store = () => {
-    if (stored) return;
+    // Nothing is stored for a stream whose upstream never opened.
+    if (stored || !userStored) return;
     stored = true;
     // The chat may have been deleted while its reply streamed: then there is
     // nothing to store into (the insert failed on the foreign key and the
@@ -67,8 +82,19 @@ export async function streamReply(
     if (!chatExists(ctx, chat.id)) return;
     addMessage(ctx, chat.id, "assistant", reply);
   };
+  if (opened !== STILL_OPENING) storeUser();
+  const first = opened;
   async function* events() {
     try {
+      let source = first;
+      if (source === STILL_OPENING) {
+        const late = await opening.catch((e) => {
+          throw e instanceof ApiError ? e : new InBandError(new ApiError("upstream_error", `Upstream ${model.upstreamName} failed to answer`).body());
+        });
+        if (late instanceof Response) throw new InBandError(await late.json().catch(() => new ApiError("upstream_error", `Upstream ${model.upstreamName} refused the request (${late.status})`).body()));
+        source = late;
+        storeUser();
+      }
       for await (const chunk of source) {
         reply += (chunk as Delta).choices?.[0]?.delta?.content ?? "";
         yield chunk;
@@ -87,6 +113,8 @@ export async function streamReply(
     },
   });
 }
+
+const STILL_OPENING = Symbol("still opening");
 
 /** Opens an upstream stream and yields its chunk objects (parsing `data:` lines). */
 async function upstreamChunks(ctx: AppContext, model: Parameters<typeof callUpstream>[0]["model"], body: Record<string, unknown>, signal: AbortSignal) {

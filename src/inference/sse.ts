@@ -7,6 +7,13 @@ import { ApiError } from "../errors";
 
 const encoder = new TextEncoder();
 
+/** Thrown by a stream's producer to end it with this payload (an OpenAI error body) as its last event. */
+export class InBandError extends Error {
+  constructor(readonly payload: unknown) {
+    super("in-band error");
+  }
+}
+
 export function sseResponse(
   events: AsyncGenerator<unknown, void, unknown>,
   opts: { headers?: Record<string, string>; keepAliveMs?: number; onClose?: () => void } = {},
@@ -49,7 +56,9 @@ export function sseResponse(
         // Only our own errors are worded for clients; anything else (a database
         // or parser message) would leak internals (SPEC §3), so it is generic.
         const body =
-          e instanceof ApiError
+          e instanceof InBandError
+            ? e.payload
+            : e instanceof ApiError
             ? e.body()
             : { error: { message: "The stream ended because of an internal error", type: "server_error", param: null, code: "stream_error" } };
         send(controller, `data: ${JSON.stringify(body)}\n\n`);
