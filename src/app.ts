@@ -5,6 +5,7 @@ import { swagger } from "@elysiajs/swagger";
 import { authenticate } from "./auth/plugin";
 import { createVerifier } from "./auth/verify";
 import type { AppContext } from "./context";
+import { attached } from "./attached";
 import { ApiError, errorResponse } from "./errors";
 import { newId } from "./ids";
 import { filesRoutes } from "./files/routes";
@@ -19,7 +20,7 @@ import { metricsRoutes } from "./metrics/routes";
 
 export const API_BASES = ["/api/v1", "/v1"] as const;
 
-const requestIds = new WeakMap<Request, string>();
+const requestIds = attached<string>("requestId");
 export const requestIdOf = (request: Request) => requestIds.get(request) ?? "req_unknown";
 
 function isUnderApi(pathname: string): boolean {

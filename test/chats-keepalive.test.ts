@@ -96,7 +96,7 @@ test("an upstream answering within the interval still passes a 4xx through with 
   const chat = await newChat();
   const res = await say(chat.id, "hi");
   expect(res.status).toBe(400);
-  expect((await res.json()).error.message).toBe("bad temperature");
+  expect(((await res.json()) as { error: { message: string } }).error.message).toBe("bad temperature");
   expect(await messagesOf(chat.id)).toEqual([]);
 });
 

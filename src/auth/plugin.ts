@@ -7,12 +7,13 @@
 // We do not use @elysiajs/bearer: it falls back to a `?access_token=` query
 // parameter, and SPEC §2/§10 require a key in the query string to be refused.
 import { Elysia } from "elysia";
+import { attached } from "../attached";
 import { ApiError } from "../errors";
 import { routeScope } from "./routeScopes";
 import { hasScope, type Scope } from "./scopes";
 import type { Principal } from "./verify";
 
-const principals = new WeakMap<Request, Principal>();
+const principals = attached<Principal>("principal");
 
 export function principalOf(request: Request): Principal {
   const p = principals.get(request);

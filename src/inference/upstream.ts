@@ -3,6 +3,7 @@
 // a client disconnect aborts the upstream request; errors become OpenAI
 // error bodies: upstream 4xx pass through with their body, 5xx → 502,
 // timeouts → 504, unreachable → 502.
+import { attached } from "../attached";
 import { ApiError } from "../errors";
 import { countUpstreamError, countUpstreamRequest } from "../metrics";
 import { Deadline } from "./deadline";
@@ -18,7 +19,7 @@ export interface UpstreamCall {
 }
 
 /** The deadline of each upstream answer: reading its body clears it, and can tell a timeout from other failures. */
-const deadlines = new WeakMap<globalThis.Response, { model: ModelEntry; deadline: Deadline }>();
+const deadlines = attached<{ model: ModelEntry; deadline: Deadline }>("deadline");
 
 const timeoutError = (model: ModelEntry) => new ApiError("upstream_timeout", `Upstream ${model.upstreamName} did not answer within ${model.timeoutMs} ms`);
 
