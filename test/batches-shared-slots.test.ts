@@ -68,3 +68,20 @@ test("two Workers and interactive traffic share max_concurrency slots without ex
   expect(gauges.length).toBeGreaterThan(0);
   expect(gauges.map((l) => Number(l.trim().split(/\s+/).pop())).reduce((a, b) => a + b, 0)).toBe(0);
 }, 90_000);
+
+test("a shutdown that cuts requests off gives back the slots the Workers took themselves", async () => {
+  // Its own server: stopping it is the test. Requests outlast the 7 s checkpoint grace, so the Workers are terminated with slots held.
+  const slow = await startFakeUpstream({ models: ["slow-chat"], latencyMs: 9000 });
+  const cfg = join(dir, "slow.json");
+  writeFileSync(cfg, JSON.stringify({ upstreams: [{ name: "slow", base_url: slow.baseUrl, models: ["slow-chat"], max_concurrency: 64 }] }));
+  const s = await startTestServer({ argv: ["--config", cfg], env: { OFFPEAK_BATCH_WORKERS: "1" } });
+  try {
+    await createBatch(s.sdk(), Array.from({ length: 8 }, (_, i) => chatReq(`k-${i}`, `line ${i}`, { model: "slow-chat" })));
+    await pollUntil(async () => slow.stats.inFlight, (n) => n >= 8, 10_000);
+    expect(s.server.ctx.scheduler.stats("slow-chat").inFlight).toBe(8);
+    await s.stop();
+    expect(s.server.ctx.scheduler.stats("slow-chat").inFlight).toBe(0);
+  } finally {
+    await slow.stop();
+  }
+}, 30_000);

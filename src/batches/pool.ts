@@ -1,4 +1,5 @@
 // A fixed pool of batch Workers, each running one task at a time.
+import { SHARED_MODELS } from "../inference/scheduler";
 import { BATCH_WORKER } from "../workers";
 import type { FromWorker, PricedModel, ToWorker, WorkerTask } from "./types";
 
@@ -9,11 +10,9 @@ interface Slot {
   held: Int32Array;
 }
 
-/** As many as the scheduler has shared models. */
-const HELD_CELLS = 1024;
-
 export class WorkerPool {
   private readonly slots: Slot[] = [];
+  private terminating = false;
 
   constructor(
     size: number,
@@ -26,21 +25,25 @@ export class WorkerPool {
   }
 
   private spawn(): Slot {
-    const slot: Slot = { worker: new Worker(BATCH_WORKER), task: null, held: new Int32Array(new SharedArrayBuffer(4 * HELD_CELLS)) };
+    const slot: Slot = { worker: new Worker(BATCH_WORKER), task: null, held: new Int32Array(new SharedArrayBuffer(4 * SHARED_MODELS)) };
     this.heldBy.set(slot.worker, slot.held);
     slot.worker.onmessage = (e: MessageEvent<FromWorker>) => {
       const m = e.data;
       if (m.type === "validated" || m.type === "done" || m.type === "paused" || m.type === "failed") slot.task = null;
       this.onMessage(m, slot.worker);
     };
-    slot.worker.onerror = (e) => {
+    const lost = (error: string) => {
+      const i = this.slots.indexOf(slot);
+      if (i === -1 || this.terminating) return; // already replaced, or being stopped
       const task = slot.task;
       slot.task = null;
       slot.worker.terminate();
-      const i = this.slots.indexOf(slot);
-      if (i !== -1) this.slots[i] = this.spawn();
-      this.onCrash(task, e.message, slot.worker);
+      this.slots[i] = this.spawn();
+      this.onCrash(task, error, slot.worker);
     };
+    slot.worker.onerror = (e) => lost(e.message);
+    // A Worker can also end without an error event (process.exit in it).
+    slot.worker.addEventListener("close", () => lost("the Worker exited"));
     this.init(slot);
     return slot;
   }
@@ -80,7 +83,28 @@ export class WorkerPool {
     for (const s of this.slots) s.worker.postMessage(msg);
   }
 
-  terminate(): void {
-    for (const s of this.slots) s.worker.terminate();
+  /** The Workers now in the pool. */
+  workers(): Worker[] {
+    return this.slots.map((s) => s.worker);
+  }
+
+  /**
+   * Stops every Worker and resolves once they have stopped: terminate()
+   * returns while a Worker may still run for a few ms, and what it does
+   * then (take or give back a slot in shared memory) must be over before
+   * its slots are counted back.
+   */
+  terminate(): Promise<void> {
+    this.terminating = true;
+    return Promise.all(
+      this.slots.map(
+        (s) =>
+          new Promise<void>((resolve) => {
+            const done = setTimeout(resolve, 2000);
+            s.worker.addEventListener("close", () => (clearTimeout(done), resolve()), { once: true });
+            s.worker.terminate();
+          }),
+      ),
+    ).then(() => {});
   }
 }

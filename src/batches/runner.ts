@@ -336,7 +336,11 @@ export class BatchRunner {
   /** Grants not yet sent, by worker: sent together at the end of the turn. */
   private readonly pendingGrants = new Map<Worker, number[]>();
 
+  /** Workers whose slots were given back: a late message from one must not take new ones. */
+  private readonly released = new WeakSet<Worker>();
+
   private onSlotMessage(m: Extract<FromWorker, { type: "slots" }>, worker: Worker): void {
+    if (this.released.has(worker)) return;
     let held = this.slots.get(worker);
     if (!held) this.slots.set(worker, (held = new Map()));
     // Releases first: a turn's releases free slots for its own asks.
@@ -371,6 +375,7 @@ export class BatchRunner {
 
   /** A Worker that died or was stopped gives back every slot it held. */
   private releaseSlotsOf(worker: Worker): void {
+    this.released.add(worker);
     for (const release of this.slots.get(worker)?.values() ?? []) release();
     this.slots.delete(worker);
     // And the slots it had taken itself, straight from shared memory.
@@ -381,6 +386,9 @@ export class BatchRunner {
         if (base < 0) continue;
         const n = Atomics.exchange(took, base / CELLS, 0);
         if (n > 0) this.ctx.scheduler.giveBack(m.id, n);
+        // Also when it had nothing left: a slot it freed may have come with a
+        // "hand this on" request that died with it, while someone waits.
+        else this.ctx.scheduler.pump(m.id);
       }
   }
 
@@ -523,8 +531,8 @@ export class BatchRunner {
       pool.broadcast({ type: "checkpoint" });
       const until = Date.now() + graceMs;
       while (this.live.size > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
-      pool.terminate();
-      for (const w of [...this.slots.keys()]) this.releaseSlotsOf(w);
+      await pool.terminate();
+      for (const w of new Set([...this.slots.keys(), ...pool.workers()])) this.releaseSlotsOf(w);
     }
     for (const l of this.live.values()) this.releaseShard(l.batchId, l.idx);
     this.ctx.db.update(batches).set({ leaseOwner: null, leaseExpiresAt: null }).where(eq(batches.leaseOwner, this.owner)).run();

@@ -26,7 +26,7 @@ export const INTERACTIVE_WAITING = 2;
 /** All requests waiting here (interactive and batch): a Worker that frees a slot then asks this thread to hand it on. */
 export const WAITING = 3;
 /** Limited models whose slots are shared with Workers (more are served through this thread only). */
-const SHARED_MODELS = 1024;
+export const SHARED_MODELS = 1024;
 
 /** Takes a slot if one is free: compare-and-swap on the shared count, so Workers and this thread never take the same one. */
 export function tryTakeSlot(cells: Int32Array, base: number): boolean {

@@ -56,10 +56,25 @@ function flushSoon(): void {
   });
 }
 
+/**
+ * After taking a slot: if a request started waiting in the scheduler
+ * meanwhile, give the slot back and ask the scheduler to hand it on (then
+ * wait in line like everyone else). The scheduler publishes a waiter before
+ * it looks for a free slot, and this looks for waiters after taking one, so
+ * with these sequentially consistent atomics a waiter is never passed over.
+ */
+function keptAfterTake(c: Int32Array, base: number, model: string): boolean {
+  if (Atomics.load(c, base + WAITING) === 0) return true;
+  Atomics.sub(c, base + IN_FLIGHT, 1);
+  pump.push(model);
+  flushSoon();
+  return false;
+}
+
 /** Resolves with a release function once a slot is taken or granted. */
 export function acquireSlot(model: string): Promise<() => void> {
   const base = baseOf(model);
-  if (cells && held && base >= 0 && Atomics.load(cells, base + WAITING) === 0 && tryTakeSlot(cells, base)) {
+  if (cells && held && base >= 0 && Atomics.load(cells, base + WAITING) === 0 && tryTakeSlot(cells, base) && keptAfterTake(cells, base, model)) {
     const c = cells;
     const h = held;
     Atomics.add(h, base / CELLS, 1);
@@ -67,8 +82,10 @@ export function acquireSlot(model: string): Promise<() => void> {
     return Promise.resolve(() => {
       if (done) return;
       done = true;
-      Atomics.sub(c, base + IN_FLIGHT, 1);
+      // This order: a Worker killed between the two leaks a slot rather than
+      // letting the main thread give back one that was already given back.
       Atomics.sub(h, base / CELLS, 1);
+      Atomics.sub(c, base + IN_FLIGHT, 1);
       // Someone waits in the scheduler (it could not see this slot free): let it hand the slot on.
       if (Atomics.load(c, base + WAITING) > 0 || Atomics.load(c, base + INTERACTIVE_WAITING) > 0) {
         pump.push(model);
