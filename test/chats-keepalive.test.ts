@@ -100,6 +100,64 @@ test("an upstream answering within the interval still passes a 4xx through with 
   expect(await messagesOf(chat.id)).toEqual([]);
 });
 
+test("no gap between bytes is longer than the interval, from the request on (the first comment goes out when the stream starts early)", async () => {
+  up.handler = async (r) => {
+    await sleep(900);
+    const s = pushStream(r);
+    s.data(upstreamChunk("quiet-chat", { role: "assistant", content: "ok" }, null));
+    s.data(upstreamChunk("quiet-chat", {}, "stop"));
+    s.send("data: [DONE]\n\n");
+    s.close();
+    return s.response;
+  };
+  const chat = await newChat();
+  const sent = performance.now();
+  const res = await say(chat.id, "gaps?");
+  const arrivals = [performance.now()];
+  const reader = res.body!.getReader();
+  for (;;) {
+    const { done } = await reader.read();
+    if (done) break;
+    arrivals.push(performance.now());
+  }
+  const gaps = arrivals.map((at, i) => at - (i === 0 ? sent : arrivals[i - 1]!));
+  // Interval 150 ms; before, the first byte came after two intervals plus a tick (300–450 ms).
+  expect(Math.max(...gaps)).toBeLessThan(280);
+});
+
+test("a chat deleted while its upstream opens: 404 before the stream starts, and the model's slot comes back", async () => {
+  const chat = await newChat();
+  up.handler = async (r) => {
+    await t.api(`/chats/${chat.id}`, { method: "DELETE" });
+    // Its headers go out with its first chunk, well within the interval.
+    const s = pushStream(r);
+    s.data(upstreamChunk("quiet-chat", { role: "assistant", content: "too late" }, null));
+    return s.response;
+  };
+  const res = await say(chat.id, "gone?");
+  expect(res.status).toBe(404);
+  expect(t.server.ctx.scheduler.stats("quiet-chat").inFlight).toBe(0);
+});
+
+test("a chat deleted while its upstream opens, after the stream started: a not_found event ends it, nothing is stored", async () => {
+  const chat = await newChat();
+  up.handler = async (r) => {
+    await sleep(400);
+    await t.api(`/chats/${chat.id}`, { method: "DELETE" });
+    const s = pushStream(r);
+    s.data(upstreamChunk("quiet-chat", { role: "assistant", content: "late" }, null));
+    return s.response;
+  };
+  const res = await say(chat.id, "gone later?");
+  expect(res.status).toBe(200);
+  const r = sseReader(res);
+  const data: string[] = [];
+  for (let e = await r.next(); e; e = await r.next()) if (e.data !== null) data.push(e.data);
+  expect(data.map((d) => JSON.parse(d).error?.code)).toEqual(["not_found"]);
+  expect((await t.api(`/chats/${chat.id}`)).status).toBe(404);
+  expect(t.server.ctx.scheduler.stats("quiet-chat").inFlight).toBe(0);
+});
+
 test("the interval is checked at start: out of range is a configuration error", async () => {
   const { resolveConfig } = await import("../src/config");
   expect(() => resolveConfig(["--port", "0"], { OFFPEAK_SSE_KEEPALIVE_MS: "5" })).toThrow();

@@ -62,6 +62,8 @@ async function limitedKey(rate_limits: { rpm?: number; tpm?: number }, name = "l
   return k.key as string;
 }
 
+const chat_ = (key: string) => chat(key, "one two");
+
 const RESET = /^\d+(\.\d+)?(ms|s|m)$/;
 
 function requestHeaders(res: Response) {
@@ -239,6 +241,28 @@ describe("per-key rate limits", () => {
     const remaining = Number(next.headers.get("x-ratelimit-remaining-tokens"));
     expect(remaining).toBeLessThanOrEqual(100 - 45 - 5);
     expect(remaining).toBeGreaterThanOrEqual(100 - 45 - 5 - 10);
+  });
+
+  test("tpm: a chat-session stream counts its prompt (the whole history) and its reply", async () => {
+    const key = await limitedKey({ tpm: 200 });
+    const reply = Array.from({ length: 50 }, (_, i) => `r${i}`).join(" ");
+    up.handler = (r) => {
+      const s = pushStream(r);
+      s.data(upstreamChunk("gated-chat", { role: "assistant", content: reply }));
+      s.data(upstreamChunk("gated-chat", {}, "stop"));
+      s.send("data: [DONE]\n\n");
+      s.close();
+      return s.response;
+    };
+    const chat = await json(await t.api("/chats", { method: "POST", key, headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "gated-chat" }) }));
+    const res = await t.api(`/chats/${chat.id}/stream`, { method: "POST", key, headers: { "content-type": "application/json" }, body: JSON.stringify({ content: "one two three" }) });
+    expect(res.status).toBe(200);
+    // Admission: 3 words + 3 = 6 prompt tokens.
+    expect(Number(res.headers.get("x-ratelimit-remaining-tokens"))).toBe(200 - 6);
+    await readAllSse(res);
+    // Then the 50-token reply; the next request's own prompt (2 words + 3 = 5) too.
+    const next = await chat_(key);
+    expect(Number(next.headers.get("x-ratelimit-remaining-tokens"))).toBe(200 - 6 - 50 - 5);
   });
 
   test("a rate-limited request never reaches the upstream", async () => {

@@ -8,16 +8,11 @@ import { admit, resolveModel } from "../inference/admission";
 import { echoCompletion, echoUsage, planEcho } from "../inference/echo";
 import { echoChunks, pacedDelay } from "../inference/echoStream";
 import { sseResponse } from "../inference/sse";
-import { contentText, countTokens } from "../inference/tokens";
+import { promptTokensOf } from "../inference/tokens";
 import { StreamUsage, callUpstream, passThrough, upstreamFailure, upstreamText } from "../inference/upstream";
 
 const json = (body: unknown, headers: Record<string, string>) => new Response(JSON.stringify(body), { headers: { "content-type": "application/json", ...headers } });
 
-function promptTokensOf(body: Record<string, unknown>): number {
-  let n = 0;
-  if (Array.isArray(body.messages)) for (const m of body.messages) n += countTokens(contentText((m as { content?: unknown })?.content)) + 3;
-  return n;
-}
 
 /**
  * offpeak itself reads `stream` and `stream_options` (for every model), so it
@@ -64,7 +59,7 @@ export async function chatCompletions(ctx: AppContext, principal: Principal, bod
     }
   }
 
-  const { headers, release, metersTokens } = await admit(ctx, principal, model, promptTokensOf(body), request.signal);
+  const { headers, release, metersTokens } = await admit(ctx, principal, model, promptTokensOf(body.messages), request.signal);
   let handedOff = false;
   try {
     const res = await callUpstream({ model, path: "/chat/completions", body, signal: request.signal });
@@ -84,6 +79,7 @@ export async function chatCompletions(ctx: AppContext, principal: Principal, bod
       const usage = metersTokens ? new StreamUsage() : null;
       const end = () => {
         release();
+        usage?.finish();
         if (usage?.completionTokens) ctx.rateLimiter.charge(principal.keyId, usage.completionTokens);
       };
       return new Response(passThrough(res, end, usage ? (c) => usage.push(c) : undefined), {

@@ -3,19 +3,27 @@
 // was produced so far when the client disconnects (generation stops then).
 import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
-import { ApiError } from "../errors";
+import { ApiError, notFound } from "../errors";
 import { newId, nowSeconds } from "../ids";
 import { admit, resolveModel } from "../inference/admission";
 import { planEcho } from "../inference/echo";
 import { echoChunks } from "../inference/echoStream";
 import { InBandError, sseResponse } from "../inference/sse";
+import { countTokens, promptTokensOf } from "../inference/tokens";
 import { callUpstream, streamDeadline, upstreamFailure } from "../inference/upstream";
 import { addMessage, chatExists, getChat, history } from "./service";
-
 
 interface Delta {
   choices?: { delta?: { content?: string | null } }[];
 }
+
+/** A reply's chunks, and how to let go of their source (idempotent; also for a generator that never started). */
+interface ReplySource {
+  chunks: AsyncGenerator<Record<string, unknown>>;
+  close(): void;
+}
+
+const STILL_OPENING = Symbol("still opening");
 
 export async function streamReply(
   ctx: AppContext,
@@ -34,30 +42,24 @@ export async function streamReply(
   if (input.max_tokens !== undefined && input.max_tokens !== null) body.max_tokens = input.max_tokens;
   if (input.temperature !== undefined) body.temperature = input.temperature;
   const plan = model.kind === "echo" ? planEcho(body) : null;
-  const { headers, release } = await admit(ctx, principal, model, plan?.promptTokens ?? 0, request.signal);
+  const { headers, release, metersTokens } = await admit(ctx, principal, model, plan?.promptTokens ?? promptTokensOf(messages), request.signal);
   const abort = new AbortController();
-  const opening =
+  const opening: Promise<ReplySource | Response> =
     plan !== null
-      ? Promise.resolve(echoChunks(body, newId("chatcmpl-"), nowSeconds(), { latencyMs: model.latencyMs, tokensPerSecond: model.tokensPerSecond }, abort.signal, plan))
-      : upstreamChunks(ctx, model, body, AbortSignal.any([abort.signal, request.signal]));
+      ? Promise.resolve(generatorSource(echoChunks(body, newId("chatcmpl-"), nowSeconds(), { latencyMs: model.latencyMs, tokensPerSecond: model.tokensPerSecond }, abort.signal, plan)))
+      : upstreamReply(model, body, AbortSignal.any([abort.signal, request.signal]));
+  // Handled where it is awaited; this only keeps a failure after an early start from counting as unhandled.
+  opening.catch(() => {});
+
   // Wait for the upstream's answer (so a 4xx can pass through with its
   // status), but not longer than the keep-alive interval: an engine that
   // sends no headers until it starts generating must not leave the client
-  // without a byte for longer than that. Past it, the stream starts with
-  // keep-alive comments and a failure to open becomes its last event.
-  // Handled where it is awaited; this only keeps a failure after an early start from counting as unhandled.
-  opening.catch(() => {});
-  let opened: Awaited<typeof opening> | typeof STILL_OPENING;
+  // without a byte for longer than that. Past it, the stream starts with a
+  // keep-alive comment, and a failure to open becomes its last event.
+  let opened: ReplySource | Response | typeof STILL_OPENING;
   let timer: ReturnType<typeof setTimeout> | undefined;
   try {
     opened = await Promise.race([opening, new Promise<typeof STILL_OPENING>((r) => (timer = setTimeout(() => r(STILL_OPENING), ctx.config.sseKeepAliveMs)))]);
-    if (opened instanceof Response) {
-      // An upstream 4xx before the first byte passes through with its status
-      // and body, as on /chat/completions (it used to become a 502); nothing is stored.
-      release();
-      for (const [k, v] of Object.entries(headers)) opened.headers.set(k, v);
-      return opened;
-    }
   } catch (e) {
     release();
     if (e instanceof ApiError) Object.assign(e.headers, headers);
@@ -65,59 +67,94 @@ export async function streamReply(
   } finally {
     clearTimeout(timer);
   }
+  if (opened instanceof Response) {
+    // An upstream 4xx before the first byte passes through with its status
+    // and body, as on /chat/completions (it used to become a 502); nothing is stored.
+    release();
+    for (const [k, v] of Object.entries(headers)) opened.headers.set(k, v);
+    return opened;
+  }
+
+  let source: ReplySource | null = null;
   let reply = "";
   let userStored = false;
-  let stored = false;
-  const storeUser = () => {
-    userStored = true;
-    addMessage(ctx, chat.id, "user", input.content);
+  let ended = false;
+  /** The user message goes in once the reply has a source: nothing is stored for a request the upstream refused. */
+  const storeUser = (s: ReplySource) => {
+    source = s;
+    try {
+      addMessage(ctx, chat.id, "user", input.content);
+      userStored = true;
+    } catch (e) {
+      // The chat was deleted while the upstream opened.
+      s.close();
+      if (!chatExists(ctx, chat.id)) throw notFound("chat", chat.id);
+      throw e;
+    }
   };
-  const store = () => {
-    // Nothing is stored for a stream whose upstream never opened.
-    if (stored || !userStored) return;
-    stored = true;
+  /** Once: stores the reply so far and charges its tokens. */
+  const end = () => {
+    if (ended) return;
+    ended = true;
+    source?.close();
+    if (metersTokens && reply) ctx.rateLimiter.charge(principal.keyId, countTokens(reply));
     // The chat may have been deleted while its reply streamed: then there is
     // nothing to store into (the insert failed on the foreign key and the
     // client got an in-band "FOREIGN KEY constraint failed" instead of [DONE]).
-    if (!chatExists(ctx, chat.id)) return;
-    addMessage(ctx, chat.id, "assistant", reply);
+    if (userStored && chatExists(ctx, chat.id)) addMessage(ctx, chat.id, "assistant", reply);
   };
-  if (opened !== STILL_OPENING) storeUser();
-  const first = opened;
+
+  if (opened !== STILL_OPENING) {
+    try {
+      storeUser(opened);
+    } catch (e) {
+      abort.abort();
+      release();
+      throw e;
+    }
+  }
+  const early = opened === STILL_OPENING;
   async function* events() {
     try {
-      let source = first;
-      if (source === STILL_OPENING) {
-        const late = await opening.catch((e) => {
+      if (!source) {
+        let late: ReplySource | Response;
+        try {
+          late = await opening;
+        } catch (e) {
           throw e instanceof ApiError ? e : new InBandError(new ApiError("upstream_error", `Upstream ${model.upstreamName} failed to answer`).body());
-        });
-        if (late instanceof Response) throw new InBandError(await late.json().catch(() => new ApiError("upstream_error", `Upstream ${model.upstreamName} refused the request (${late.status})`).body()));
-        source = late;
-        storeUser();
+        }
+        if (late instanceof Response)
+          throw new InBandError(await late.json().catch(() => new ApiError("upstream_error", `Upstream ${model.upstreamName} refused the request (${late.status})`).body()));
+        // The client left while the upstream opened: store nothing.
+        if (abort.signal.aborted) return late.close();
+        storeUser(late);
       }
-      for await (const chunk of source) {
+      for await (const chunk of source!.chunks) {
         reply += (chunk as Delta).choices?.[0]?.delta?.content ?? "";
         yield chunk;
       }
     } finally {
-      store();
+      end();
     }
   }
   return sseResponse(events(), {
     headers,
     keepAliveMs: ctx.config.sseKeepAliveMs,
+    keepAliveFirst: early,
     onClose: () => {
       abort.abort();
       release();
-      store();
+      end();
     },
   });
 }
 
-const STILL_OPENING = Symbol("still opening");
+function generatorSource(chunks: AsyncGenerator<Record<string, unknown>>): ReplySource {
+  return { chunks, close: () => void chunks.return(undefined).catch(() => {}) };
+}
 
-/** Opens an upstream stream and yields its chunk objects (parsing `data:` lines). */
-async function upstreamChunks(ctx: AppContext, model: Parameters<typeof callUpstream>[0]["model"], body: Record<string, unknown>, signal: AbortSignal) {
+/** Opens an upstream stream: its chunk objects (parsed from `data:` lines), or the Response of an upstream 4xx. */
+async function upstreamReply(model: Parameters<typeof callUpstream>[0]["model"], body: Record<string, unknown>, signal: AbortSignal): Promise<ReplySource | Response> {
   const res = await callUpstream({ model, path: "/chat/completions", body, signal });
   if (!res.ok) {
     const failure = await upstreamFailure(model, res);
@@ -127,7 +164,15 @@ async function upstreamChunks(ctx: AppContext, model: Parameters<typeof callUpst
   if (!res.body) throw new ApiError("upstream_error", `Upstream ${model.upstreamName} answered without a body`);
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   const deadline = streamDeadline(res);
-  return (async function* () {
+  let closed = false;
+  // Not only in the generator's finally: a generator that never started does not run it.
+  const close = () => {
+    if (closed) return;
+    closed = true;
+    deadline.onEnd();
+    reader.cancel().catch(() => {});
+  };
+  const chunks = (async function* () {
     let buf = "";
     try {
       for (;;) {
@@ -146,8 +191,8 @@ async function upstreamChunks(ctx: AppContext, model: Parameters<typeof callUpst
         }
       }
     } finally {
-      deadline.onEnd();
-      await reader.cancel().catch(() => {});
+      close();
     }
   })();
+  return { chunks, close };
 }

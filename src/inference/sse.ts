@@ -1,6 +1,8 @@
 // Server-sent events from an async generator of JSON payloads. The stream
 // is pull-based (the generator runs only as fast as the client reads), a
-// ": keep-alive" comment goes out when nothing else has for `keepAliveMs`,
+// ": keep-alive" comment goes out before nothing else has for `keepAliveMs`
+// (with `keepAliveFirst`, also at once, so the headers go out: Bun sends
+// them with the first byte of the body),
 // and a client disconnect cancels the stream, which returns the generator
 // (its `finally` blocks run) so the producer stops.
 import { ApiError } from "../errors";
@@ -16,7 +18,7 @@ export class InBandError extends Error {
 
 export function sseResponse(
   events: AsyncGenerator<unknown, void, unknown>,
-  opts: { headers?: Record<string, string>; keepAliveMs?: number; onClose?: () => void } = {},
+  opts: { headers?: Record<string, string>; keepAliveMs?: number; keepAliveFirst?: boolean; onClose?: () => void } = {},
 ): Response {
   let timer: ReturnType<typeof setInterval> | null = null;
   let closed = false;
@@ -34,10 +36,14 @@ export function sseResponse(
   const stream = new ReadableStream<Uint8Array>({
     start(controller) {
       const every = opts.keepAliveMs;
-      if (every)
+      if (every) {
+        if (opts.keepAliveFirst) send(controller, ": keep-alive\n\n");
+        // Checked every `tick` and sent once quiet for every − tick: never a gap longer than `every`.
+        const tick = Math.min(every / 2, 1000);
         timer = setInterval(() => {
-          if (!closed && Date.now() - lastSent >= every) send(controller, ": keep-alive\n\n");
-        }, Math.min(every, 1000));
+          if (!closed && Date.now() - lastSent >= every - tick) send(controller, ": keep-alive\n\n");
+        }, tick);
+      }
     },
     async pull(controller) {
       try {

@@ -61,3 +61,10 @@ export function contentText(content: unknown): string {
   }
   return "";
 }
+
+/** Prompt tokens of a chat request's messages: each message's text plus 3 for its framing. */
+export function promptTokensOf(messages: unknown): number {
+  let n = 0;
+  if (Array.isArray(messages)) for (const m of messages) n += countTokens(contentText((m as { content?: unknown })?.content)) + 3;
+  return n;
+}

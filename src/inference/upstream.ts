@@ -154,6 +154,8 @@ export function passThrough(res: globalThis.Response, onEnd: () => void, onChunk
 export class StreamUsage {
   private readonly decoder = new TextDecoder();
   private pending = "";
+  /** Where to look for the next event end in `pending` (what was scanned before had none). */
+  private scanFrom = 0;
   private reported: number | null = null;
   private estimated = 0;
 
@@ -163,18 +165,32 @@ export class StreamUsage {
 
   push(chunk: Uint8Array): void {
     this.pending += this.decoder.decode(chunk, { stream: true });
-    const events = this.pending.split(EVENT_END);
-    this.pending = events.pop()!;
+    for (;;) {
+      // An event ends at a blank line: "\n\n" once CRLFs are read as LFs.
+      EVENT_END.lastIndex = Math.max(0, this.scanFrom - 3);
+      const m = EVENT_END.exec(this.pending);
+      if (!m) break;
+      this.event(this.pending.slice(0, m.index));
+      this.pending = this.pending.slice(m.index + m[0].length);
+      this.scanFrom = 0;
+    }
     // One event larger than this is not a chat chunk: stop buffering it.
     if (this.pending.length > MAX_EVENT_CHARS) this.pending = "";
-    for (const e of events) this.event(e);
+    this.scanFrom = this.pending.length;
+  }
+
+  /** The stream ended: a last event without its blank line still counts. */
+  finish(): void {
+    this.pending += this.decoder.decode();
+    if (this.pending.trim()) this.event(this.pending);
+    this.pending = "";
   }
 
   private event(text: string): void {
     let data = "";
     for (const line of text.split(LINE_END)) if (line.startsWith("data:")) data += (data ? "\n" : "") + line.slice(line.startsWith("data: ") ? 6 : 5);
     if (!data || data === "[DONE]") return;
-    let chunk: { choices?: { delta?: Record<string, unknown> }[]; usage?: { completion_tokens?: unknown } | null };
+    let chunk: { choices?: { delta?: Delta }[]; usage?: { completion_tokens?: unknown } | null };
     try {
       chunk = JSON.parse(data);
     } catch {
@@ -184,12 +200,23 @@ export class StreamUsage {
     if (typeof reported === "number" && reported >= 0) this.reported = reported;
     for (const choice of Array.isArray(chunk?.choices) ? chunk.choices : []) {
       const d = choice?.delta;
-      if (!d) continue;
-      for (const field of [d.content, d.reasoning_content, d.reasoning]) if (typeof field === "string") this.estimated += countTokens(field);
+      if (!d || typeof d !== "object") continue;
+      for (const text of [d.content, d.reasoning_content, d.reasoning, d.refusal, d.function_call?.arguments]) if (typeof text === "string") this.estimated += countTokens(text);
+      if (Array.isArray(d.tool_calls)) for (const call of d.tool_calls) if (typeof call?.function?.arguments === "string") this.estimated += countTokens(call.function.arguments);
     }
   }
 }
 
-const EVENT_END = /\r?\n\r?\n/;
+/** What StreamUsage reads of a streamed delta (anything may be missing or of another type). */
+interface Delta {
+  content?: unknown;
+  reasoning_content?: unknown;
+  reasoning?: unknown;
+  refusal?: unknown;
+  function_call?: { arguments?: unknown };
+  tool_calls?: { function?: { arguments?: unknown } }[];
+}
+
+const EVENT_END = /\r?\n\r?\n/g;
 const LINE_END = /\r?\n/;
 const MAX_EVENT_CHARS = 1 << 20;
