@@ -87,7 +87,9 @@ export function withRequestId(request: Request, res: Response): Response {
     res.headers.set("x-request-id", id);
     return res;
   } catch {
-    // Immutable headers (Response.error(), a fetched Response): answer with a copy.
+    // Immutable headers (a fetched Response): answer with a copy. A network
+    // error (Response.error(), status 0) cannot be copied and has no headers to send.
+    if (res.status === 0) return res;
     const headers = new Headers(res.headers);
     headers.set("x-request-id", id);
     return new Response(res.body, { status: res.status, statusText: res.statusText, headers });

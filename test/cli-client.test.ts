@@ -221,6 +221,24 @@ describe("--timeout", () => {
     await t.sdk().batches.cancel(id!);
   });
 
+  test("--timeout also bounds a wait for an unreachable server (exit 2 when no record was ever seen)", async () => {
+    const port = await closedPort();
+    const r = await cli(["batches", "wait", "batch_x", "--interval", "0.05", "--timeout", "1"], { OFFPEAK_BASE_URL: `http://127.0.0.1:${port}/v1` });
+    expectCode(r, 2);
+    expect(r.stderr).toMatch(/cannot reach offpeak/);
+  }, 15_000);
+
+  test("batch run checks --timeout before uploading: a bad value leaves no file and no batch behind", async () => {
+    const input = writeLines("typo.jsonl", ids(3, "ty").map((id) => chatLine(id)));
+    const filesBefore = (await t.sdk().files.list()).data.length;
+    const batchesBefore = (await t.sdk().batches.list({ limit: 100 })).data.length;
+    const r = await cli(["batch", "run", input, "--timeout", "1h"]);
+    expectCode(r, 2);
+    expect(r.stderr).toMatch(/--timeout must be a number/);
+    expect((await t.sdk().files.list()).data.length).toBe(filesBefore);
+    expect((await t.sdk().batches.list({ limit: 100 })).data.length).toBe(batchesBefore);
+  });
+
   test("a bad --timeout is a usage error", async () => {
     const r = await cli(["batches", "wait", "batch_x", "--timeout", "-1"]);
     expectCode(r, 2);

@@ -141,26 +141,36 @@ export const WAIT_FLAGS = { interval: "string", "progress-interval": "string", t
 /** Exit code when --timeout passes before the batch ends (it keeps running). */
 export const TIMED_OUT_EXIT = 3;
 
-export interface WaitOptions {
+export interface WaitSettings {
   intervalMs: number;
   /** Give up after this long (null: wait until the batch ends). */
   timeoutMs: number | null;
+  plainEveryMs: number;
+  quiet: boolean;
+}
+
+export interface WaitOptions extends WaitSettings {
   progress: Progress;
 }
 
-export function waitOptions(p: Parsed, prefix: string): WaitOptions {
-  const intervalMs = numberFlag(p, "interval", 1, 0.05, 3600) * 1000;
-  const plainEveryMs = numberFlag(p, "progress-interval", 5, 0.05, 3600) * 1000;
-  const timeoutMs = p.flags.timeout === undefined ? null : numberFlag(p, "timeout", 0, 0.05, 31 * 24 * 3600) * 1000;
-  return { intervalMs, timeoutMs, progress: new Progress({ quiet: p.bools.quiet, plainEveryMs, prefix }) };
+/** The wait flags, checked (a bad value is a usage error before anything is done). */
+export function waitSettings(p: Parsed): WaitSettings {
+  return {
+    intervalMs: numberFlag(p, "interval", 1, 0.05, 3600) * 1000,
+    timeoutMs: p.flags.timeout === undefined ? null : numberFlag(p, "timeout", 0, 0.05, 31 * 24 * 3600) * 1000,
+    plainEveryMs: numberFlag(p, "progress-interval", 5, 0.05, 3600) * 1000,
+    quiet: p.bools.quiet === true,
+  };
 }
+
+export const withProgress = (s: WaitSettings, prefix: string): WaitOptions => ({ ...s, progress: new Progress({ quiet: s.quiet, plainEveryMs: s.plainEveryMs, prefix }) });
 
 async function wait(argv: string[]): Promise<number> {
   const p = parseArgs(argv, WAIT_FLAGS);
   if (helped(p)) return 0;
   const [id] = positionals(p, ["BATCH_ID"], "offpeak batches wait BATCH_ID [--interval S]");
   const client = new Client(connection(p));
-  const opts = waitOptions(p, `${id} `);
+  const opts = withProgress(waitSettings(p), `${id} `);
   const final = await waitForBatch(client, id!, opts);
   printJson(final);
   if (!FINAL_STATES.includes(final.status)) {
@@ -194,22 +204,32 @@ export async function waitForBatch(client: Client, id: string, { intervalMs, tim
   process.on("SIGINT", onInterrupt);
   let lastOk = Date.now();
   let warned = false;
+  let last: Batch | null = null;
+  const left = () => giveUpAt - Date.now();
   try {
     for (;;) {
       let b: Batch;
       try {
-        b = await client.json<Batch>("GET", `/batches/${encodeURIComponent(id)}`);
+        // One poll may not outlast --timeout either (at least 1 s, at most the usual 60 s).
+        const timeout = Number.isFinite(giveUpAt) ? Math.min(60_000, Math.max(1000, left())) : undefined;
+        b = await client.json<Batch>("GET", `/batches/${encodeURIComponent(id)}`, { timeout });
         lastOk = Date.now();
         if (warned) progress.note("server reachable again");
         warned = false;
       } catch (e) {
-        // A restarting server resumes the batch: keep waiting for a while.
+        // A restarting server resumes the batch: keep waiting for a while (never past --timeout).
         if (!(e instanceof CliError) || e.kind !== "connection" || Date.now() - lastOk > UNREACHABLE_GRACE_MS) throw e;
+        if (left() <= 0) {
+          if (!last) throw e;
+          progress.finishLine();
+          return last;
+        }
         if (!warned) progress.note(`${e.message} Retrying for up to ${UNREACHABLE_GRACE_MS / 1000} s…`);
         warned = true;
-        await sleep(Math.max(intervalMs, 1000));
+        await sleep(Math.min(Math.max(intervalMs, 1000), Math.max(0, left())));
         continue;
       }
+      last = b;
       const c = b.request_counts;
       progress.update({ label: b.status, done: c.completed + c.failed, total: c.total || null, failed: c.failed, unit: "lines" });
       if (FINAL_STATES.includes(b.status) || Date.now() >= giveUpAt) {

@@ -52,31 +52,32 @@ export class Client {
   }
 
   /** A raw request; throws a CliError (exit 2) when the server cannot be reached or answers non-2xx. */
-  async fetch(method: string, path: string, init: { query?: Record<string, string | number | undefined>; json?: unknown; body?: RequestInit["body"]; headers?: Record<string, string>; timeout?: boolean } = {}): Promise<Response> {
+  async fetch(method: string, path: string, init: { query?: Record<string, string | number | undefined>; json?: unknown; body?: RequestInit["body"]; headers?: Record<string, string>; timeout?: boolean | number } = {}): Promise<Response> {
     const headers: Record<string, string> = { authorization: `Bearer ${this.conn.apiKey}`, ...init.headers };
     let body = init.body;
     if (init.json !== undefined) {
       headers["content-type"] = "application/json";
       body = JSON.stringify(init.json);
     }
+    const waitMs = typeof init.timeout === "number" ? init.timeout : CALL_TIMEOUT_MS;
     let res: Response;
     try {
       res = await fetch(this.url(path, init.query), {
         method,
         headers,
         body,
-        signal: init.timeout === false ? undefined : AbortSignal.timeout(CALL_TIMEOUT_MS),
+        signal: init.timeout === false ? undefined : AbortSignal.timeout(waitMs),
       });
     } catch (e) {
       const err = e as Error & { code?: string };
-      const why = err.name === "TimeoutError" ? `no answer within ${CALL_TIMEOUT_MS / 1000} s` : (err.code ?? err.message);
+      const why = err.name === "TimeoutError" ? `no answer within ${waitMs / 1000} s` : (err.code ?? err.message);
       throw new CliError(`cannot reach offpeak at ${this.conn.baseUrl} (${why}). Is the server running? Set --base-url or OFFPEAK_BASE_URL.`, 2, "connection");
     }
     if (!res.ok) throw await httpError(res, this.conn.baseUrl);
     return res;
   }
 
-  async json<T>(method: string, path: string, init: { query?: Record<string, string | number | undefined>; json?: unknown } = {}): Promise<T> {
+  async json<T>(method: string, path: string, init: { query?: Record<string, string | number | undefined>; json?: unknown; timeout?: number } = {}): Promise<T> {
     const res = await this.fetch(method, path, init);
     const text = await res.text();
     try {

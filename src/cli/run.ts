@@ -3,7 +3,7 @@
 import { accessSync, closeSync, constants, openSync, readSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { connection, keyValues, parseArgs, positionals, usageError, type Parsed } from "./args";
-import { createBatch, FINAL_STATES, reportEnd, TIMED_OUT_EXIT, timedOutMessage, WAIT_FLAGS, waitForBatch, waitOptions } from "./batches";
+import { createBatch, FINAL_STATES, reportEnd, TIMED_OUT_EXIT, timedOutMessage, WAIT_FLAGS, waitForBatch, waitSettings, withProgress } from "./batches";
 import { uploadWithProgress } from "./files";
 import { Client } from "./http";
 import { formatDuration, Progress } from "./progress";
@@ -103,11 +103,13 @@ async function run(argv: string[]): Promise<number> {
   checkWritable(errs, "--errors");
   const endpoint = p.flags.endpoint ?? endpointOf(input!) ?? "/v1/chat/completions";
   const metadata = keyValues(p, "metadata");
+  // Checked before anything is uploaded: a typo must not leave a batch running.
+  const wait = waitSettings(p);
   const started = Date.now();
 
   const file = await uploadWithProgress(client, input!, "batch", new Progress({ quiet: p.bools.quiet, prefix: "" }));
   const created = await createBatch(client, file.id, { endpoint, completionWindow: p.flags["completion-window"] ?? "24h", metadata });
-  const opts = waitOptions(p, `${created.id} `);
+  const opts = withProgress(wait, `${created.id} `);
   const { progress } = opts;
   progress.note(`created ${created.id} (${created.request_counts.total} requests, ${endpoint})`);
   const b = await waitForBatch(client, created.id, opts);
