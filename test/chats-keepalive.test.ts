@@ -49,18 +49,20 @@ test("a quiet stream gets `: keep-alive` comments while nothing else goes out, t
 
 const newChat = async () => json(await t.api("/chats", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "quiet-chat" }) }));
 const say = (chatId: string, content: string) => t.api(`/chats/${chatId}/stream`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ content }) });
+/** An upstream that sends nothing, not even headers, for `ms`, then streams `content` whole. */
+const answersAfter = (ms: number, content: string) => async (r: Parameters<ScriptedUpstream["handler"]>[0]) => {
+  await sleep(ms);
+  const s = pushStream(r);
+  s.data(upstreamChunk("quiet-chat", { role: "assistant", content }, null));
+  s.data(upstreamChunk("quiet-chat", {}, "stop"));
+  s.send("data: [DONE]\n\n");
+  s.close();
+  return s.response;
+};
 const messagesOf = async (chatId: string) => ((await json(await t.api(`/chats/${chatId}`))).messages as { role: string; content: string }[]).map((m) => `${m.role}:${m.content}`);
 
 test("an upstream that sends no headers for a while: the stream starts with keep-alive comments, then the answer; both messages are stored", async () => {
-  up.handler = async (r) => {
-    await sleep(700);
-    const s = pushStream(r);
-    s.data(upstreamChunk("quiet-chat", { role: "assistant", content: "at last" }, null));
-    s.data(upstreamChunk("quiet-chat", {}, "stop"));
-    s.send("data: [DONE]\n\n");
-    s.close();
-    return s.response;
-  };
+  up.handler = answersAfter(700, "at last");
   const chat = await newChat();
   const res = await say(chat.id, "anyone?");
   expect(res.status).toBe(200);
@@ -101,15 +103,7 @@ test("an upstream answering within the interval still passes a 4xx through with 
 });
 
 test("no gap between bytes is longer than the interval, from the request on (the first comment goes out when the stream starts early)", async () => {
-  up.handler = async (r) => {
-    await sleep(900);
-    const s = pushStream(r);
-    s.data(upstreamChunk("quiet-chat", { role: "assistant", content: "ok" }, null));
-    s.data(upstreamChunk("quiet-chat", {}, "stop"));
-    s.send("data: [DONE]\n\n");
-    s.close();
-    return s.response;
-  };
+  up.handler = answersAfter(900, "ok");
   const chat = await newChat();
   const sent = performance.now();
   const res = await say(chat.id, "gaps?");
