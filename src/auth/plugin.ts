@@ -1,16 +1,15 @@
 // Authentication happens in onRequest, before any body is parsed: a request
 // under the API base without a valid `Authorization: Bearer` key gets 401
-// and nothing else runs; a key without the route's scope (routeScopes.ts)
-// gets 403, also before any parsing. Routes name the scope they need with the
-// `scope` macro as well, which checks it again at the handler.
+// and nothing else runs; a key without the route's scope (routeScopes.ts,
+// the one place that says which scope a route needs) gets 403, also before
+// any parsing.
 //
 // We do not use @elysiajs/bearer: it falls back to a `?access_token=` query
 // parameter, and SPEC §2/§10 require a key in the query string to be refused.
-import { Elysia } from "elysia";
 import { attached } from "../attached";
 import { ApiError } from "../errors";
 import { routeScope } from "./routeScopes";
-import { hasScope, type Scope } from "./scopes";
+import { hasScope } from "./scopes";
 import type { Principal } from "./verify";
 
 const principals = attached<Principal>("principal");
@@ -33,15 +32,3 @@ export function authenticate(request: Request, verify: (secret: string) => Princ
   const needed = routeScope(request.method, apiPath);
   if (needed && !hasScope(principal.scopes, needed)) throw new ApiError("insufficient_scope", `This key lacks the '${needed}' scope`);
 }
-
-/** `.use(scopes)` then `{ scope: "files:read" }` on a route. */
-export const scopes = new Elysia({ name: "offpeak-scopes" }).macro({
-  scope(needed: Scope) {
-    return {
-      beforeHandle({ request }: { request: Request }) {
-        const p = principalOf(request);
-        if (!hasScope(p.scopes, needed)) throw new ApiError("insufficient_scope", `This key lacks the '${needed}' scope`);
-      },
-    };
-  },
-});

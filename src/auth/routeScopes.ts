@@ -1,15 +1,15 @@
 // The scope each API route needs, decided from the method and path alone so
 // that onRequest can answer 403 before the body is parsed or validated: a
 // key without the scope learns nothing about what its body would have done
-// (SPEC §2: a valid key without the needed scope gets 403). Routes also
-// declare their scope with the `scope` macro (auth/plugin.ts); this table
-// answers first and must agree with those declarations (the auth tests check
-// every route both ways).
+// (SPEC §2: a valid key without the needed scope gets 403). This is the
+// only place a route's scope is decided (the auth tests check every route
+// with and without it).
 import type { Scope } from "./scopes";
 
 /** `path` is the part after the API base, e.g. "/files/file-abc/content". null: any valid key. */
 export function routeScope(method: string, path: string): Scope | null {
-  const resource = path.split("/", 2)[1] ?? "";
+  const end = path.indexOf("/", 1);
+  const resource = end === -1 ? path.slice(1) : path.slice(1, end);
   const read = method === "GET" || method === "HEAD";
   switch (resource) {
     case "files":

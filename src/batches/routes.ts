@@ -1,5 +1,5 @@
 import { Elysia, t } from "elysia";
-import { principalOf, scopes } from "../auth/plugin";
+import { principalOf } from "../auth/plugin";
 import type { AppContext } from "../context";
 import { intParam } from "../http/query";
 import { batchView, cancelBatch, createBatch, getBatch, listBatches } from "./service";
@@ -14,7 +14,6 @@ const CreateBody = t.Object({
 
 export const batchesRoutes = (ctx: AppContext) =>
   new Elysia({ prefix: "/batches", detail: { tags: ["batches"] } })
-    .use(scopes)
     .post(
       "",
       ({ request, body }) => {
@@ -22,15 +21,14 @@ export const batchesRoutes = (ctx: AppContext) =>
         ctx.kickBatches();
         return batchView(row);
       },
-      { scope: "batches:write", body: CreateBody, detail: { summary: "Create a batch from an uploaded JSONL file" } },
+      { body: CreateBody, detail: { summary: "Create a batch from an uploaded JSONL file" } },
     )
     .get(
       "",
       ({ request, query }) => listBatches(ctx, principalOf(request).project, intParam(query.limit, "limit", 1, 100, 20), query.after || undefined),
-      { scope: "batches:read", query: t.Object({ limit: t.Optional(t.String()), after: t.Optional(t.String()) }), detail: { summary: "List batches, newest first" } },
+      { query: t.Object({ limit: t.Optional(t.String()), after: t.Optional(t.String()) }), detail: { summary: "List batches, newest first" } },
     )
     .get("/:id", ({ request, params }) => batchView(getBatch(ctx, principalOf(request).project, params.id)), {
-      scope: "batches:read",
       detail: { summary: "Retrieve a batch" },
     })
     .post(
@@ -40,5 +38,5 @@ export const batchesRoutes = (ctx: AppContext) =>
         ctx.kickBatches();
         return batchView(row);
       },
-      { scope: "batches:write", parse: "none", detail: { summary: "Cancel a batch" } },
+      { parse: "none", detail: { summary: "Cancel a batch" } },
     );

@@ -384,11 +384,7 @@ export class BatchRunner {
       for (const m of this.registry.list()) {
         const base = this.ctx.scheduler.sharedBase(m);
         if (base < 0) continue;
-        const n = Atomics.exchange(took, base / CELLS, 0);
-        if (n > 0) this.ctx.scheduler.giveBack(m.id, n);
-        // Also when it had nothing left: a slot it freed may have come with a
-        // "hand this on" request that died with it, while someone waits.
-        else this.ctx.scheduler.pump(m.id);
+        this.ctx.scheduler.giveBack(m.id, Atomics.exchange(took, base / CELLS, 0));
       }
   }
 

@@ -98,7 +98,7 @@ export function createBatch(ctx: AppContext, project: string, input: CreateBatch
 }
 
 export function getBatch(ctx: AppContext, project: string, id: string): BatchRow {
-  if (typeof id !== "string" || !isId("batch_", id)) throw notFound("batch", typeof id === "string" ? id : "");
+  if (!isId("batch_", id)) throw notFound("batch", id);
   const row = ctx.db.select().from(batches).where(and(eq(batches.id, id), eq(batches.project, project))).get();
   if (!row) throw notFound("batch", id);
   return row;

@@ -1,5 +1,5 @@
 import { Elysia, t } from "elysia";
-import { principalOf, scopes } from "../auth/plugin";
+import { principalOf } from "../auth/plugin";
 import type { AppContext } from "../context";
 import { jsonOnly } from "../inference/jsonBody";
 import { chatCompletions } from "./service";
@@ -10,9 +10,7 @@ const ChatBody = t.Object({ model: t.String(), messages: t.Array(t.Unknown()) },
 
 export const chatRoutes = (ctx: AppContext) =>
   new Elysia({ prefix: "/chat", detail: { tags: ["inference"] } })
-    .use(scopes)
     .post("/completions", ({ request, body }) => chatCompletions(ctx, principalOf(request), body as Record<string, unknown>, request), {
-      scope: "inference",
       parse: jsonOnly,
       body: ChatBody,
       detail: { summary: "Create a chat completion (stream: true for SSE)" },

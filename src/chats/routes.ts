@@ -1,5 +1,5 @@
 import { Elysia, t } from "elysia";
-import { principalOf, scopes } from "../auth/plugin";
+import { principalOf } from "../auth/plugin";
 import type { AppContext } from "../context";
 import { jsonOnly } from "../inference/jsonBody";
 import { intParam } from "../http/query";
@@ -8,9 +8,7 @@ import { streamReply } from "./stream";
 
 export const chatsRoutes = (ctx: AppContext) =>
   new Elysia({ prefix: "/chats", detail: { tags: ["chats"] } })
-    .use(scopes)
     .post("", ({ request, body }) => createChat(ctx, principalOf(request).project, body), {
-      scope: "inference",
       parse: jsonOnly,
       body: t.Object({ model: t.String(), system: t.Optional(t.Nullable(t.String())), metadata: t.Optional(t.Unknown()) }),
       detail: { summary: "Create a chat session" },
@@ -18,15 +16,13 @@ export const chatsRoutes = (ctx: AppContext) =>
     .get(
       "",
       ({ request, query }) => listChats(ctx, principalOf(request).project, intParam(query.limit, "limit", 1, 100, 20), query.after || undefined),
-      { scope: "inference", query: t.Object({ limit: t.Optional(t.String()), after: t.Optional(t.String()) }), detail: { summary: "List chat sessions" } },
+      { query: t.Object({ limit: t.Optional(t.String()), after: t.Optional(t.String()) }), detail: { summary: "List chat sessions" } },
     )
     .get("/:id", ({ request, params }) => chatView(ctx, getChat(ctx, principalOf(request).project, params.id)), {
-      scope: "inference",
       detail: { summary: "Retrieve a chat session with its messages" },
     })
-    .delete("/:id", ({ request, params }) => deleteChat(ctx, principalOf(request).project, params.id), { scope: "inference", detail: { summary: "Delete a chat session" } })
+    .delete("/:id", ({ request, params }) => deleteChat(ctx, principalOf(request).project, params.id), { detail: { summary: "Delete a chat session" } })
     .post("/:id/stream", ({ request, params, body }) => streamReply(ctx, principalOf(request), params.id, body, request), {
-      scope: "inference",
       parse: jsonOnly,
       // max_tokens is checked in streamReply: Elysia turns t.Integer into a
       // union that also takes numeric strings, so "10" was accepted (SPEC §10).

@@ -129,3 +129,32 @@ export function keyValues(p: Parsed, name: string): Record<string, string> | und
   }
   return out;
 }
+
+/**
+ * A command group's entry (`offpeak files …`): the verb picks the handler,
+ * which gets the rest of the arguments. No verb: the help on stderr, exit 2;
+ * `--help`, `-h` or `help`: the help on stdout, exit 0.
+ */
+export function dispatchVerb(
+  argv: string[],
+  group: { name: string; help: string; verbs: Record<string, (argv: string[]) => Promise<number>>; listed: string },
+): Promise<number> {
+  const verb = argv[0];
+  if (!verb) {
+    process.stderr.write(group.help);
+    return Promise.resolve(2);
+  }
+  if (verb === "--help" || verb === "-h" || verb === "help") {
+    process.stdout.write(group.help);
+    return Promise.resolve(0);
+  }
+  const handler = Object.hasOwn(group.verbs, verb) ? group.verbs[verb] : undefined;
+  if (!handler) throw usageError(`unknown ${group.name} command '${verb}' (${group.listed}; see offpeak ${group.name} --help)`);
+  return handler(argv.slice(1));
+}
+
+/** A verb's own `--help`: prints `help` and says so. */
+export function helped(p: Parsed, help: string): boolean {
+  if (p.bools.help) process.stdout.write(help);
+  return !!p.bools.help;
+}

@@ -1,6 +1,6 @@
 // offpeak batches create|get|list|cancel|wait, and the wait loop that
 // `batch run` shares.
-import { CliError, connection, keyValues, numberFlag, parseArgs, positionals, usageError, type Parsed } from "./args";
+import { CliError, connection, dispatchVerb, helped, keyValues, numberFlag, parseArgs, positionals, type Parsed } from "./args";
 import { printJson, table, timeText } from "./format";
 import { Client, type Batch, type List } from "./http";
 import { Progress } from "./progress";
@@ -33,36 +33,13 @@ refused the request (its message is printed); 3 wait: --timeout passed
 before the batch ended.
 `;
 
-export async function batchesCommand(argv: string[]): Promise<number> {
-  const verb = argv[0];
-  if (!verb) {
-    process.stderr.write(BATCHES_HELP);
-    return 2;
-  }
-  if (verb === "--help" || verb === "-h" || verb === "help") {
-    process.stdout.write(BATCHES_HELP);
-    return 0;
-  }
-  const rest = argv.slice(1);
-  switch (verb) {
-    case "create":
-      return create(rest);
-    case "get":
-      return get(rest);
-    case "list":
-    case "ls":
-      return list(rest);
-    case "cancel":
-      return cancel(rest);
-    case "wait":
-      return wait(rest);
-  }
-  throw usageError(`unknown batches command '${verb}' (create, get, list, cancel, wait; see offpeak batches --help)`);
-}
-
-function helped(p: Parsed): boolean {
-  if (p.bools.help) process.stdout.write(BATCHES_HELP);
-  return !!p.bools.help;
+export function batchesCommand(argv: string[]): Promise<number> {
+  return dispatchVerb(argv, {
+    name: "batches",
+    help: BATCHES_HELP,
+    verbs: { create, get, list, ls: list, cancel, wait },
+    listed: "create, get, list, cancel, wait",
+  });
 }
 
 export interface CreateOptions {
@@ -79,7 +56,7 @@ export function createBatch(client: Client, fileId: string, o: CreateOptions): P
 
 async function create(argv: string[]): Promise<number> {
   const p = parseArgs(argv, { endpoint: "string", "completion-window": "string", metadata: "list" });
-  if (helped(p)) return 0;
+  if (helped(p, BATCHES_HELP)) return 0;
   const [fileId] = positionals(p, ["FILE_ID"], "offpeak batches create FILE_ID [--endpoint E] [--completion-window 24h] [--metadata k=v]");
   const client = new Client(connection(p));
   printJson(
@@ -94,7 +71,7 @@ async function create(argv: string[]): Promise<number> {
 
 async function get(argv: string[]): Promise<number> {
   const p = parseArgs(argv, {});
-  if (helped(p)) return 0;
+  if (helped(p, BATCHES_HELP)) return 0;
   const [id] = positionals(p, ["BATCH_ID"], "offpeak batches get BATCH_ID");
   printJson(await new Client(connection(p)).json<Batch>("GET", `/batches/${encodeURIComponent(id!)}`));
   return 0;
@@ -102,7 +79,7 @@ async function get(argv: string[]): Promise<number> {
 
 async function list(argv: string[]): Promise<number> {
   const p = parseArgs(argv, { limit: "string", after: "string", json: "boolean" });
-  if (helped(p)) return 0;
+  if (helped(p, BATCHES_HELP)) return 0;
   positionals(p, [], "offpeak batches list [--limit N] [--after BATCH_ID] [--json]");
   const res = await new Client(connection(p)).json<List<Batch>>("GET", "/batches", { query: { limit: p.flags.limit, after: p.flags.after } });
   if (p.bools.json) {
@@ -129,7 +106,7 @@ async function list(argv: string[]): Promise<number> {
 
 async function cancel(argv: string[]): Promise<number> {
   const p = parseArgs(argv, {});
-  if (helped(p)) return 0;
+  if (helped(p, BATCHES_HELP)) return 0;
   const [id] = positionals(p, ["BATCH_ID"], "offpeak batches cancel BATCH_ID");
   printJson(await new Client(connection(p)).json<Batch>("POST", `/batches/${encodeURIComponent(id!)}/cancel`));
   return 0;
@@ -167,7 +144,7 @@ export const withProgress = (s: WaitSettings, prefix: string): WaitOptions => ({
 
 async function wait(argv: string[]): Promise<number> {
   const p = parseArgs(argv, WAIT_FLAGS);
-  if (helped(p)) return 0;
+  if (helped(p, BATCHES_HELP)) return 0;
   const [id] = positionals(p, ["BATCH_ID"], "offpeak batches wait BATCH_ID [--interval S]");
   const client = new Client(connection(p));
   const opts = withProgress(waitSettings(p), `${id} `);

@@ -1,5 +1,5 @@
 // offpeak files upload|list|get|download|rm
-import { connection, numberFlag, parseArgs, positionals, usageError } from "./args";
+import { connection, dispatchVerb, helped, numberFlag, parseArgs, positionals } from "./args";
 import { printJson, table, timeText } from "./format";
 import { Client, type FileRecord, type List } from "./http";
 import { Progress, formatBytes } from "./progress";
@@ -25,42 +25,18 @@ Exit codes: 0 done; 2 bad usage, server unreachable, or the server refused
 the request (its message is printed).
 `;
 
-export async function filesCommand(argv: string[]): Promise<number> {
-  const verb = argv[0];
-  if (!verb) {
-    process.stderr.write(FILES_HELP);
-    return 2;
-  }
-  if (verb === "--help" || verb === "-h" || verb === "help") {
-    process.stdout.write(FILES_HELP);
-    return 0;
-  }
-  const rest = argv.slice(1);
-  switch (verb) {
-    case "upload":
-      return upload(rest);
-    case "list":
-    case "ls":
-      return list(rest);
-    case "get":
-      return get(rest);
-    case "download":
-      return download(rest);
-    case "rm":
-    case "delete":
-      return rm(rest);
-  }
-  throw usageError(`unknown files command '${verb}' (upload, list, get, download, rm; see offpeak files --help)`);
-}
-
-function helped(bools: Record<string, boolean>): boolean {
-  if (bools.help) process.stdout.write(FILES_HELP);
-  return !!bools.help;
+export function filesCommand(argv: string[]): Promise<number> {
+  return dispatchVerb(argv, {
+    name: "files",
+    help: FILES_HELP,
+    verbs: { upload, list, ls: list, get, download, rm, delete: rm },
+    listed: "upload, list, get, download, rm",
+  });
 }
 
 async function upload(argv: string[]): Promise<number> {
   const p = parseArgs(argv, { purpose: "string", "expires-after": "string", quiet: "boolean" });
-  if (helped(p.bools)) return 0;
+  if (helped(p, FILES_HELP)) return 0;
   const [path] = positionals(p, ["FILE"], "offpeak files upload FILE [--purpose batch]");
   const client = new Client(connection(p));
   const expires = p.flags["expires-after"] !== undefined ? numberFlag(p, "expires-after", 0, 3600, 2592000) : undefined;
@@ -81,7 +57,7 @@ export async function uploadWithProgress(client: Client, path: string, purpose: 
 
 async function list(argv: string[]): Promise<number> {
   const p = parseArgs(argv, { purpose: "string", limit: "string", order: "string", after: "string", json: "boolean" });
-  if (helped(p.bools)) return 0;
+  if (helped(p, FILES_HELP)) return 0;
   positionals(p, [], "offpeak files list [--purpose P] [--limit N] [--order asc|desc] [--after FILE_ID] [--json]");
   const client = new Client(connection(p));
   const res = await client.json<List<FileRecord>>("GET", "/files", {
@@ -103,7 +79,7 @@ async function list(argv: string[]): Promise<number> {
 
 async function get(argv: string[]): Promise<number> {
   const p = parseArgs(argv, {});
-  if (helped(p.bools)) return 0;
+  if (helped(p, FILES_HELP)) return 0;
   const [id] = positionals(p, ["FILE_ID"], "offpeak files get FILE_ID");
   printJson(await new Client(connection(p)).json<FileRecord>("GET", `/files/${encodeURIComponent(id!)}`));
   return 0;
@@ -111,7 +87,7 @@ async function get(argv: string[]): Promise<number> {
 
 async function download(argv: string[]): Promise<number> {
   const p = parseArgs(argv, { out: "string" });
-  if (helped(p.bools)) return 0;
+  if (helped(p, FILES_HELP)) return 0;
   const [id] = positionals(p, ["FILE_ID"], "offpeak files download FILE_ID [--out PATH]");
   const client = new Client(connection(p));
   const bytes = await client.download(id!, p.flags.out ?? null);
@@ -121,7 +97,7 @@ async function download(argv: string[]): Promise<number> {
 
 async function rm(argv: string[]): Promise<number> {
   const p = parseArgs(argv, {});
-  if (helped(p.bools)) return 0;
+  if (helped(p, FILES_HELP)) return 0;
   const [id] = positionals(p, ["FILE_ID"], "offpeak files rm FILE_ID");
   const res = await new Client(connection(p)).json<{ id: string; deleted: boolean }>("DELETE", `/files/${encodeURIComponent(id!)}`);
   process.stdout.write(`deleted ${res.id}\n`);

@@ -2,7 +2,7 @@
 // it, download the results (streamed) — one command for the whole round trip.
 import { accessSync, closeSync, constants, openSync, readSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
-import { connection, keyValues, parseArgs, positionals, usageError, type Parsed } from "./args";
+import { connection, dispatchVerb, helped, keyValues, parseArgs, positionals, usageError, type Parsed } from "./args";
 import { createBatch, FINAL_STATES, reportEnd, TIMED_OUT_EXIT, timedOutMessage, WAIT_FLAGS, waitForBatch, waitSettings, withProgress } from "./batches";
 import { uploadWithProgress } from "./files";
 import { Client } from "./http";
@@ -39,18 +39,8 @@ unreachable, or the server refused the request (its message is printed);
 3 --timeout passed before the batch ended.
 `;
 
-export async function batchCommand(argv: string[]): Promise<number> {
-  const verb = argv[0];
-  if (!verb) {
-    process.stderr.write(BATCH_HELP);
-    return 2;
-  }
-  if (verb === "--help" || verb === "-h" || verb === "help") {
-    process.stdout.write(BATCH_HELP);
-    return 0;
-  }
-  if (verb !== "run") throw usageError(`unknown batch command '${verb}' (run; see offpeak batch --help)`);
-  return run(argv.slice(1));
+export function batchCommand(argv: string[]): Promise<number> {
+  return dispatchVerb(argv, { name: "batch", help: BATCH_HELP, verbs: { run }, listed: "run" });
 }
 
 /** The url of the first request line, as a batch endpoint; null if it cannot be read. */
@@ -91,10 +81,7 @@ function checkWritable(path: string, flag: string): void {
 
 async function run(argv: string[]): Promise<number> {
   const p: Parsed = parseArgs(argv, { ...WAIT_FLAGS, endpoint: "string", "completion-window": "string", out: "string", errors: "string", metadata: "list" });
-  if (p.bools.help) {
-    process.stdout.write(BATCH_HELP);
-    return 0;
-  }
+  if (helped(p, BATCH_HELP)) return 0;
   const [input] = positionals(p, ["FILE.jsonl"], "offpeak batch run FILE.jsonl [--out RESULTS.jsonl] [--errors ERRORS.jsonl]");
   const client = new Client(connection(p));
   const out = p.flags.out ?? defaultPath(input!, "results");

@@ -1,5 +1,5 @@
 import { Elysia, t } from "elysia";
-import { principalOf, scopes } from "../auth/plugin";
+import { principalOf } from "../auth/plugin";
 import type { AppContext } from "../context";
 import { enumParam, intParam } from "../http/query";
 import { fileContentResponse } from "./content";
@@ -27,9 +27,7 @@ const ListQuery = t.Object({
 
 export const filesRoutes = (ctx: AppContext) =>
   new Elysia({ prefix: "/files", detail: { tags: ["files"] } })
-    .use(scopes)
     .post("", ({ request }) => uploadFile(ctx, principalOf(request).project, request), {
-      scope: "files:write",
       // The body is read as a stream by uploadFile; Elysia must not buffer it.
       parse: "none",
       response: FileRecord,
@@ -44,19 +42,17 @@ export const filesRoutes = (ctx: AppContext) =>
           order: enumParam(query.order, "order", ["asc", "desc"] as const, "desc"),
           after: query.after || undefined,
         }),
-      { scope: "files:read", query: ListQuery, detail: { summary: "List files" } },
+      { query: ListQuery, detail: { summary: "List files" } },
     )
     .get("/:id", ({ request, params }) => fileView(getFile(ctx, principalOf(request).project, params.id)), {
-      scope: "files:read",
       response: FileRecord,
       detail: { summary: "Retrieve a file record" },
     })
     .get(
       "/:id/content",
       ({ request, params }) => fileContentResponse(ctx, getFile(ctx, principalOf(request).project, params.id), request.headers.get("range")),
-      { scope: "files:read", detail: { summary: "Download a file's bytes (supports Range)" } },
+      { detail: { summary: "Download a file's bytes (supports Range)" } },
     )
     .delete("/:id", ({ request, params }) => deleteFile(ctx, principalOf(request).project, params.id), {
-      scope: "files:write",
       detail: { summary: "Delete a file and its bytes" },
     });

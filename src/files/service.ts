@@ -25,8 +25,7 @@ const notExpired = (now: number) => or(isNull(files.expiresAt), gt(files.expires
 
 /** The file, if it exists in this project and has not expired; else 404. */
 export function getFile(ctx: AppContext, project: string, id: string, param: string | null = null): FileRow {
-  // Elysia passes a path segment that is not valid percent-encoding (e.g. %FF) as null.
-  if (typeof id !== "string" || !isId("file-", id)) throw notFound("file", typeof id === "string" ? id : "", param);
+  if (!isId("file-", id)) throw notFound("file", id, param);
   const row = ctx.db
     .select()
     .from(files)

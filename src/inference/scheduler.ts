@@ -5,7 +5,7 @@
 // needs no slots. A full interactive queue answers 529 at once.
 //
 // A limited model's slot count lives in memory shared with the batch Workers
-// (SharedSlots), so a Worker can take a free slot with one atomic operation
+// (`sharedCells`), so a Worker can take a free slot with one atomic operation
 // instead of a round trip to this thread per line — but only while nobody
 // waits here for that model (see batches/worker/slots.ts). Everything that
 // waits still waits here, in order, interactive first.
@@ -17,14 +17,12 @@ interface Waiter {
   cancelled: boolean;
 }
 
-/** Per limited model, 4 cells in shared memory. */
-export const CELLS = 4;
+/** Per limited model, 3 cells in shared memory. */
+export const CELLS = 3;
 export const IN_FLIGHT = 0;
 export const LIMIT = 1;
-/** Interactive requests waiting here. */
-export const INTERACTIVE_WAITING = 2;
-/** All requests waiting here (interactive and batch): a Worker that frees a slot then asks this thread to hand it on. */
-export const WAITING = 3;
+/** Requests waiting here (interactive and batch): Workers then do not take slots themselves, and one that frees a slot asks this thread to hand it on. */
+export const WAITING = 2;
 /** Limited models whose slots are shared with Workers (more are served through this thread only). */
 export const SHARED_MODELS = 1024;
 
@@ -81,11 +79,9 @@ class ModelLane {
     else this.localInFlight -= n;
   }
 
-  /** Publishes the queue lengths Workers look at before taking a slot themselves. */
+  /** Publishes how many wait here, which Workers look at before taking a slot themselves. */
   publish(): void {
-    if (!this.shared) return;
-    Atomics.store(this.shared.cells, this.shared.base + INTERACTIVE_WAITING, this.interactive.length);
-    Atomics.store(this.shared.cells, this.shared.base + WAITING, this.interactive.length + this.batch.length);
+    if (this.shared) Atomics.store(this.shared.cells, this.shared.base + WAITING, this.interactive.length + this.batch.length);
   }
 
   /** Hands free slots to waiters, interactive first. */
@@ -160,11 +156,15 @@ export class Scheduler {
     this.lanes.get(modelId)?.pump();
   }
 
-  /** Slots a Worker took itself and can no longer give back (it died). */
+  /**
+   * A Worker died or was stopped: the `n` slots it took itself come back, and
+   * waiters are served even if `n` is 0 (a slot it freed may have come with a
+   * "hand this on" request that died with it).
+   */
   giveBack(modelId: string, n: number): void {
     const lane = this.lanes.get(modelId);
-    if (!lane || n <= 0) return;
-    lane.give(n);
+    if (!lane) return;
+    if (n > 0) lane.give(n);
     lane.pump();
   }
 

@@ -103,20 +103,14 @@ export async function upstreamFailure(model: ModelEntry, res: globalThis.Respons
  * once when it ends or the client cancels; `onChunk` sees every chunk.
  */
 export function passThrough(res: globalThis.Response, onEnd: () => void, onChunk?: (chunk: Uint8Array) => void): ReadableStream<Uint8Array> {
-  const body = res.body!;
   const deadline = streamDeadline(res);
-  const finish = onEnd;
-  onEnd = () => {
-    deadline.onEnd();
-    finish();
-  };
-  const reader = body.getReader();
+  const reader = res.body!.getReader();
   let ended = false;
   const end = () => {
-    if (!ended) {
-      ended = true;
-      onEnd();
-    }
+    if (ended) return;
+    ended = true;
+    deadline.onEnd();
+    onEnd();
   };
   return new ReadableStream<Uint8Array>({
     async pull(controller) {

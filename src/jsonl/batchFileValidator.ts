@@ -67,15 +67,7 @@ export class BatchFileValidator {
       const nl = chunk.indexOf(10, pos);
       if (nl === -1) return this.keep(chunk.subarray(pos));
       // Join only the straddling line.
-      const line = new Uint8Array(this.carryBytes + nl - pos);
-      let off = 0;
-      for (const piece of this.carry) {
-        line.set(piece, off);
-        off += piece.length;
-      }
-      line.set(chunk.subarray(pos, nl), off);
-      this.carry = [];
-      this.carryBytes = 0;
+      const line = this.takeCarry(chunk.subarray(pos, nl));
       this.line(line, 0, line.length);
       pos = nl + 1;
     }
@@ -89,18 +81,25 @@ export class BatchFileValidator {
 
   finish(): ValidationResult {
     if (!this.error && this.carryBytes > 0) {
-      const rest = new Uint8Array(this.carryBytes);
-      let off = 0;
-      for (const piece of this.carry) {
-        rest.set(piece, off);
-        off += piece.length;
-      }
-      this.carry = [];
-      this.carryBytes = 0;
+      const rest = this.takeCarry();
       this.line(rest, 0, rest.length);
     }
     if (!this.error && this.requests === 0) this.fail(Math.max(this.lineNo, 1), "invalid_file", null, "the file contains no requests");
     return { requests: this.requests, lines: this.lineNo, error: this.error, suspects: this.suspects };
+  }
+
+  /** The carried start of a line and then `tail`, as one array; the carry is emptied. */
+  private takeCarry(tail?: Uint8Array): Uint8Array {
+    const line = new Uint8Array(this.carryBytes + (tail?.length ?? 0));
+    let off = 0;
+    for (const piece of this.carry) {
+      line.set(piece, off);
+      off += piece.length;
+    }
+    if (tail) line.set(tail, off);
+    this.carry = [];
+    this.carryBytes = 0;
+    return line;
   }
 
   private keep(rest: Uint8Array): void {

@@ -1,5 +1,4 @@
 import { Elysia, t } from "elysia";
-import { scopes } from "../auth/plugin";
 import type { AppContext } from "../context";
 import { createKey, listKeys, revokeKey } from "./service";
 
@@ -14,7 +13,6 @@ const CreateKeyBody = t.Object({
 
 export const keysRoutes = (ctx: AppContext) =>
   new Elysia({ prefix: "/keys", detail: { tags: ["keys"] } })
-    .use(scopes)
-    .post("", ({ body }) => createKey(ctx.db, body), { scope: "admin", body: CreateKeyBody, detail: { summary: "Create an API key (secret shown once)" } })
-    .get("", () => ({ object: "list" as const, data: listKeys(ctx.db) }), { scope: "admin", detail: { summary: "List API keys" } })
-    .delete("/:id", ({ params }) => revokeKey(ctx.db, params.id), { scope: "admin", detail: { summary: "Revoke an API key" } });
+    .post("", ({ body }) => createKey(ctx.db, body), { body: CreateKeyBody, detail: { summary: "Create an API key (secret shown once)" } })
+    .get("", () => ({ object: "list" as const, data: listKeys(ctx.db) }), { detail: { summary: "List API keys" } })
+    .delete("/:id", ({ params }) => revokeKey(ctx.db, params.id), { detail: { summary: "Revoke an API key" } });

@@ -70,8 +70,7 @@ export function listKeys(db: Db) {
 }
 
 export function revokeKey(db: Db, id: string) {
-  // Elysia passes a path segment that is not valid percent-encoding (e.g. %FF) as null.
-  if (typeof id !== "string" || !isId("key_", id)) throw notFound("key", typeof id === "string" ? id : "");
+  if (!isId("key_", id)) throw notFound("key", id);
   const revoked = db
     .update(apiKeys)
     .set({ revokedAt: nowSeconds() })

@@ -72,19 +72,10 @@ abstract class Metric<C> {
   }
 }
 
-export class Counter extends Metric<Cell> {
-  readonly type = "counter" as const;
+/** A metric whose label sets each hold one number (counters and gauges). */
+abstract class ValueMetric extends Metric<Cell> {
   protected newCell(): Cell {
     return { value: 0 };
-  }
-  inc(values: readonly string[] = [], by = 1): void {
-    if (!(by >= 0)) throw new Error(`${this.name}: a counter only goes up`);
-    this.cell(values).value += by;
-  }
-  /** One label set's increment, bound once: no lookup per update (counters are never reset, so the cell stays). */
-  bind(values: readonly string[]): () => void {
-    const c = this.cell(values);
-    return () => void c.value++;
   }
   get(values: readonly string[] = []): number {
     return this.cells.get(values.join(SEP))?.cell.value ?? 0;
@@ -94,22 +85,26 @@ export class Counter extends Metric<Cell> {
   }
 }
 
-export class Gauge extends Metric<Cell> {
-  readonly type = "gauge" as const;
-  protected newCell(): Cell {
-    return { value: 0 };
+export class Counter extends ValueMetric {
+  readonly type = "counter" as const;
+  inc(values: readonly string[] = [], by = 1): void {
+    if (!(by >= 0)) throw new Error(`${this.name}: a counter only goes up`);
+    this.cell(values).value += by;
   }
+  /** One label set's increment, bound once: no lookup per update (counters are never reset, so the cell stays). */
+  bind(values: readonly string[]): () => void {
+    const c = this.cell(values);
+    return () => void c.value++;
+  }
+}
+
+export class Gauge extends ValueMetric {
+  readonly type = "gauge" as const;
   set(values: readonly string[], v: number): void {
     this.cell(values).value = v;
   }
   inc(values: readonly string[] = [], by = 1): void {
     this.cell(values).value += by;
-  }
-  get(values: readonly string[] = []): number {
-    return this.cells.get(values.join(SEP))?.cell.value ?? 0;
-  }
-  protected samples(values: string[], c: Cell): string[] {
-    return [`${this.name}${labelText(this.labelNames, values)} ${formatValue(c.value)}`];
   }
 }
 

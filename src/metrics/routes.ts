@@ -4,7 +4,6 @@
 import { Elysia } from "elysia";
 import { sql } from "drizzle-orm";
 import pkg from "../../package.json";
-import { scopes } from "../auth/plugin";
 import type { AppContext } from "../context";
 import { batches, files } from "../db/schema";
 import { m, registry } from "./index";
@@ -47,11 +46,11 @@ export function collectGauges(ctx: AppContext): void {
 }
 
 export const metricsRoutes = (ctx: AppContext) =>
-  new Elysia().use(scopes).get(
+  new Elysia().get(
     "/metrics",
     () => {
       collectGauges(ctx);
       return new Response(registry.render(), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
     },
-    { scope: "admin", detail: { tags: ["status"], summary: "Prometheus metrics (admin scope)" } },
+    { detail: { tags: ["status"], summary: "Prometheus metrics (admin scope)" } },
   );

@@ -1,5 +1,4 @@
 import { Elysia } from "elysia";
-import { scopes } from "../auth/plugin";
 import type { AppContext } from "../context";
 import { ApiError } from "../errors";
 import type { ModelEntry } from "../inference/registry";
@@ -8,8 +7,7 @@ const modelView = (m: ModelEntry) => ({ id: m.id, object: "model" as const, crea
 
 export const modelsRoutes = (ctx: AppContext) =>
   new Elysia({ prefix: "/models", detail: { tags: ["inference"] } })
-    .use(scopes)
-    .get("", () => ({ object: "list" as const, data: ctx.registry.list().map(modelView) }), { scope: "inference", detail: { summary: "List models" } })
+    .get("", () => ({ object: "list" as const, data: ctx.registry.list().map(modelView) }), { detail: { summary: "List models" } })
     // Model ids may contain "/" (e.g. meta-llama/Llama-3.1-8B), hence the wildcard.
     .get(
       "/*",
@@ -19,5 +17,5 @@ export const modelsRoutes = (ctx: AppContext) =>
         if (!m) throw new ApiError("model_not_found", `The model '${id.slice(0, 200)}' does not exist`, { param: "model" });
         return modelView(m);
       },
-      { scope: "inference", detail: { summary: "Retrieve a model" } },
+      { detail: { summary: "Retrieve a model" } },
     );

@@ -12,7 +12,7 @@
 // slot it took itself while someone waits, it asks the scheduler to hand
 // the slot on. Asks, releases and those requests go as one message per
 // turn of the event loop.
-import { CELLS, INTERACTIVE_WAITING, IN_FLIGHT, WAITING, tryTakeSlot } from "../../inference/scheduler";
+import { CELLS, IN_FLIGHT, WAITING, tryTakeSlot } from "../../inference/scheduler";
 import type { FromWorker } from "../types";
 
 const waiting = new Map<number, () => void>();
@@ -87,7 +87,7 @@ export function acquireSlot(model: string): Promise<() => void> {
       Atomics.sub(h, base / CELLS, 1);
       Atomics.sub(c, base + IN_FLIGHT, 1);
       // Someone waits in the scheduler (it could not see this slot free): let it hand the slot on.
-      if (Atomics.load(c, base + WAITING) > 0 || Atomics.load(c, base + INTERACTIVE_WAITING) > 0) {
+      if (Atomics.load(c, base + WAITING) > 0) {
         pump.push(model);
         flushSoon();
       }
