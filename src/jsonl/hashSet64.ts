@@ -2,16 +2,15 @@
 // probing). One million custom_ids take 16 MB here, against ≈100 MB for a
 // Set<string>; memory must not grow with the text of the ids.
 export class HashSet64 {
-  private hi: Uint32Array;
-  private lo: Uint32Array;
+  /** Slot k holds (hi, lo) at [2k, 2k+1]: one cache line per probe, not two. */
+  private slots: Int32Array;
   private mask: number;
   size = 0;
 
   constructor(initialCapacity = 1 << 16) {
     let cap = 1;
     while (cap < initialCapacity) cap <<= 1;
-    this.hi = new Uint32Array(cap);
-    this.lo = new Uint32Array(cap);
+    this.slots = new Int32Array(cap * 2);
     this.mask = cap - 1;
   }
 
@@ -29,7 +28,7 @@ export class HashSet64 {
       h1 = Math.imul(h1 ^ c, 0x01000193);
       h2 = Math.imul(h2 ^ c, 0x5bd1e995) ^ (h2 >>> 15);
     }
-    return this.add(fmix32(h1) >>> 0, fmix32(h2 ^ Math.imul(end - start, 0x9e3779b1)) >>> 0);
+    return this.add(fmix32(h1), fmix32(h2 ^ Math.imul(end - start, 0x9e3779b1)));
   }
 
   /** addBytes of a string's UTF-8 encoding. */
@@ -42,29 +41,32 @@ export class HashSet64 {
   add(hi: number, lo: number): boolean {
     if (hi === 0 && lo === 0) lo = 1;
     if ((this.size + 1) * 10 > (this.mask + 1) * 7) this.grow();
-    let i = (lo ^ Math.imul(hi, 0x9e3779b1)) & this.mask;
+    hi |= 0;
+    lo |= 0;
+    const slots = this.slots;
+    const mask = this.mask;
+    let i = (lo ^ Math.imul(hi, 0x9e3779b1)) & mask;
     for (;;) {
-      const h = this.hi[i]!;
-      const l = this.lo[i]!;
+      const h = slots[2 * i]!;
+      const l = slots[2 * i + 1]!;
       if (h === 0 && l === 0) {
-        this.hi[i] = hi;
-        this.lo[i] = lo;
+        slots[2 * i] = hi;
+        slots[2 * i + 1] = lo;
         this.size++;
         return true;
       }
       if (h === hi && l === lo) return false;
-      i = (i + 1) & this.mask;
+      i = (i + 1) & mask;
     }
   }
 
   private grow(): void {
-    const { hi, lo } = this;
+    const old = this.slots;
     const cap = (this.mask + 1) * 2;
-    this.hi = new Uint32Array(cap);
-    this.lo = new Uint32Array(cap);
+    this.slots = new Int32Array(cap * 2);
     this.mask = cap - 1;
     this.size = 0;
-    for (let i = 0; i < hi.length; i++) if (hi[i] !== 0 || lo[i] !== 0) this.add(hi[i]!, lo[i]!);
+    for (let i = 0; i < old.length; i += 2) if (old[i] !== 0 || old[i + 1] !== 0) this.add(old[i]!, old[i + 1]!);
   }
 }
 
