@@ -86,7 +86,8 @@ function keys(argv: string[], args: string[], flags: Record<string, string>): nu
       if (!flags["name"] || flags["name"] === "true") throw new ConfigError("keys create needs --name NAME");
       const created = createKey(db, {
         name: flags["name"],
-        scopes: flags["scopes"] ? flags["scopes"].split(",").map((s) => s.trim()) : undefined,
+        // Given but empty (`--scopes ""`) is an error, as `"scopes": []` is for the API; not given means the defaults.
+        scopes: flags["scopes"] !== undefined ? flags["scopes"].split(",").map((s) => s.trim()).filter(Boolean) : undefined,
         project: flags["project"],
       });
       process.stdout.write(created.key + "\n");

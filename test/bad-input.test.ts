@@ -566,6 +566,13 @@ describe("POST /keys bad input", () => {
       [{ name: "x", project: "has space" }, "project"],
       [{ name: "x", project: "" }, "project"],
       [{ name: "x", project: "p".repeat(65) }, "project"],
+      [{ name: "x", rate_limits: { rpm: 0 } }, "rate_limits.rpm"],
+      [{ name: "x", rate_limits: { tpm: -3 } }, "rate_limits.tpm"],
+      [{ name: "x", rate_limits: { tpm: 1.5 } }, "rate_limits.tpm"],
+      // A numeric string is not a number: nothing is coerced.
+      [{ name: "x", rate_limits: { rpm: "5" } }, "rate_limits.rpm"],
+      [{ name: "x", rate_limits: "fast" }, "rate_limits"],
+      [{ name: "x", rate_limits: [60] }, "rate_limits"],
     ];
     for (const [body, param] of cases) {
       const res = await post(JSON.stringify(body));
@@ -580,9 +587,21 @@ describe("POST /keys bad input", () => {
     expect(await keyCount()).toBe(n);
   });
 
-  test("JSON body with a non-JSON content type → 400", async () => {
+  test("a body that is not JSON by its content type → 400 naming the content type, nothing created", async () => {
     const n = await keyCount();
     await expectError(await post("{bad", "text/plain"), 400);
+    // A well-formed JSON body under the wrong type, a form, a multipart form.
+    await expectError(await post(JSON.stringify({ name: "x" }), "text/plain"), 400, { message: /Content-Type: application\/json/ });
+    await expectError(await post("name=x", "application/x-www-form-urlencoded"), 400, { message: /Content-Type: application\/json/ });
+    const form = new FormData();
+    form.append("name", "viaMultipart");
+    await expectError(await t.api("/keys", { method: "POST", body: form }), 400, { message: /Content-Type: application\/json/ });
     expect(await keyCount()).toBe(n);
+  });
+
+  test("null for an optional field means not given", async () => {
+    const res = await post(JSON.stringify({ name: "nulls", project: null, scopes: null, rate_limits: { rpm: null, tpm: null } }));
+    expect(res.status).toBe(200);
+    expect(await json(res)).toMatchObject({ project: "default", rate_limits: { rpm: null, tpm: null } });
   });
 });

@@ -408,6 +408,22 @@ describe("built-in models", () => {
       expect(mine.status).toBe(200);
     });
 
+    test("a body that is not JSON by its content type (form, multipart, text/plain) → 400, no batch", async () => {
+      const fields = { input_file_id: batchFile, endpoint: "/v1/chat/completions", completion_window: "24h" };
+      const form = new FormData();
+      for (const [k, v] of Object.entries(fields)) form.append(k, v);
+      for (const init of [
+        { headers: { "content-type": "application/x-www-form-urlencoded" }, body: new URLSearchParams(fields).toString() },
+        { body: form },
+        { headers: { "content-type": "text/plain" }, body: JSON.stringify(fields) },
+      ]) {
+        const res = await t.api("/batches", { method: "POST", ...init });
+        expect(res.status).toBe(400);
+        expect((await json(res)).error.message).toContain("Content-Type: application/json");
+      }
+      expect(await listIds()).toEqual(before);
+    });
+
     test("a file whose purpose is not batch → 400", async () => {
       const up = await uploadRaw(t, chatReq("u-1", "x") + "\n", "user_data", "notes.jsonl");
       expect(up.status).toBe(200);

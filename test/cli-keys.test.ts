@@ -195,6 +195,9 @@ describe("offpeak keys … against the data dir of a running server", () => {
     for (const args of [
       ["keys", "create", "--data-dir", dataDir],
       ["keys", "create", "--name", "bad", "--scopes", "files:read,root", "--data-dir", dataDir],
+      // Given but empty: an error, as "scopes": [] is for the API (not the default scopes).
+      ["keys", "create", "--name", "bad", "--scopes", "", "--data-dir", dataDir],
+      ["keys", "create", "--name", "bad", "--scopes=", "--data-dir", dataDir],
       ["keys", "create", "--name", "bad", "--project", "no spaces allowed", "--data-dir", dataDir],
       ["keys", "revoke", "key_000000000000000000000000", "--data-dir", dataDir],
       ["keys", "revoke", "--data-dir", dataDir],

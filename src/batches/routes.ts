@@ -1,6 +1,7 @@
 import { Elysia, t } from "elysia";
 import { principalOf } from "../auth/plugin";
 import type { AppContext } from "../context";
+import { jsonOnly } from "../http/jsonBody";
 import { intParam } from "../http/query";
 import { batchView, cancelBatch, createBatch, getBatch, listBatches } from "./service";
 
@@ -21,7 +22,7 @@ export const batchesRoutes = (ctx: AppContext) =>
         ctx.kickBatches();
         return batchView(row);
       },
-      { body: CreateBody, detail: { summary: "Create a batch from an uploaded JSONL file" } },
+      { parse: jsonOnly, body: CreateBody, detail: { summary: "Create a batch from an uploaded JSONL file" } },
     )
     .get(
       "",

@@ -1,7 +1,7 @@
 import { Elysia, t } from "elysia";
 import { principalOf } from "../auth/plugin";
 import type { AppContext } from "../context";
-import { jsonOnly } from "../inference/jsonBody";
+import { jsonOnly } from "../http/jsonBody";
 import { chatCompletions } from "./service";
 
 // Only what we must read is checked here; every other field passes through

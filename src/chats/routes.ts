@@ -1,7 +1,7 @@
 import { Elysia, t } from "elysia";
 import { principalOf } from "../auth/plugin";
 import type { AppContext } from "../context";
-import { jsonOnly } from "../inference/jsonBody";
+import { jsonOnly } from "../http/jsonBody";
 import { intParam } from "../http/query";
 import { chatView, createChat, deleteChat, getChat, listChats } from "./service";
 import { streamReply } from "./stream";

@@ -1,7 +1,7 @@
 import { Elysia, t } from "elysia";
 import { principalOf } from "../auth/plugin";
 import type { AppContext } from "../context";
-import { jsonOnly } from "../inference/jsonBody";
+import { jsonOnly } from "../http/jsonBody";
 import { createEmbeddings } from "./service";
 
 const EmbeddingsBody = t.Object({ model: t.String(), input: t.Unknown() }, { additionalProperties: true });

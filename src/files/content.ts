@@ -9,7 +9,7 @@ export function fileContentResponse(ctx: AppContext, row: FileRow, rangeHeader: 
   const size = row.bytes;
   const headers: Record<string, string> = {
     "content-type": "application/octet-stream",
-    "content-disposition": `attachment; filename="${row.filename.replace(/["\\\r\n]/g, "_")}"`,
+    "content-disposition": contentDisposition(row.filename),
     "accept-ranges": "bytes",
   };
   const range = rangeHeader ? parseRange(rangeHeader, size) : null;
@@ -44,4 +44,18 @@ export function parseRange(header: string, size: number): [number, number] | "un
   }
   if (start >= size) return "unsatisfiable";
   return [start, end];
+}
+
+/**
+ * `attachment` with the stored filename (RFC 6266): a plain-ASCII
+ * `filename="…"` for old clients — anything outside printable ASCII, the
+ * double quote and the backslash replaced by `_` (a raw non-Latin-1 character made the Response
+ * throw: 500; a control character made a header clients reject) — and,
+ * when that lost anything, the exact name as `filename*=UTF-8''…`.
+ */
+export function contentDisposition(filename: string): string {
+  const ascii = filename.replace(/[^\x20-\x7e]|["\\]/g, "_");
+  if (ascii === filename) return `attachment; filename="${ascii}"`;
+  const exact = encodeURIComponent(filename).replace(/['()*]/g, (c) => "%" + c.charCodeAt(0).toString(16).toUpperCase());
+  return `attachment; filename="${ascii}"; filename*=UTF-8''${exact}`;
 }

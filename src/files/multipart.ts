@@ -38,6 +38,16 @@ function decodeFilenameStar(value: string): string {
   }
 }
 
+/**
+ * Browsers, undici and Bun (so the openai SDK) write `"`, CR and LF in a
+ * quoted multipart filename as %22, %0D and %0A (the HTML standard's
+ * multipart/form-data encoding, which escapes nothing else); a file sent as
+ * `a"b.txt` must keep that name.
+ */
+function unescapeQuoted(name: string): string {
+  return name.replace(/%(22|0d|0a)/gi, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
+}
+
 function parseHeaders(block: string): PartInfo {
   let name: string | null = null;
   let filename: string | null = null;
@@ -50,7 +60,8 @@ function parseHeaders(block: string): PartInfo {
     if (key === "content-disposition") {
       name = /;\s*name="([^"]*)"/i.exec(value)?.[1] ?? /;\s*name=([^;\s]+)/i.exec(value)?.[1] ?? null;
       const fnStar = /;\s*filename\*=(?:UTF-8|utf-8)''([^;]+)/.exec(value)?.[1];
-      filename = fnStar ? decodeFilenameStar(fnStar) : (/;\s*filename="([^"]*)"/i.exec(value)?.[1] ?? /;\s*filename=([^;\s]+)/i.exec(value)?.[1] ?? null);
+      const quoted = /;\s*filename="([^"]*)"/i.exec(value)?.[1];
+      filename = fnStar ? decodeFilenameStar(fnStar) : quoted !== undefined ? unescapeQuoted(quoted) : (/;\s*filename=([^;\s]+)/i.exec(value)?.[1] ?? null);
     } else if (key === "content-type") contentType = value;
   }
   if (name === null) throw malformed("a part has no Content-Disposition name");

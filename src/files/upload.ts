@@ -17,6 +17,7 @@ const MULTIPART_SLACK = 64 * 1024;
 const MAX_FIELD_BYTES = 4096;
 /** After a rejection we read (and discard) at most this much more, so the client still gets our answer. */
 const MAX_DRAIN_BYTES = 64 * 1024 * 1024;
+const MAX_FILENAME_CHARS = 1024;
 
 interface UploadState {
   fields: Map<string, string>;
@@ -40,6 +41,8 @@ export async function uploadFile(ctx: AppContext, project: string, request: Requ
       if (part.name !== "file") return discardSink;
       if (st.writer) throw new ApiError("invalid_value", "only one file may be uploaded per request", { param: "file" });
       if (!part.filename) throw new ApiError("invalid_value", "the file part needs a filename", { param: "file" });
+      // Refused rather than cut short: a cut name loses its extension.
+      if (part.filename.length > MAX_FILENAME_CHARS) throw new ApiError("invalid_value", `the filename is longer than ${MAX_FILENAME_CHARS} characters`, { param: "file" });
       st.filename = part.filename;
       return fileSink(ctx, st, id);
     });
@@ -116,7 +119,7 @@ async function finishUpload(ctx: AppContext, project: string, id: string, st: Up
     seq: undefined as unknown as number,
     id,
     project,
-    filename: st.filename.slice(0, 1024),
+    filename: st.filename,
     purpose,
     bytes: st.writer.bytes,
     status: "processed",

@@ -12,9 +12,12 @@ import { hashSecret, newSecret } from "../auth/secrets";
 
 export interface CreateKeyInput {
   name: string;
-  scopes?: string[];
-  project?: string;
-  rate_limits?: { rpm?: number | null; tpm?: number | null } | null;
+  /** null or absent: the default scopes. */
+  scopes?: string[] | null;
+  /** null or absent: "default". */
+  project?: string | null;
+  /** Checked here, not by the route schema, so an error names rate_limits.rpm / .tpm. */
+  rate_limits?: unknown;
 }
 
 const PROJECT_PATTERN = /^[A-Za-z0-9._-]{1,64}$/;
@@ -44,10 +47,7 @@ export function createKey(db: Db, input: CreateKeyInput) {
   const project = input.project ?? "default";
   if (!PROJECT_PATTERN.test(project))
     throw new ApiError("invalid_value", "project must be 1..64 characters of A-Z a-z 0-9 . _ -", { param: "project" });
-  for (const k of ["rpm", "tpm"] as const) {
-    const v = input.rate_limits?.[k];
-    if (v != null && (!Number.isInteger(v) || v < 1)) throw new ApiError("invalid_value", `rate_limits.${k} must be a positive integer`, { param: `rate_limits.${k}` });
-  }
+  const limits = rateLimitsOf(input.rate_limits);
   const secret = newSecret();
   const row: KeyRow = {
     id: newId("key_"),
@@ -56,13 +56,27 @@ export function createKey(db: Db, input: CreateKeyInput) {
     scopes: scopes as Scope[],
     hash: hashSecret(secret),
     prefix: secret.slice(0, 10),
-    rpm: input.rate_limits?.rpm ?? null,
-    tpm: input.rate_limits?.tpm ?? null,
+    rpm: limits.rpm,
+    tpm: limits.tpm,
     createdAt: nowSeconds(),
     revokedAt: null,
   };
   db.insert(apiKeys).values(row).run();
   return { ...keyView(row), key: secret };
+}
+
+/** `{rpm, tpm}` from a request's rate_limits: an object (or null/absent) whose members are null/absent or positive integers. */
+function rateLimitsOf(value: unknown): { rpm: number | null; tpm: number | null } {
+  if (value === undefined || value === null) return { rpm: null, tpm: null };
+  if (typeof value !== "object" || Array.isArray(value)) throw new ApiError("invalid_value", "rate_limits must be an object", { param: "rate_limits" });
+  const out = { rpm: null as number | null, tpm: null as number | null };
+  for (const k of ["rpm", "tpm"] as const) {
+    const v = (value as Record<string, unknown>)[k];
+    if (v === undefined || v === null) continue;
+    if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 1) throw new ApiError("invalid_value", `rate_limits.${k} must be a positive integer`, { param: `rate_limits.${k}` });
+    out[k] = v;
+  }
+  return out;
 }
 
 export function listKeys(db: Db) {

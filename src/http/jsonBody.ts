@@ -1,4 +1,4 @@
-// The inference routes take JSON bodies only (SPEC §1, §10 "wrong content
+// Routes with a request body take JSON only (SPEC §1, §10 "wrong content
 // type"). Elysia would otherwise parse form-urlencoded and multipart bodies
 // into objects too, so `model=offpeak-embed&input=x` sent as a form was
 // accepted as an embeddings request; and its own JSON parser only knows the
