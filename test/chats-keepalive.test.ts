@@ -3,8 +3,8 @@
 // configured (OFFPEAK_SSE_KEEPALIVE_MS, default 15 s); here 150 ms, against an
 // upstream that sends its first chunk at once and then stays silent for 700
 // ms, and against upstreams that send no headers at all for 700 ms.
-import { afterAll, beforeAll, expect, test } from "bun:test";
-import { json, jsonResponse, pushStream, readAllSse, sleep, sseReader, startScriptedUpstream, upstreamChunk, type ScriptedUpstream } from "./helpers/inference";
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { configWriter, json, jsonResponse, lastUserText, pushStream, readAllSse, sleep, sseReader, startScriptedUpstream, upstreamChunk, upstreamCompletion, type ScriptedUpstream } from "./helpers/inference";
 import { startTestServer, type TestServer } from "./helpers/server";
 
 let t: TestServer;
@@ -156,4 +156,65 @@ test("the interval is checked at start: out of range is a configuration error", 
   const { resolveConfig } = await import("../src/config");
   expect(() => resolveConfig(["--port", "0"], { OFFPEAK_SSE_KEEPALIVE_MS: "5" })).toThrow();
   expect(resolveConfig(["--port", "0"], {}).sseKeepAliveMs).toBe(15_000);
+});
+
+describe("a session stream waiting in a busy model's queue", () => {
+  // The upstream model takes one request at a time (max_concurrency 1); a
+  // "hold" request keeps it for 700 ms, any other is answered at once. The
+  // keep-alive interval is 150 ms.
+  let busy: TestServer;
+  const configs = configWriter("offpeak-queue-keepalive-");
+  beforeAll(async () => {
+    const config = configs.write("config.json", { upstreams: [{ name: "one-at-a-time", base_url: up.baseUrl, models: ["quiet-chat"], max_concurrency: 1, queue_size: 4 }] });
+    busy = await startTestServer({ argv: ["--config", config], env: { OFFPEAK_SSE_KEEPALIVE_MS: "150", OFFPEAK_BATCH_WORKERS: "1" } });
+  });
+  afterAll(async () => {
+    await busy?.stop();
+    configs.cleanup();
+  });
+  const post = (path: string, body: unknown, signal?: AbortSignal) =>
+    busy.api(path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body), signal });
+  /** Holds the model's only slot for ≈700 ms. */
+  const occupy = () => {
+    up.handler = async (r) => {
+      if (lastUserText(r.body) === "hold") await sleep(700);
+      return r.body.stream ? answersAfter(0, lastUserText(r.body))(r) : jsonResponse(upstreamCompletion(r.body));
+    };
+    return post("/chat/completions", { model: "quiet-chat", messages: [{ role: "user", content: "hold" }] });
+  };
+
+  test("gets keep-alive comments while queued, then its reply; both messages are stored", async () => {
+    const chat = await json(await post("/chats", { model: "quiet-chat" }));
+    const holder = occupy();
+    await sleep(50);
+    const res = await post(`/chats/${chat.id}/stream`, { content: "waiting" });
+    expect(res.status).toBe(200);
+    const { chunks, raw } = await readAllSse(res);
+    // The upstream answers this one at once: every comment before its data was sent while queued.
+    const events = raw.split("\n\n");
+    const firstData = events.findIndex((e) => e.startsWith("data:"));
+    expect(firstData).toBeGreaterThanOrEqual(2);
+    expect(events.slice(0, firstData).every((e) => e === ": keep-alive")).toBe(true);
+    expect(chunks.map((c) => c.choices[0]?.delta?.content ?? "").join("")).toBe("waiting");
+    expect((await holder).status).toBe(200);
+    const messages = ((await json(await busy.api(`/chats/${chat.id}`))).messages as { role: string; content: string }[]).map((m) => `${m.role}:${m.content}`);
+    expect(messages).toEqual(["user:waiting", "assistant:waiting"]);
+  });
+
+  test("a client that leaves while queued: nothing stored, and the queue place is given back", async () => {
+    const chat = await json(await post("/chats", { model: "quiet-chat" }));
+    const holder = occupy();
+    await sleep(50);
+    const leave = new AbortController();
+    const res = await post(`/chats/${chat.id}/stream`, { content: "never mind" }, leave.signal);
+    expect(res.status).toBe(200);
+    await sseReader(res).next(); // the first keep-alive
+    leave.abort();
+    expect((await holder).status).toBe(200);
+    const status = await json(await busy.api("/status"));
+    expect(status.models.find((m: { id: string }) => m.id === "quiet-chat")).toMatchObject({ in_flight: 0, queued: 0 });
+    const next = await post("/chat/completions", { model: "quiet-chat", messages: [{ role: "user", content: "next" }] });
+    expect(next.status).toBe(200);
+    expect((await json(await busy.api(`/chats/${chat.id}`))).messages).toEqual([]);
+  });
 });

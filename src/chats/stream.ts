@@ -5,7 +5,7 @@ import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
 import { ApiError, notFound } from "../errors";
 import { newId, nowSeconds } from "../ids";
-import { admit, resolveModel } from "../inference/admission";
+import { admitInSteps, resolveModel } from "../inference/admission";
 import { planEcho } from "../inference/echo";
 import { echoChunks } from "../inference/echoStream";
 import { InBandError, sseResponse } from "../inference/sse";
@@ -42,18 +42,34 @@ export async function streamReply(
   if (input.max_tokens !== undefined && input.max_tokens !== null) body.max_tokens = input.max_tokens;
   if (input.temperature !== undefined) body.temperature = input.temperature;
   const plan = model.kind === "echo" ? planEcho(body) : null;
-  const { headers, release, metersTokens } = await admit(ctx, principal, model, plan?.promptTokens ?? promptTokensOf(messages), request.signal);
   const abort = new AbortController();
-  const opening: Promise<ReplySource | Response> =
-    plan !== null
-      ? Promise.resolve(generatorSource(echoChunks(body, newId("chatcmpl-"), nowSeconds(), { latencyMs: model.latencyMs, tokensPerSecond: model.tokensPerSecond }, abort.signal, plan)))
-      : upstreamReply(model, body, AbortSignal.any([abort.signal, request.signal]));
+  const gone = AbortSignal.any([abort.signal, request.signal]);
+  // Rate limits now (429 at once); the model's slot may take a while (queued).
+  const { headers, slot, metersTokens } = admitInSteps(ctx, principal, model, plan?.promptTokens ?? promptTokensOf(messages), gone);
+  let held: (() => void) | null = null;
+  /** Gives the model's slot back, once; a slot granted after the stream was given up goes straight back. */
+  const release = () => {
+    const r = held;
+    held = null;
+    r?.();
+  };
+  const opening: Promise<ReplySource | Response> = slot.then((r) => {
+    held = r;
+    if (gone.aborted) {
+      release();
+      throw new DOMException("the client left", "AbortError");
+    }
+    return plan !== null
+      ? generatorSource(echoChunks(body, newId("chatcmpl-"), nowSeconds(), { latencyMs: model.latencyMs, tokensPerSecond: model.tokensPerSecond }, abort.signal, plan))
+      : upstreamReply(model, body, gone);
+  });
   // Handled where it is awaited; this only keeps a failure after an early start from counting as unhandled.
   opening.catch(() => {});
 
-  // Wait for the upstream's answer (so a 4xx can pass through with its
-  // status), but not longer than the keep-alive interval: an engine that
-  // sends no headers until it starts generating must not leave the client
+  // Wait for a slot and the upstream's answer (so a 429/529 or an upstream
+  // 4xx can answer with its status), but not longer than the keep-alive
+  // interval: a request waiting in a busy model's queue, or an engine that
+  // sends no headers until it starts generating, must not leave the client
   // without a byte for longer than that. Past it, the stream starts with a
   // keep-alive comment, and a failure to open becomes its last event.
   let opened: ReplySource | Response | typeof STILL_OPENING;
@@ -62,7 +78,8 @@ export async function streamReply(
     opened = await Promise.race([opening, new Promise<typeof STILL_OPENING>((r) => (timer = setTimeout(() => r(STILL_OPENING), ctx.config.sseKeepAliveMs)))]);
   } catch (e) {
     release();
-    if (e instanceof ApiError) Object.assign(e.headers, headers);
+    // A 529 already carries the refunded figures; an upstream error gets them here.
+    if (e instanceof ApiError) for (const [k, v] of Object.entries(headers)) e.headers[k] ??= v;
     throw e;
   } finally {
     clearTimeout(timer);

@@ -26,17 +26,56 @@ export interface Admitted {
 }
 
 export async function admit(ctx: AppContext, principal: Principal, model: ModelEntry, promptTokens: number, signal: AbortSignal): Promise<Admitted> {
-  const limits = { rpm: principal.rpm ?? ctx.config.defaultRpm, tpm: principal.tpm ?? ctx.config.defaultTpm };
+  const limits = limitsOf(ctx, principal);
   const admittedAt = Date.now();
   const headers = ctx.rateLimiter.admit(principal.keyId, limits, promptTokens, admittedAt);
   try {
     const release = await ctx.scheduler.acquireInteractive(model, signal);
     return { headers, release, metersTokens: limits.tpm !== null };
   } catch (e) {
-    // The request never ran (529, or the client left the queue): it costs no
-    // quota, or clients retrying a busy model would use up their rpm on 529s.
-    const refunded = ctx.rateLimiter.refund(principal.keyId, limits, promptTokens, admittedAt);
-    if (e instanceof ApiError) Object.assign(e.headers, refunded ?? headers);
-    throw e;
+    throw notRun(ctx, principal.keyId, limits, promptTokens, admittedAt, headers, e);
   }
+}
+
+/**
+ * `admit` in two steps, for a caller that must answer before a queued
+ * request gets its slot (a chat-session stream sends keep-alives while it
+ * waits): the rate limits are checked now (a 429 is thrown at once), the
+ * model's slot comes later (a full queue rejects it at once: 529).
+ */
+export function admitInSteps(
+  ctx: AppContext,
+  principal: Principal,
+  model: ModelEntry,
+  promptTokens: number,
+  signal: AbortSignal,
+): Omit<Admitted, "release"> & { slot: Promise<Release> } {
+  const limits = limitsOf(ctx, principal);
+  const admittedAt = Date.now();
+  const headers = ctx.rateLimiter.admit(principal.keyId, limits, promptTokens, admittedAt);
+  const slot = ctx.scheduler.acquireInteractive(model, signal).catch((e: unknown) => {
+    throw notRun(ctx, principal.keyId, limits, promptTokens, admittedAt, headers, e);
+  });
+  return { headers, slot, metersTokens: limits.tpm !== null };
+}
+
+const limitsOf = (ctx: AppContext, principal: Principal) => ({ rpm: principal.rpm ?? ctx.config.defaultRpm, tpm: principal.tpm ?? ctx.config.defaultTpm });
+
+/**
+ * The request never ran (529, or the client left the queue): it costs no
+ * quota, or clients retrying a busy model would use up their rpm on 529s.
+ * Returns the error to throw, with the rate-limit headers on it.
+ */
+function notRun(
+  ctx: AppContext,
+  keyId: string,
+  limits: ReturnType<typeof limitsOf>,
+  promptTokens: number,
+  admittedAt: number,
+  headers: Record<string, string>,
+  e: unknown,
+): unknown {
+  const refunded = ctx.rateLimiter.refund(keyId, limits, promptTokens, admittedAt);
+  if (e instanceof ApiError) Object.assign(e.headers, refunded ?? headers);
+  return e;
 }
