@@ -8,7 +8,7 @@
 // request; upstream 4xx pass through, 5xx → 502, timeout → 504,
 // unreachable → 502.
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
-import type OpenAI from "openai";
+import OpenAI from "openai";
 import { closedPort } from "./helpers/fakeUpstream";
 import {
   REQUEST_ID,
@@ -24,6 +24,7 @@ import {
   startScriptedUpstream,
   upstreamChunk,
   upstreamCompletion,
+  sleep,
   within,
   type ScriptedUpstream,
 } from "./helpers/inference";
@@ -409,6 +410,60 @@ describe("upstream failures", () => {
     await expectError(await post("/chat/completions", { model: "hasty-chat", messages: user("stall") }), 504, { code: "upstream_timeout" });
     // Embeddings read the whole body the same way.
     await expectError(await post("/embeddings", { model: "hasty-chat", input: "stall" }), 504, { code: "upstream_timeout" });
+    expect(await inFlight("hasty-chat")).toBe(0);
+  });
+
+  test("events split across upstream chunks at any byte (LF and CRLF framing) reach the client whole and in order", async () => {
+    for (const eol of ["\n", "\r\n"]) {
+      const events = ["Hel", "lo", " wor", "ld"].map((content) => `data: ${JSON.stringify(upstreamChunk("up-chat", { content }))}${eol}${eol}`);
+      const text = events.join("") + `data: [DONE]${eol}${eol}`;
+      up.handler = (r) => {
+        const s = pushStream(r);
+        (async () => {
+          // Pieces of 1..7 bytes, with pauses: every boundary lands somewhere inside an event.
+          for (let i = 0, k = 0; i < text.length; k++) {
+            const n = 1 + (k % 7);
+            s.send(text.slice(i, i + n));
+            i += n;
+            if (k % 5 === 0) await sleep(1);
+          }
+          s.close();
+        })();
+        return s.response;
+      };
+      const stream = await client.chat.completions.create({ model: "up-chat", messages: user("split"), stream: true });
+      const parts: string[] = [];
+      for await (const chunk of stream) parts.push(chunk.choices[0]?.delta?.content ?? "");
+      expect(parts).toEqual(["Hel", "lo", " wor", "ld"]);
+    }
+  });
+
+  test("a streamed answer that stalls mid-stream past timeout_s: an upstream_timeout error event ends it (the SDK raises it), no connection reset", async () => {
+    up.handler = (r) => {
+      const s = pushStream(r);
+      s.data(upstreamChunk("hasty-chat", { role: "assistant", content: "half" }));
+      // Half an event, then silence past the model's idle timeout.
+      s.send('data: {"id":"chatcmpl-x","obj');
+      return s.response;
+    };
+    const res = await post("/chat/completions", { model: "hasty-chat", messages: user("stall"), stream: true });
+    expect(res.status).toBe(200);
+    const raw = await within(res.text(), 10_000, "the stalled stream to end");
+    const events = raw.split("\n\n").filter((e) => e.startsWith("data: "));
+    const last = JSON.parse(events[events.length - 1]!.slice(6));
+    expect(last).toEqual({ error: { message: expect.stringContaining("did not answer"), type: "server_error", param: null, code: "upstream_timeout" } });
+    // Through the official SDK: the event is raised as an error, after the first chunk.
+    const seen: string[] = [];
+    let err: any;
+    try {
+      const stream = await client.chat.completions.create({ model: "hasty-chat", messages: user("stall"), stream: true });
+      for await (const chunk of stream) seen.push(chunk.choices[0]?.delta?.content ?? "");
+    } catch (e) {
+      err = e;
+    }
+    expect(seen).toEqual(["half"]);
+    expect(err).toBeInstanceOf(OpenAI.APIError);
+    expect(String(err.message)).toContain("did not answer");
     expect(await inFlight("hasty-chat")).toBe(0);
   });
 

@@ -10,7 +10,7 @@ import { planEcho } from "../inference/echo";
 import { echoChunks } from "../inference/echoStream";
 import { InBandError, sseResponse } from "../inference/sse";
 import { countTokens, promptTokensOf } from "../inference/tokens";
-import { callUpstream, streamDeadline, upstreamFailure } from "../inference/upstream";
+import { callUpstream, streamDeadline, streamFailure, upstreamFailure } from "../inference/upstream";
 import { addMessage, chatExists, getChat, history } from "./service";
 
 interface Delta {
@@ -193,7 +193,14 @@ async function upstreamReply(model: Parameters<typeof callUpstream>[0]["model"],
     let buf = "";
     try {
       for (;;) {
-        const { value, done } = await reader.read();
+        let read: Awaited<ReturnType<typeof reader.read>>;
+        try {
+          read = await reader.read();
+        } catch {
+          // Its idle timeout or a dropped connection, said as such (not "internal error").
+          throw streamFailure(res);
+        }
+        const { value, done } = read;
         if (done) return;
         deadline.onChunk();
         buf += value;

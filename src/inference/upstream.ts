@@ -102,10 +102,31 @@ export async function upstreamFailure(model: ModelEntry, res: globalThis.Respons
  * Passes an upstream answer's body through chunk by chunk, calling `onEnd`
  * once when it ends or the client cancels; `onChunk` sees every chunk.
  */
+/**
+ * Why a streamed upstream answer broke off after it began: its idle
+ * timeout (504's error) or anything else (the connection dropped: 502's).
+ */
+export function streamFailure(res: globalThis.Response): ApiError {
+  const t = deadlines.get(res);
+  if (t?.deadline.timedOut) return timeoutError(t.model);
+  return new ApiError("upstream_error", `Upstream ${t?.model.upstreamName ?? "(unknown)"} broke off its answer`);
+}
+
+const encoder = new TextEncoder();
+
+/**
+ * An upstream's SSE answer, passed on event by event as it arrives: each
+ * upstream chunk goes out up to its last complete event, and only an event
+ * split across chunks waits for its end (at most MAX_HELD_EVENT bytes; past
+ * that, bytes go out as they are). So if the upstream breaks off, the client
+ * never gets half an event, and its last event says why.
+ */
 export function passThrough(res: globalThis.Response, onEnd: () => void, onChunk?: (chunk: Uint8Array) => void): ReadableStream<Uint8Array> {
   const deadline = streamDeadline(res);
   const reader = res.body!.getReader();
   let ended = false;
+  /** The start of an event whose end has not arrived yet. */
+  let held: Uint8Array | null = null;
   const end = () => {
     if (ended) return;
     ended = true;
@@ -115,18 +136,34 @@ export function passThrough(res: globalThis.Response, onEnd: () => void, onChunk
   return new ReadableStream<Uint8Array>({
     async pull(controller) {
       try {
-        const { value, done } = await reader.read();
-        if (done) {
-          end();
-          controller.close();
-        } else {
+        // Reads until there is something to pass on: a pull that enqueues nothing is not called again.
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) {
+            end();
+            if (held) controller.enqueue(held);
+            controller.close();
+            return;
+          }
           deadline.onChunk();
           onChunk?.(value);
-          controller.enqueue(value);
+          const bytes = held ? concat(held, value) : value;
+          const cut = bytes.length > MAX_HELD_EVENT ? bytes.length : afterLastEvent(bytes);
+          held = cut < bytes.length ? bytes.slice(cut) : null;
+          if (cut > 0) return controller.enqueue(cut === bytes.length ? bytes : bytes.subarray(0, cut));
         }
-      } catch (e) {
+      } catch {
         end();
-        controller.error(e);
+        // The status went out with the first byte: say what happened as the
+        // stream's last event (SDKs raise it as an error) instead of cutting
+        // the connection, which clients report as a network failure. A
+        // half-received event is dropped: nobody could parse it.
+        try {
+          controller.enqueue(encoder.encode(`data: ${JSON.stringify(streamFailure(res).body())}\n\n`));
+          controller.close();
+        } catch {
+          // The client is gone already.
+        }
       }
     },
     async cancel(reason) {
@@ -134,6 +171,25 @@ export function passThrough(res: globalThis.Response, onEnd: () => void, onChunk
       await reader.cancel(reason);
     },
   });
+}
+
+/** An SSE event longer than this is passed on in pieces rather than held whole. */
+const MAX_HELD_EVENT = 1 << 20;
+
+/** The index just past the last blank line (`\n\n` or `\r\n\r\n`, an event's end) in `b`, or 0. */
+function afterLastEvent(b: Uint8Array): number {
+  for (let i = b.length - 1; i > 0; i--) {
+    if (b[i] !== 10) continue;
+    if (b[i - 1] === 10 || (b[i - 1] === 13 && i >= 3 && b[i - 2] === 10)) return i + 1;
+  }
+  return 0;
+}
+
+function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
+  const out = new Uint8Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
+  return out;
 }
 
 /**
