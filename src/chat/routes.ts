@@ -2,6 +2,7 @@ import { Elysia, t } from "elysia";
 import { principalOf } from "../auth/plugin";
 import type { AppContext } from "../context";
 import { jsonOnly } from "../http/jsonBody";
+import { requireModel } from "../inference/admission";
 import { chatCompletions } from "./service";
 
 // Only what we must read is checked here; every other field passes through
@@ -12,6 +13,7 @@ export const chatRoutes = (ctx: AppContext) =>
   new Elysia({ prefix: "/chat", detail: { tags: ["inference"] } })
     .post("/completions", ({ request, body }) => chatCompletions(ctx, principalOf(request), body as Record<string, unknown>, request), {
       parse: jsonOnly,
+      transform: requireModel,
       body: ChatBody,
       detail: { summary: "Create a chat completion (stream: true for SSE)" },
     });

@@ -18,6 +18,7 @@ const json = (body: unknown, headers: Record<string, string>) => new Response(JS
  * offpeak itself reads `stream` and `stream_options` (for every model), so it
  * checks their types: `stream: "yes"` used to be taken as false and answered
  * with plain JSON (and sent on to an upstream that might stream). null = not given.
+ * stream_options without stream:true is refused, as OpenAI refuses it.
  */
 function checkStreamFields(body: Record<string, unknown>): boolean {
   const { stream, stream_options: opts } = body;
@@ -27,6 +28,8 @@ function checkStreamFields(body: Record<string, unknown>): boolean {
     const include = (opts as { include_usage?: unknown }).include_usage;
     if (include !== undefined && include !== null && typeof include !== "boolean")
       throw new ApiError("invalid_value", "stream_options.include_usage must be a boolean", { param: "stream_options.include_usage" });
+    // As OpenAI does: the options of a stream that is not asked for are a client mistake.
+    if (stream !== true) throw new ApiError("invalid_value", "stream_options is only allowed when stream is true", { param: "stream_options" });
   }
   return stream === true;
 }

@@ -22,10 +22,16 @@ export const chatsRoutes = (ctx: AppContext) =>
       detail: { summary: "Retrieve a chat session with its messages" },
     })
     .delete("/:id", ({ request, params }) => deleteChat(ctx, principalOf(request).project, params.id), { detail: { summary: "Delete a chat session" } })
-    .post("/:id/stream", ({ request, params, body }) => streamReply(ctx, principalOf(request), params.id, body, request), {
+    // temperature null means not given (SPEC §1: absent values may be sent as
+    // null), as for max_tokens; it is dropped here so no upstream is sent a null.
+    .post("/:id/stream", ({ request, params, body }) => streamReply(ctx, principalOf(request), params.id, { ...body, temperature: body.temperature ?? undefined }, request), {
       parse: jsonOnly,
       // max_tokens is checked in streamReply: Elysia turns t.Integer into a
       // union that also takes numeric strings, so "10" was accepted (SPEC §10).
-      body: t.Object({ content: t.String(), max_tokens: t.Optional(t.Unknown()), temperature: t.Optional(t.Number({ minimum: 0, maximum: 2 })) }),
+      body: t.Object({
+        content: t.String(),
+        max_tokens: t.Optional(t.Unknown()),
+        temperature: t.Optional(t.Nullable(t.Number({ minimum: 0, maximum: 2 }))),
+      }),
       detail: { summary: "Send a message and stream the reply (SSE)" },
     });

@@ -2,6 +2,7 @@ import { Elysia, t } from "elysia";
 import { principalOf } from "../auth/plugin";
 import type { AppContext } from "../context";
 import { jsonOnly } from "../http/jsonBody";
+import { requireModel } from "../inference/admission";
 import { createEmbeddings } from "./service";
 
 const EmbeddingsBody = t.Object({ model: t.String(), input: t.Unknown() }, { additionalProperties: true });
@@ -10,6 +11,7 @@ export const embeddingsRoutes = (ctx: AppContext) =>
   new Elysia({ prefix: "/embeddings", detail: { tags: ["inference"] } })
     .post("", ({ request, body }) => createEmbeddings(ctx, principalOf(request), body as Record<string, unknown>, request), {
       parse: jsonOnly,
+      transform: requireModel, // a missing model: missing_field, not the schema's invalid_value
       body: EmbeddingsBody,
       detail: { summary: "Create embeddings" },
     });

@@ -28,7 +28,12 @@ export async function createEmbeddings(ctx: AppContext, principal: Principal, bo
       for (const [k, v] of Object.entries(headers)) failure.headers.set(k, v);
       return failure;
     }
-    return new Response(await upstreamText(res), { headers: { "content-type": "application/json", ...headers } });
+    const text = await upstreamText(res);
+    // Relayed as application/json, so it must be JSON: an HTML error page from
+    // a proxy in front of the upstream becomes a 502, as on /chat/completions.
+    // A look at the first character is enough (vectors make the answer large).
+    if (!/^\s*\{/.test(text)) throw new ApiError("upstream_error", `Upstream ${model.upstreamName} answered with invalid JSON`, { headers });
+    return new Response(text, { headers: { "content-type": "application/json", ...headers } });
   } finally {
     release();
   }

@@ -39,9 +39,14 @@ export function planEcho(body: Record<string, unknown>): EchoPlan {
   }
   const n = body.n === undefined || body.n === null ? 1 : body.n;
   if (!Number.isInteger(n) || (n as number) < 1 || (n as number) > 128) throw new ApiError("invalid_value", "n must be an integer from 1 to 128", { param: "n" });
+  // Each limit is checked under its own name: {"max_completion_tokens":null,
+  // "max_tokens":0} used to be blamed on max_completion_tokens, and
+  // {"max_completion_tokens":"abc"} on max_tokens in the message.
+  for (const name of ["max_completion_tokens", "max_tokens"]) {
+    const v = body[name];
+    if (v !== undefined && v !== null && (!Number.isInteger(v) || (v as number) < 1)) throw new ApiError("invalid_value", `${name} must be a positive integer`, { param: name });
+  }
   const maxRaw = body.max_completion_tokens ?? body.max_tokens;
-  if (maxRaw !== undefined && maxRaw !== null && (!Number.isInteger(maxRaw) || (maxRaw as number) < 1))
-    throw new ApiError("invalid_value", "max_tokens must be a positive integer", { param: body.max_completion_tokens !== undefined ? "max_completion_tokens" : "max_tokens" });
   checkSampling(body);
   let reply = lastUser;
   let finish: "stop" | "length" = "stop";
@@ -53,12 +58,15 @@ export function planEcho(body: Record<string, unknown>): EchoPlan {
   let reasoning: EchoPlan["reasoning"] = null;
   const effort = body.reasoning_effort;
   if (typeof effort === "string" && effort !== "none") {
-    const steps = REASONING_STEPS[effort] ?? 2;
+    const steps = REASONING_STEPS[effort]!; // checkSampling let only known values through
     const words = countTokens(lastUser);
     const lines = [`The user wrote ${words} token${words === 1 ? "" : "s"}.`, "The task is to repeat the message exactly."];
     for (let i = 2; i < steps; i++) lines.push(`Check ${i - 1}: the reply matches the message.`);
     const text = lines.slice(0, Math.max(1, steps)).join(" ");
-    reasoning = truncate(text, countTokens(text), typeof maxRaw === "number" ? maxRaw : Infinity);
+    const reasoningTokens = countTokens(text);
+    reasoning = truncate(text, reasoningTokens, typeof maxRaw === "number" ? maxRaw : Infinity);
+    // The limit was hit in the reasoning: the reply (perhaps empty) is cut too (SPEC §6: finish_reason length).
+    if (reasoning.tokens < reasoningTokens) finish = "length";
   }
   // Only a reply that is cut needs splitting into tokens (the batch hot path rarely is).
   const budget = typeof maxRaw === "number" ? Math.max(0, maxRaw - (reasoning?.tokens ?? 0)) : Infinity;
@@ -85,8 +93,10 @@ function checkSampling(body: Record<string, unknown>): void {
   const stop = body.stop;
   if (stop !== undefined && stop !== null && typeof stop !== "string" && !(Array.isArray(stop) && stop.every((s) => typeof s === "string")))
     throw new ApiError("invalid_value", "stop must be a string or an array of strings", { param: "stop" });
+  // OpenAI refuses a value it does not know (it used to be taken as "low" here).
   const effort = body.reasoning_effort;
-  if (effort !== undefined && effort !== null && typeof effort !== "string") throw new ApiError("invalid_value", "reasoning_effort must be a string", { param: "reasoning_effort" });
+  if (effort !== undefined && effort !== null && effort !== "none" && !(typeof effort === "string" && Object.hasOwn(REASONING_STEPS, effort)))
+    throw new ApiError("invalid_value", `reasoning_effort must be one of none, ${Object.keys(REASONING_STEPS).join(", ")}`, { param: "reasoning_effort" });
 }
 
 function truncate(text: string, tokens: number, budget: number): { text: string; tokens: number } {

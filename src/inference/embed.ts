@@ -13,6 +13,12 @@ function addFeature(v: Float32Array, feature: string, weight: number): void {
   v[h % v.length]! += h & 0x80000000 ? -weight : weight;
 }
 
+function norm2(v: Float32Array): number {
+  let sum = 0;
+  for (let i = 0; i < v.length; i++) sum += v[i]! * v[i]!;
+  return Math.sqrt(sum);
+}
+
 export function embedText(text: string, dimensions: number): Float32Array {
   const v = new Float32Array(dimensions);
   const lower = text.toLowerCase();
@@ -23,10 +29,17 @@ export function embedText(text: string, dimensions: number): Float32Array {
   }
   const padded = ` ${lower} `;
   for (let i = 0; i + 3 <= padded.length; i++) addFeature(v, "c:" + padded.slice(i, i + 3), 0.25);
-  let norm = 0;
-  for (let i = 0; i < v.length; i++) norm += v[i]! * v[i]!;
-  norm = Math.sqrt(norm);
-  if (norm > 0) for (let i = 0; i < v.length; i++) v[i]! /= norm;
+  let norm = norm2(v);
+  // The signed features can cancel out exactly (the weights are powers of
+  // two, so the sums are exact): e.g. "a c yo" at dimensions 1 gave [0], which
+  // is not L2-normalised (SPEC §6). Then one feature of the whole text is
+  // added: a single term cannot cancel, the result stays deterministic, and
+  // texts whose features do not cancel keep exactly the vectors they had.
+  if (norm === 0) {
+    addFeature(v, "t:" + lower, 1);
+    norm = norm2(v);
+  }
+  for (let i = 0; i < v.length; i++) v[i]! /= norm;
   return v;
 }
 
