@@ -8,6 +8,7 @@ import type { AppContext } from "./context";
 import { attached } from "./attached";
 import { ApiError, errorResponse } from "./errors";
 import { newId } from "./ids";
+import { pathOf } from "./http/path";
 import { filesRoutes } from "./files/routes";
 import { keysRoutes } from "./keys/routes";
 import { batchesRoutes } from "./batches/routes";
@@ -96,12 +97,6 @@ export function withRequestId(request: Request, res: Response): Response {
   }
 }
 
-export function pathOf(url: string): string {
-  // Faster than new URL(): the path starts at the first "/" after "//host".
-  const start = url.indexOf("/", url.indexOf("//") + 2);
-  const q = url.indexOf("?", start);
-  return q === -1 ? url.slice(start) : url.slice(start, q);
-}
 
 /** The single place where anything thrown becomes an HTTP answer. */
 function toErrorResponse(ctx: AppContext, code: string | number, error: unknown, request: Request): Response {

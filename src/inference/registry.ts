@@ -92,6 +92,20 @@ export class ModelRegistry {
 
   private lastDiscovery = 0;
   private discovering: Promise<void> | null = null;
+  /**
+   * The result of each upstream's last check. Kept apart from the
+   * per-model `healthy` flags because an upstream that discovers its models
+   * and was down from the start has no models to mark unhealthy, yet GET
+   * /status must still say "degraded" (SPEC §8). Keyed by the config entry,
+   * not the name: names are not checked for uniqueness.
+   */
+  private readonly upstreamOk = new Map<UpstreamConfig, boolean>();
+
+  /** True when every upstream passed its last check (an unchecked one counts as passing). */
+  upstreamsHealthy(): boolean {
+    for (const ok of this.upstreamOk.values()) if (!ok) return false;
+    return true;
+  }
 
   /**
    * Re-checks upstream health if the last check is older than `maxAgeMs`
@@ -123,8 +137,10 @@ export class ModelRegistry {
             if (!u.models)
               for (const m of body.data ?? []) if (typeof m.id === "string" && !this.models.has(m.id)) this.put(this.entry(m.id, "upstream", u.name, u, u.model_map?.[m.id] ?? m.id));
             for (const e of this.models.values()) if (e.upstreamName === u.name) e.healthy = true;
+            this.upstreamOk.set(u, true);
           } catch (err) {
             this.log.warn("upstream model discovery failed", { upstream: u.name, error: String(err) });
+            this.upstreamOk.set(u, false);
             for (const e of this.models.values()) if (e.upstreamName === u.name) e.healthy = false;
           }
       }),

@@ -8,7 +8,8 @@
 // series per file). A request no route matches is labelled "unmatched".
 import type { AppContext } from "../context";
 import { principalOf } from "../auth/plugin";
-import { requestIdOf, pathOf } from "../app";
+import { requestIdOf } from "../app";
+import { pathOf } from "../http/path";
 import { m } from "./index";
 
 interface Node {

@@ -35,7 +35,10 @@ export async function statusReport(ctx: AppContext) {
     const s = ctx.scheduler.stats(m.id);
     return { id: m.id, owned_by: m.ownedBy, healthy: m.healthy, in_flight: s.inFlight, queued: s.queued };
   });
-  const ok = dbOk && storageOk && models.every((m) => m.healthy);
+  // Upstreams are checked as well as models: one that discovers its models
+  // and has been down since start has no model to report unhealthy. §8 has
+  // no field for per-upstream detail, so it shows only in `status`.
+  const ok = dbOk && storageOk && models.every((m) => m.healthy) && ctx.registry.upstreamsHealthy();
   return {
     status: ok ? ("ok" as const) : ("degraded" as const),
     version: pkg.version,
