@@ -278,6 +278,31 @@ describe("POST /files purpose=batch: line checks", () => {
     expect(err.message).toMatch(/\bline 5001\b/);
   });
 
+  test("duplicates across the validator's 1 MB blocks, and between the fast and the exact path", async () => {
+    // ≈3 MB: the repeat of id-7 comes blocks after its first use. Line 2 spells
+    // "dup-x" with an escape (the exact JSON.parse path); line 30001 plainly.
+    const pad = "p".repeat(60);
+    const ls = Array.from({ length: 30_000 }, (_, i) => chatLine(`id-${i}`, pad));
+    ls[1] = String.raw`{"custom_id":"dup-\u0078","method":"POST","url":"/v1/chat/completions","body":{"model":"offpeak-echo"}}`;
+    expect(JSON.parse(ls[1]).custom_id).toBe("dup-x");
+    const err = await rejected(t, () => uploadRaw(t, lines(...ls, good("dup-x"))), 400, { code: "duplicate_custom_id" });
+    expect(err.message).toMatch(/\bline 30001\b/);
+    expect(err.message).toContain("'dup-x'");
+    ls.push(good("id-7"));
+    const err2 = await rejected(t, () => uploadRaw(t, lines(...ls)), 400, { code: "duplicate_custom_id" });
+    expect(err2.message).toMatch(/\bline 30001\b/);
+    expect(err2.message).toContain("'id-7'");
+  });
+
+  test("many repeated ids: the first real duplicate is named (checking stops after 64 suspects)", async () => {
+    const ls = Array.from({ length: 200 }, (_, i) => good(`id-${i}`));
+    for (let i = 0; i < 100; i++) ls.push(good(`id-${i}`));
+    ls.push("not json"); // after the 64th suspect: never reached
+    const err = await rejected(t, () => uploadRaw(t, lines(...ls)), 400, { code: "duplicate_custom_id" });
+    expect(err.message).toMatch(/\bline 201\b/);
+    expect(err.message).toContain("'id-0'");
+  });
+
   test("the first bad line wins", async () => {
     const err = await rejected(t, () => uploadRaw(t, lines(good("a"), good("a"), "nope")), 400, { code: "duplicate_custom_id" });
     expect(err.message).toMatch(/\bline 2\b/);

@@ -4,19 +4,15 @@
 // checked by a byte-level scanner (./lineScan.ts) with no decoding and no
 // allocation; only a line it is not sure about is decoded and run through
 // JSON.parse, which words every error message. Only a line that straddles
-// two chunks is copied. Duplicate detection keeps 64-bit fingerprints of the
-// custom_ids' bytes, not strings, so memory does not grow with id length; a
-// fingerprint hit is only a *suspect* and is confirmed exactly afterwards by
-// rescanning the stored file (confirmDuplicates in ./duplicates.ts), so a
-// hash collision can never reject a good file.
+// two chunks is copied. Each request's custom_id goes to an IdSink: a
+// DuplicateFinder here, or (during an upload) a batcher that sends the ids
+// to a DuplicateFinder in another Worker (./duplicateFinder.ts).
+import { DuplicateFinder, type DuplicateReport, type IdSink, type Suspect } from "./duplicateFinder";
 import { canonicalEndpoint } from "./endpoints";
-import { HashSet64 } from "./hashSet64";
 import { scanRequestLine, type ScanResult } from "./lineScan";
 
 /** A single request line longer than this is rejected (a 10 MB line is not a request). */
 export const MAX_LINE_BYTES = 4 * 1024 * 1024;
-/** Stop collecting duplicate suspects after this many; real duplicates are confirmed among them. */
-const MAX_SUSPECTS = 64;
 
 export interface LineError {
   line: number;
@@ -33,12 +29,12 @@ export interface ValidationResult {
   lines: number;
   error: LineError | null;
   /** Possible duplicates (line numbers and ids), to be confirmed exactly. */
-  suspects: { line: number; customId: string }[];
+  suspects: Suspect[];
 }
 
 export class BatchFileValidator {
   private readonly decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
-  private readonly ids = new HashSet64(1 << 16);
+  private readonly encoder = new TextEncoder();
   private readonly scan: ScanResult = { idStart: 0, idEnd: 0 };
   /** The start of a line that began in an earlier chunk, in pieces. */
   private carry: Uint8Array[] = [];
@@ -47,9 +43,12 @@ export class BatchFileValidator {
   private requests = 0;
   private first = true;
   private error: LineError | null = null;
-  private readonly suspects: { line: number; customId: string }[] = [];
 
-  constructor(private readonly maxRequests: number) {}
+  /** `ids`: where custom_ids go; by default a DuplicateFinder whose findings finish() reports. */
+  constructor(
+    private readonly maxRequests: number,
+    private readonly ids: IdSink = new DuplicateFinder(),
+  ) {}
 
   get failed(): boolean {
     return this.error !== null;
@@ -85,7 +84,8 @@ export class BatchFileValidator {
       this.line(rest, 0, rest.length);
     }
     if (!this.error && this.requests === 0) this.fail(Math.max(this.lineNo, 1), "invalid_file", null, "the file contains no requests");
-    return { requests: this.requests, lines: this.lineNo, error: this.error, suspects: this.suspects };
+    const result: ValidationResult = { requests: this.requests, lines: this.lineNo, error: this.error, suspects: [] };
+    return this.ids instanceof DuplicateFinder ? withDuplicates(result, this.ids.report()) : result;
   }
 
   /** The carried start of a line and then `tail`, as one array; the carry is emptied. */
@@ -119,7 +119,7 @@ export class BatchFileValidator {
     if (end - start > MAX_LINE_BYTES) return this.fail(n, "invalid_file", null, `line ${n} is longer than ${MAX_LINE_BYTES} bytes`);
     if (isBlank(b, start, end)) return;
     if (scanRequestLine(b, start, end, this.scan)) {
-      if (this.countRequest(n) && !this.ids.addBytes(b, this.scan.idStart, this.scan.idEnd)) this.suspect(n, this.decoder.decode(b.subarray(this.scan.idStart, this.scan.idEnd)));
+      if (this.countRequest(n)) this.ids.add(n, b, this.scan.idStart, this.scan.idEnd);
       return;
     }
     let text: string;
@@ -151,7 +151,10 @@ export class BatchFileValidator {
     if (typeof body !== "object" || body === null || Array.isArray(body)) return this.fail(n, "invalid_value", "body", `line ${n}: body must be a JSON object`);
     const model = (body as Record<string, unknown>).model;
     if (typeof model !== "string" || model.length === 0) return this.fail(n, "missing_field", "body.model", `line ${n}: body.model must be a non-empty string`);
-    if (this.countRequest(n) && !this.ids.addString(id)) this.suspect(n, id);
+    if (this.countRequest(n)) {
+      const bytes = this.encoder.encode(id);
+      this.ids.add(n, bytes, 0, bytes.length);
+    }
   }
 
   /** Counts a valid request; false (and the error) past the line limit. */
@@ -161,14 +164,20 @@ export class BatchFileValidator {
     return false;
   }
 
-  private suspect(n: number, customId: string): void {
-    this.suspects.push({ line: n, customId });
-    if (this.suspects.length >= MAX_SUSPECTS) {
-      // Stop here: the confirmation pass finds the first real duplicate among these.
-      this.fail(n, "duplicate_custom_id", "custom_id", `line ${n}: too many possible duplicate custom_ids`);
-      this.error!.unconfirmed = true;
-    }
-  }
+}
+
+/**
+ * A scan's result with a DuplicateFinder's report: its suspects, and, if it
+ * stopped at too many suspects before the scan's first error, that as the
+ * error (marked unconfirmed: the confirmation pass finds the first real
+ * duplicate among the suspects).
+ */
+export function withDuplicates(result: ValidationResult, dupes: DuplicateReport): ValidationResult {
+  let error = result.error;
+  const at = dupes.tooManyAt;
+  if (at !== null && (!error || at < error.line))
+    error = { line: at, code: "duplicate_custom_id", param: "custom_id", message: `line ${at}: too many possible duplicate custom_ids`, unconfirmed: true };
+  return { ...result, error, suspects: dupes.suspects };
 }
 
 function isBlank(b: Uint8Array, start: number, end: number): boolean {

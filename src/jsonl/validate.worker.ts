@@ -1,32 +1,81 @@
-// Worker side of the upload validator: JSON parsing of every line runs here,
-// off the HTTP thread, while the main thread keeps streaming bytes to disk.
-// Protocol: {init} → chunks (transferred Uint8Arrays) → {finish}; replies
-// {ack, block} per chunk, giving the block back for reuse (and backpressure),
-// {failed} once on the first bad
-// line (so the upload can stop early), and {result} at the end.
+// Worker side of the upload validator. An upload uses two of these Workers,
+// off the HTTP thread, while the main thread keeps streaming bytes to disk:
+//
+// - the scanner checks every line (BatchFileValidator) and sends each
+//   block's custom_ids over a MessagePort to
+// - the duplicate finder, which hashes them into its fingerprint set
+//   (≈25% of the work, done in parallel instead of after each line).
+//
+// Scanner protocol (from the main thread): {init, port} → chunks
+// (transferred Uint8Arrays) → {finish}; replies {ack, block} per chunk,
+// giving the block back for reuse (and backpressure), {failed} once on the
+// first bad line (so the upload can stop early), and {result} at the end.
+// Finder protocol: {init-finder, port}; then only the port speaks (id
+// batches, then {end}); replies {failed} once when it gives up on too many
+// suspects, and {report} after {end}.
 import { BatchFileValidator } from "./batchFileValidator";
+import { DuplicateFinder, IdBatcher, transferablesOf, type IdBatch } from "./duplicateFinder";
 
 declare const self: Worker;
 
 let validator: BatchFileValidator | null = null;
+let batcher: IdBatcher | null = null;
+let port: MessagePort | null = null;
 let reportedFailure = false;
+
+/** The ids gathered so far go to the finder. */
+function sendIds(): void {
+  const batch = batcher!.take();
+  if (batch) port!.postMessage(batch, transferablesOf(batch));
+}
 
 self.onmessage = (event: MessageEvent) => {
   const msg = event.data;
   if (msg instanceof Uint8Array) {
     validator!.push(msg);
+    sendIds();
     self.postMessage({ type: "ack", block: msg }, [msg.buffer as ArrayBuffer]);
     if (validator!.failed && !reportedFailure) {
       reportedFailure = true;
       self.postMessage({ type: "failed" });
     }
   } else if (msg.type === "init") {
-    validator = new BatchFileValidator(msg.maxRequests);
+    port = msg.port as MessagePort;
+    batcher = new IdBatcher();
+    validator = new BatchFileValidator(msg.maxRequests, batcher);
     reportedFailure = false;
   } else if (msg.type === "finish") {
-    self.postMessage({ type: "result", result: validator!.finish() });
-    // This Worker may be kept for the next upload: drop this one's id set now.
+    const result = validator!.finish();
+    sendIds();
+    // The finder closes the channel when it has read this (closing it here could drop the message).
+    port!.postMessage({ type: "end" });
+    self.postMessage({ type: "result", result });
+    // This Worker may be kept for the next upload: drop this one's state now.
     validator = null;
+    batcher = null;
+    port = null;
     Bun.gc(false);
+  } else if (msg.type === "init-finder") {
+    runFinder(msg.port as MessagePort);
   }
 };
+
+function runFinder(ids: MessagePort): void {
+  let finder: DuplicateFinder | null = new DuplicateFinder();
+  let failed = false;
+  ids.onmessage = (event) => {
+    const msg = event.data as IdBatch | { type: "end" };
+    if ("type" in msg) {
+      self.postMessage({ type: "report", report: finder!.report() });
+      ids.close();
+      finder = null; // kept Workers must not hold the last upload's set
+      Bun.gc(false);
+      return;
+    }
+    finder!.addBatch(msg);
+    if (finder!.tooManyAt !== null && !failed) {
+      failed = true;
+      self.postMessage({ type: "failed" });
+    }
+  };
+}

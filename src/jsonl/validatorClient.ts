@@ -1,10 +1,12 @@
-// Main-thread handle on a validation Worker. Bytes are gathered into ~1 MB
+// Main-thread handle on an upload's validation Workers (a line scanner and a
+// duplicate finder, see validate.worker.ts). Bytes are gathered into ~1 MB
 // blocks before posting (fewer messages; one copy, then a transfer), and at
-// most MAX_IN_FLIGHT bytes may wait in the worker, so a slow validator slows
-// the upload instead of growing memory. The worker transfers each block back
+// most MAX_IN_FLIGHT bytes may wait in the scanner, so a slow validator slows
+// the upload instead of growing memory. The scanner transfers each block back
 // with its ack and the block is filled again: an upload of any size cycles
 // through the same ~9 blocks instead of leaving hundreds for the GC.
-import type { ValidationResult } from "./batchFileValidator";
+import { withDuplicates, type ValidationResult } from "./batchFileValidator";
+import type { DuplicateReport } from "./duplicateFinder";
 import { VALIDATE_WORKER } from "../workers";
 
 const BLOCK = 1 << 20;
@@ -16,7 +18,7 @@ const MAX_IN_FLIGHT = 8 << 20;
  * A Worker is reused only after it has answered with its result, so no
  * message of an earlier upload can reach the next one.
  */
-const KEEP_IDLE = 2;
+const KEEP_IDLE = 2; // one upload's pair
 const idle: Worker[] = [];
 
 function takeWorker(): Worker {
@@ -37,7 +39,10 @@ function giveBack(w: Worker): void {
 }
 
 export class ValidatorClient {
-  private readonly worker: Worker;
+  /** Checks the lines; sends the custom_ids to `finder`. */
+  private readonly scanner: Worker;
+  /** Finds repeated custom_ids. */
+  private readonly finder: Worker;
   private block = new Uint8Array(BLOCK);
   private readonly free: Uint8Array<ArrayBuffer>[] = [];
   private used = 0;
@@ -45,19 +50,17 @@ export class ValidatorClient {
   private drained: (() => void) | null = null;
   private resultPromise: Promise<ValidationResult>;
   private closed = false;
-  /** True as soon as the worker has seen a bad line. */
+  /** True as soon as either Worker has seen a bad line (or too many suspect duplicates). */
   failed = false;
 
   constructor(maxRequests: number) {
-    this.worker = takeWorker();
-    let resolveResult!: (r: ValidationResult) => void;
-    let rejectResult!: (e: Error) => void;
-    this.resultPromise = new Promise((res, rej) => {
-      resolveResult = res;
-      rejectResult = rej;
-    });
+    this.scanner = takeWorker();
+    this.finder = takeWorker();
+    const scanned = Promise.withResolvers<ValidationResult>();
+    const checked = Promise.withResolvers<DuplicateReport>();
+    this.resultPromise = Promise.all([scanned.promise, checked.promise]).then(([result, dupes]) => withDuplicates(result, dupes));
     this.resultPromise.catch(() => {});
-    this.worker.onmessage = (e: MessageEvent) => {
+    this.scanner.onmessage = (e: MessageEvent) => {
       const m = e.data;
       if (m.type === "ack") {
         this.inFlight -= m.block.byteLength;
@@ -68,17 +71,28 @@ export class ValidatorClient {
           d();
         }
       } else if (m.type === "failed") this.failed = true;
-      else if (m.type === "result") resolveResult(m.result);
+      else if (m.type === "result") scanned.resolve(m.result);
     };
-    this.worker.onerror = (e) => {
-      rejectResult(new Error(`validator worker failed: ${e.message}`));
+    this.finder.onmessage = (e: MessageEvent) => {
+      const m = e.data;
+      if (m.type === "failed") this.failed = true;
+      else if (m.type === "report") checked.resolve(m.report);
+    };
+    const onError = (e: ErrorEvent) => {
+      const err = new Error(`validator worker failed: ${e.message}`);
+      scanned.reject(err);
+      checked.reject(err);
       // An upload waiting for room in the Worker must not wait forever.
       this.failed = true;
       const d = this.drained;
       this.drained = null;
       d?.();
     };
-    this.worker.postMessage({ type: "init", maxRequests });
+    this.scanner.onerror = onError;
+    this.finder.onerror = onError;
+    const ids = new MessageChannel();
+    this.finder.postMessage({ type: "init-finder", port: ids.port2 }, [ids.port2]);
+    this.scanner.postMessage({ type: "init", maxRequests, port: ids.port1 }, [ids.port1]);
   }
 
   /** Copies `chunk`; resolves when the worker has room for more. */
@@ -98,14 +112,14 @@ export class ValidatorClient {
     if (this.used === 0) return;
     const out = this.used === BLOCK ? this.block : this.block.slice(0, this.used);
     this.inFlight += out.byteLength;
-    this.worker.postMessage(out, [out.buffer]);
+    this.scanner.postMessage(out, [out.buffer]);
     this.block = this.free.pop() ?? new Uint8Array(BLOCK);
     this.used = 0;
   }
 
   async finish(): Promise<ValidationResult> {
     this.flush();
-    this.worker.postMessage({ type: "finish" });
+    this.scanner.postMessage({ type: "finish" });
     let result: ValidationResult;
     try {
       result = await this.resultPromise;
@@ -113,19 +127,22 @@ export class ValidatorClient {
       this.close();
       throw e;
     }
-    // Every block was acknowledged before the result: the Worker is clean.
+    // Every block was acknowledged, and every id batch taken, before the
+    // results: both Workers are clean.
     if (!this.closed) {
       this.closed = true;
-      giveBack(this.worker);
+      giveBack(this.scanner);
+      giveBack(this.finder);
     }
     return result;
   }
 
-  /** Abandons the upload: the Worker may still hold blocks of it, so it is not reused. */
+  /** Abandons the upload: the Workers may still hold parts of it, so they are not reused. */
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    this.worker.terminate();
+    this.scanner.terminate();
+    this.finder.terminate();
     this.drained?.();
   }
 }
