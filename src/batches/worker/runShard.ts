@@ -69,13 +69,21 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
     }
     if (r.usage) addUsage(totals, r.usage, model);
   };
+  // At most one progress message per PROGRESS_MS; one that falls inside the
+  // interval goes out at its end. (It used to be dropped: a burst of
+  // completions showed as one, then nothing until the next request finished
+  // — a whole upstream latency later, seconds to minutes for a model.)
   let lastProgress = Date.now();
+  let trailing: ReturnType<typeof setTimeout> | null = null;
+  const postProgress = () => {
+    trailing = null;
+    lastProgress = Date.now();
+    post({ type: "progress", batchId: task.batchId, idx: task.idx, totals: { ...totals }, metrics: takeWorkerMetrics() });
+  };
   const progress = () => {
-    const now = Date.now();
-    if (now - lastProgress >= PROGRESS_MS) {
-      lastProgress = now;
-      post({ type: "progress", batchId: task.batchId, idx: task.idx, totals: { ...totals }, metrics: takeWorkerMetrics() });
-    }
+    const wait = PROGRESS_MS - (Date.now() - lastProgress);
+    if (wait > 0) trailing ??= setTimeout(postProgress, wait);
+    else if (!trailing) postProgress();
   };
 
   // Requests in flight, and the line loop's single waiter: woken by every
@@ -154,6 +162,7 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
     // when they finish; closing first could let a later shard reuse the
     // descriptor numbers and receive their lines.
     while (inFlight > 0) await nextCompletion();
+    if (trailing) clearTimeout(trailing);
     out.close();
     err.close();
   }
