@@ -11,9 +11,16 @@ export function checkMetadata(m: unknown): Record<string, string> | null {
   const entries = Object.entries(m);
   if (entries.length > 16) throw new ApiError("invalid_value", "metadata may have at most 16 pairs", { param: "metadata" });
   for (const [k, v] of entries) {
-    if (k.length > 64) throw new ApiError("invalid_value", "metadata keys may have at most 64 characters", { param: "metadata" });
+    if (charCount(k) > 64) throw new ApiError("invalid_value", "metadata keys may have at most 64 characters", { param: "metadata" });
     if (typeof v !== "string") throw new ApiError("invalid_value", `metadata.${k.slice(0, 64)} must be a string`, { param: "metadata" });
-    if (v.length > 512) throw new ApiError("invalid_value", "metadata values may have at most 512 characters", { param: "metadata" });
+    if (charCount(v) > 512) throw new ApiError("invalid_value", "metadata values may have at most 512 characters", { param: "metadata" });
   }
   return m as Record<string, string>;
+}
+
+/** Characters as people count them (code points): an emoji is one, not the two UTF-16 units of `.length`. */
+function charCount(s: string): number {
+  let n = 0;
+  for (const _ of s) n++;
+  return n;
 }

@@ -433,7 +433,7 @@ describe("built-in models", () => {
     });
 
     test("a bad completion_window → 400", async () => {
-      for (const w of ["0h", "169h", "1d", "24", "", "24H", " 24h", "-1h", "1.5h", "1000h"]) {
+      for (const w of ["0h", "169h", "1d", "24", "", "24H", " 24h", "-1h", "1.5h", "1000h", "001h", "024h"]) {
         const res = await post({ input_file_id: batchFile, endpoint: "/v1/chat/completions", completion_window: w });
         expect({ w, status: res.status }).toEqual({ w, status: 400 });
         expectError(await json(res), "invalid_request_error", "completion_window");
@@ -498,7 +498,13 @@ describe("built-in models", () => {
       const one = await json(await post({ input_file_id: batchFile, endpoint: "/v1/chat/completions", completion_window: "1h", unknown_field: true }));
       expect(one.expires_at).toBe(one.created_at + 3600);
       expect(one.metadata).toBeNull();
-      for (const id of [b.id, one.id]) expect((await waitBatch(client, id)).status).toBe("completed");
+      // Characters, not UTF-16 units: 512 emoji are 512 characters.
+      const emoji = await post({ input_file_id: batchFile, endpoint: "/v1/chat/completions", completion_window: "24h", metadata: { mood: "😀".repeat(512) } });
+      expect(emoji.status).toBe(200);
+      const tooMany = await post({ input_file_id: batchFile, endpoint: "/v1/chat/completions", completion_window: "24h", metadata: { mood: "😀".repeat(513) } });
+      expect(tooMany.status).toBe(400);
+      const e = await json(emoji);
+      for (const id of [b.id, one.id, e.id]) expect((await waitBatch(client, id)).status).toBe("completed");
     });
   });
 

@@ -56,7 +56,7 @@ export interface CreateBatchInput {
 
 
 export function windowHours(window: string): number {
-  const m = /^(\d{1,3})h$/.exec(window);
+  const m = /^([1-9]\d{0,2})h$/.exec(window); // no leading zeros: "001h" is not how anyone writes 1h
   const hours = m ? Number(m[1]) : NaN;
   if (!(hours >= 1 && hours <= 168)) throw new ApiError("invalid_value", "completion_window must be '24h' or any 'Nh' from 1h to 168h", { param: "completion_window" });
   return hours;
@@ -122,8 +122,9 @@ export function cancelBatch(ctx: AppContext, project: string, id: string): Batch
   if (row.status === "cancelling") return row;
   if (row.status !== "validating" && row.status !== "in_progress")
     throw new ApiError("invalid_state", `Cannot cancel a batch in status '${row.status}'`);
-  // A batch past its deadline is already being expired: it ends `expired`.
-  if (row.stopReason === "expired") throw new ApiError("invalid_state", "The batch has expired and is being finalized");
+  // A batch past its deadline is already being expired and ends `expired`;
+  // it is not in a final state yet, so no 409 (SPEC §5): the record as it is.
+  if (row.stopReason === "expired") return row;
   const updated = ctx.db
     .update(batches)
     .set({ status: "cancelling", cancellingAt: nowSeconds(), stopReason: "cancelled" })

@@ -134,11 +134,23 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
         isJson = false;
         body = { error: { message: text.slice(0, 2000), type: "upstream_error", param: null, code: null } };
       }
-      const requestId = res.headers.get("x-request-id");
+      // SPEC §5 shows a request id on every response: ours when the upstream sends none.
+      const requestId = res.headers.get("x-request-id") ?? ids.next("req_");
       countUpstreamAttempt(model.id, attempt, res.ok ? null : res.status);
       if (res.ok && isJson) return { ok: true, line: upstreamLine(req.custom_id, res.status, requestId, text, body), usage: (body as { usage?: unknown }).usage ?? null };
-      // A 2xx that is not JSON (a proxy's page, a misconfigured engine) is no answer: an error line, not retried.
-      if (res.ok) return { ok: false, line: resultLine(req.custom_id, res.status, requestId, body, null), usage: null };
+      // A 2xx that is not JSON (a proxy's page, a misconfigured engine) is no
+      // answer: an error line with response null (only 2xx answers go to the
+      // output file, and a body of our making would pass for the upstream's),
+      // not retried.
+      if (res.ok)
+        return {
+          ok: false,
+          line: resultLine(req.custom_id, null, null, null, {
+            code: "upstream_invalid_response",
+            message: `upstream answered HTTP ${res.status} with a body that is not JSON: ${text.slice(0, 200)}`,
+          }),
+          usage: null,
+        };
       last = { status: res.status, requestId, body };
       if (!RETRYABLE(res.status)) break;
       wait = retryAfterMs(res);
