@@ -1,5 +1,5 @@
 // The upstream-call Deadline: a timeout that is cleared with the call, an
-// idle timeout for streams, and a link to the client's signal.
+// idle timeout for streams, and a late link to the client's signal.
 import { describe, expect, test } from "bun:test";
 import { Deadline } from "../src/inference/deadline";
 
@@ -20,19 +20,19 @@ describe("Deadline", () => {
     expect((d.signal.reason as DOMException).name).toBe("TimeoutError");
   });
 
-  test("with a parent, still times out after its whole time", async () => {
+  test("with a client signal, still times out after its whole time", async () => {
     const parent = new AbortController();
     const t0 = performance.now();
-    const d = new Deadline(150, parent.signal);
+    const d = new Deadline(150, () => parent.signal);
     expect(await abortedWithin(d.signal, 1000)).toBe(true);
     const took = performance.now() - t0;
     expect({ timedOut: d.timedOut, early: took < 140 }).toEqual({ timedOut: true, early: false });
   });
 
-  test("a parent (the client's signal) that aborts aborts the call at once", async () => {
+  test("a call that lasts: the client's signal aborting aborts the call at once", async () => {
     const parent = new AbortController();
-    const d = new Deadline(10_000, parent.signal);
-    await sleep(30);
+    const d = new Deadline(10_000, () => parent.signal);
+    await sleep(100); // linked by now (after 25–50 ms)
     expect(d.signal.aborted).toBe(false);
     parent.abort(new Error("client left"));
     expect(d.signal.aborted).toBe(true);
@@ -40,17 +40,29 @@ describe("Deadline", () => {
     d.clear();
   });
 
-  test("an already aborted parent aborts the call at once", () => {
+  test("a client gone before the link: the call is aborted when it is linked", async () => {
     const parent = new AbortController();
     parent.abort(new Error("gone"));
-    const d = new Deadline(10_000, parent.signal);
-    expect(d.signal.aborted).toBe(true);
+    const d = new Deadline(10_000, () => parent.signal);
+    expect(await abortedWithin(d.signal, 500)).toBe(true);
+    expect(d.timedOut).toBe(false);
     d.clear();
+  });
+
+  test("a call over within the link delay never reads the client's signal (Bun makes it on first read)", async () => {
+    let reads = 0;
+    const parent = new AbortController();
+    const d = new Deadline(10_000, () => (reads++, parent.signal));
+    d.clear();
+    await sleep(120);
+    parent.abort();
+    expect({ reads, aborted: d.signal.aborted }).toEqual({ reads: 0, aborted: false });
   });
 
   test("clear() stops the timeout and the link: nothing aborts afterwards", async () => {
     const parent = new AbortController();
-    const d = new Deadline(60, parent.signal);
+    const d = new Deadline(60, () => parent.signal);
+    await sleep(40);
     d.clear();
     await sleep(120);
     parent.abort();

@@ -40,7 +40,7 @@ export async function chatCompletions(ctx: AppContext, principal: Principal, bod
   const stream = checkStreamFields(body);
   if (model.kind === "echo") {
     const plan = planEcho(body); // validates before admission: a bad request costs no quota
-    const { headers, release } = await admit(ctx, principal, model, plan.promptTokens, request.signal);
+    const { headers, release } = await admit(ctx, principal, model, plan.promptTokens, () => request.signal);
     const pace = { latencyMs: model.latencyMs, tokensPerSecond: model.tokensPerSecond };
     const id = newId("chatcmpl-");
     ctx.rateLimiter.charge(principal.keyId, echoUsage(plan).completion_tokens);
@@ -62,10 +62,10 @@ export async function chatCompletions(ctx: AppContext, principal: Principal, bod
     }
   }
 
-  const { headers, release, metersTokens } = await admit(ctx, principal, model, promptTokensOf(body.messages), request.signal);
+  const { headers, release, metersTokens } = await admit(ctx, principal, model, promptTokensOf(body.messages), () => request.signal);
   let handedOff = false;
   try {
-    const res = await callUpstream({ model, path: "/chat/completions", body, signal: request.signal });
+    const res = await callUpstream({ model, path: "/chat/completions", body, clientSignal: () => request.signal });
     if (!res.ok) {
       const failure = await upstreamFailure(model, res);
       if (failure instanceof ApiError) {

@@ -45,7 +45,7 @@ export async function streamReply(
   const abort = new AbortController();
   const gone = AbortSignal.any([abort.signal, request.signal]);
   // Rate limits now (429 at once); the model's slot may take a while (queued).
-  const { headers, slot, metersTokens } = admitInSteps(ctx, principal, model, plan?.promptTokens ?? promptTokensOf(messages), gone);
+  const { headers, slot, metersTokens } = admitInSteps(ctx, principal, model, plan?.promptTokens ?? promptTokensOf(messages), () => gone);
   let held: (() => void) | null = null;
   /** Gives the model's slot back, once; a slot granted after the stream was given up goes straight back. */
   const release = () => {
@@ -172,7 +172,7 @@ function generatorSource(chunks: AsyncGenerator<Record<string, unknown>>): Reply
 
 /** Opens an upstream stream: its chunk objects (parsed from `data:` lines), or the Response of an upstream 4xx. */
 async function upstreamReply(model: Parameters<typeof callUpstream>[0]["model"], body: Record<string, unknown>, signal: AbortSignal): Promise<ReplySource | Response> {
-  const res = await callUpstream({ model, path: "/chat/completions", body, signal });
+  const res = await callUpstream({ model, path: "/chat/completions", body, clientSignal: () => signal });
   if (!res.ok) {
     const failure = await upstreamFailure(model, res);
     if (failure instanceof ApiError) throw failure;

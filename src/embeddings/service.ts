@@ -12,12 +12,12 @@ export async function createEmbeddings(ctx: AppContext, principal: Principal, bo
   const plan = model.kind === "embed" ? planEmbeddings(body) : null;
   const texts = plan?.texts ?? embeddingInputs(body.input);
   const tokens = texts.reduce((n, t) => n + countTokens(t), 0);
-  const { headers, release } = await admit(ctx, principal, model, tokens, request.signal);
+  const { headers, release } = await admit(ctx, principal, model, tokens, () => request.signal);
   try {
     if (model.kind === "embed") {
       return new Response(JSON.stringify(embeddingsResponse(body, plan!)), { headers: { "content-type": "application/json", ...headers } });
     }
-    const res = await callUpstream({ model, path: "/embeddings", body, signal: request.signal });
+    const res = await callUpstream({ model, path: "/embeddings", body, clientSignal: () => request.signal });
     if (!res.ok) {
       const failure = await upstreamFailure(model, res);
       if (failure instanceof ApiError) {

@@ -35,12 +35,12 @@ export interface Admitted {
   metersTokens: boolean;
 }
 
-export async function admit(ctx: AppContext, principal: Principal, model: ModelEntry, promptTokens: number, signal: AbortSignal): Promise<Admitted> {
+export async function admit(ctx: AppContext, principal: Principal, model: ModelEntry, promptTokens: number, clientSignal: () => AbortSignal): Promise<Admitted> {
   const limits = limitsOf(ctx, principal);
   const admittedAt = Date.now();
   const headers = ctx.rateLimiter.admit(principal.keyId, limits, promptTokens, admittedAt);
   try {
-    const release = await ctx.scheduler.acquireInteractive(model, signal);
+    const release = await ctx.scheduler.acquireInteractive(model, clientSignal);
     return { headers, release, metersTokens: limits.tpm !== null };
   } catch (e) {
     throw notRun(ctx, principal.keyId, limits, promptTokens, admittedAt, headers, e);
@@ -58,12 +58,12 @@ export function admitInSteps(
   principal: Principal,
   model: ModelEntry,
   promptTokens: number,
-  signal: AbortSignal,
+  clientSignal: () => AbortSignal,
 ): Omit<Admitted, "release"> & { slot: Promise<Release> } {
   const limits = limitsOf(ctx, principal);
   const admittedAt = Date.now();
   const headers = ctx.rateLimiter.admit(principal.keyId, limits, promptTokens, admittedAt);
-  const slot = ctx.scheduler.acquireInteractive(model, signal).catch((e: unknown) => {
+  const slot = ctx.scheduler.acquireInteractive(model, clientSignal).catch((e: unknown) => {
     throw notRun(ctx, principal.keyId, limits, promptTokens, admittedAt, headers, e);
   });
   return { headers, slot, metersTokens: limits.tpm !== null };

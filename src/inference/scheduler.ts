@@ -132,8 +132,8 @@ export class Scheduler {
     return model.maxConcurrency === null ? -1 : this.lane(model).sharedBase;
   }
 
-  /** For an interactive request: a slot now, a place in the queue, or 529. */
-  async acquireInteractive(model: ModelEntry, signal?: AbortSignal): Promise<Release> {
+  /** For an interactive request: a slot now, a place in the queue, or 529. `signal` is read only if it has to wait. */
+  async acquireInteractive(model: ModelEntry, signal?: () => AbortSignal): Promise<Release> {
     const lane = this.lane(model);
     if (lane.interactive.length === 0 && lane.tryTake()) return this.releaser(lane, false);
     if (lane.interactive.length >= lane.queueSize) {
@@ -147,7 +147,7 @@ export class Scheduler {
   async acquireBatch(model: ModelEntry, signal?: AbortSignal): Promise<Release> {
     const lane = this.lane(model);
     if (lane.interactive.length === 0 && lane.batch.length === 0 && lane.tryTake()) return this.releaser(lane, true);
-    await this.wait(lane, lane.batch, signal);
+    await this.wait(lane, lane.batch, signal && (() => signal));
     return this.releaser(lane, true);
   }
 
@@ -168,7 +168,8 @@ export class Scheduler {
     lane.pump();
   }
 
-  private wait(lane: ModelLane, queue: Waiter[], signal?: AbortSignal): Promise<void> {
+  private wait(lane: ModelLane, queue: Waiter[], signalOf?: () => AbortSignal): Promise<void> {
+    const signal = signalOf?.();
     return new Promise<void>((resolve, reject) => {
       if (signal?.aborted) return reject(signal.reason ?? new Error("aborted"));
       let granted = false;

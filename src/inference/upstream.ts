@@ -14,8 +14,8 @@ export interface UpstreamCall {
   model: ModelEntry;
   path: "/chat/completions" | "/embeddings";
   body: Record<string, unknown>;
-  /** Aborted when the client goes away. */
-  signal: AbortSignal;
+  /** The client's signal, aborted when it goes away; read only when needed (see Deadline). */
+  clientSignal: () => AbortSignal;
 }
 
 /** The deadline of each upstream answer: reading its body clears it, and can tell a timeout from other failures. */
@@ -23,10 +23,10 @@ const deadlines = attached<{ model: ModelEntry; deadline: Deadline }>("deadline"
 
 const timeoutError = (model: ModelEntry) => new ApiError("upstream_timeout", `Upstream ${model.upstreamName} did not answer within ${model.timeoutMs} ms`);
 
-export async function callUpstream({ model, path, body, signal }: UpstreamCall): Promise<globalThis.Response> {
+export async function callUpstream({ model, path, body, clientSignal }: UpstreamCall): Promise<globalThis.Response> {
   const headers: Record<string, string> = { "content-type": "application/json" };
   if (model.apiKey) headers.authorization = `Bearer ${model.apiKey}`;
-  const deadline = new Deadline(model.timeoutMs, signal);
+  const deadline = new Deadline(model.timeoutMs, clientSignal);
   countUpstreamRequest(model.id);
   try {
     const res = await fetch(model.baseUrl + path, {
@@ -38,11 +38,12 @@ export async function callUpstream({ model, path, body, signal }: UpstreamCall):
     deadlines.set(res, { model, deadline });
     return res;
   } catch (e) {
+    const clientGone = deadline.clientGone();
     deadline.clear();
-    if (!signal.aborted) countUpstreamError(model.id, deadline.timedOut ? "timeout" : "connection");
+    if (!clientGone) countUpstreamError(model.id, deadline.timedOut ? "timeout" : "connection");
     if (deadline.timedOut) throw timeoutError(model);
     // The client left: rethrow the abort (answered 499, not counted as an upstream fault).
-    if (signal.aborted) throw e;
+    if (clientGone) throw e;
     throw new ApiError("upstream_error", `Upstream ${model.upstreamName} is unreachable`);
   }
 }
