@@ -59,6 +59,13 @@ const answersAfter = (ms: number, content: string) => async (r: Parameters<Scrip
   s.close();
   return s.response;
 };
+/** The stream began with two or more `: keep-alive` comments and nothing else before its first data event. */
+function expectKeepAlivesFirst(raw: string): void {
+  const events = raw.split("\n\n");
+  const firstData = events.findIndex((e) => e.startsWith("data:"));
+  expect(firstData).toBeGreaterThanOrEqual(2);
+  expect(events.slice(0, firstData).every((e) => e === ": keep-alive")).toBe(true);
+}
 const messagesOf = async (chatId: string) => ((await json(await t.api(`/chats/${chatId}`))).messages as { role: string; content: string }[]).map((m) => `${m.role}:${m.content}`);
 
 test("an upstream that sends no headers for a while: the stream starts with keep-alive comments, then the answer; both messages are stored", async () => {
@@ -67,10 +74,7 @@ test("an upstream that sends no headers for a while: the stream starts with keep
   const res = await say(chat.id, "anyone?");
   expect(res.status).toBe(200);
   const { chunks, raw } = await readAllSse(res);
-  const events = raw.split("\n\n");
-  const firstData = events.findIndex((e) => e.startsWith("data:"));
-  expect(firstData).toBeGreaterThanOrEqual(2);
-  expect(events.slice(0, firstData).every((e) => e === ": keep-alive")).toBe(true);
+  expectKeepAlivesFirst(raw);
   expect(chunks.map((c) => c.choices[0]?.delta?.content ?? "").join("")).toBe("at last");
   expect(await messagesOf(chat.id)).toEqual(["user:anyone?", "assistant:at last"]);
 });
@@ -191,10 +195,7 @@ describe("a session stream waiting in a busy model's queue", () => {
     expect(res.status).toBe(200);
     const { chunks, raw } = await readAllSse(res);
     // The upstream answers this one at once: every comment before its data was sent while queued.
-    const events = raw.split("\n\n");
-    const firstData = events.findIndex((e) => e.startsWith("data:"));
-    expect(firstData).toBeGreaterThanOrEqual(2);
-    expect(events.slice(0, firstData).every((e) => e === ": keep-alive")).toBe(true);
+    expectKeepAlivesFirst(raw);
     expect(chunks.map((c) => c.choices[0]?.delta?.content ?? "").join("")).toBe("waiting");
     expect((await holder).status).toBe(200);
     const messages = ((await json(await busy.api(`/chats/${chat.id}`))).messages as { role: string; content: string }[]).map((m) => `${m.role}:${m.content}`);
