@@ -60,6 +60,7 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
   const err = new PartWriter(openSync(task.errPath, "a"));
   const record = (r: LineResult, model: PricedModel | undefined, modelId = model?.id ?? "unknown") => {
     countLine(modelId, r.ok);
+    unsent = true;
     if (r.ok) {
       totals.completed++;
       out.push(r.line);
@@ -69,22 +70,24 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
     }
     if (r.usage) addUsage(totals, r.usage, model);
   };
-  // At most one progress message per PROGRESS_MS; one that falls inside the
-  // interval goes out at its end. (It used to be dropped: a burst of
-  // completions showed as one, then nothing until the next request finished
-  // — a whole upstream latency later, seconds to minutes for a model.)
+  // A progress message goes out with a result if the last one is
+  // PROGRESS_MS old; a timer sends what that held back. (Without it, a burst
+  // of completions showed as one, then nothing until the next request
+  // finished: a whole upstream latency later, seconds to minutes for a model.)
   let lastProgress = Date.now();
-  let trailing: ReturnType<typeof setTimeout> | null = null;
+  let unsent = false;
   const postProgress = () => {
-    trailing = null;
-    lastProgress = Date.now();
+    unsent = false;
     post({ type: "progress", batchId: task.batchId, idx: task.idx, totals: { ...totals }, metrics: takeWorkerMetrics() });
   };
   const progress = () => {
-    const wait = PROGRESS_MS - (Date.now() - lastProgress);
-    if (wait > 0) trailing ??= setTimeout(postProgress, wait);
-    else if (!trailing) postProgress();
+    const now = Date.now();
+    if (now - lastProgress >= PROGRESS_MS) {
+      lastProgress = now;
+      postProgress();
+    }
   };
+  const heldBack = setInterval(() => unsent && postProgress(), 2 * PROGRESS_MS);
 
   // Requests in flight, and the line loop's single waiter: woken by every
   // completion, it re-checks its condition (room for one more, or none left).
@@ -162,7 +165,7 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
     // when they finish; closing first could let a later shard reuse the
     // descriptor numbers and receive their lines.
     while (inFlight > 0) await nextCompletion();
-    if (trailing) clearTimeout(trailing);
+    clearInterval(heldBack);
     out.close();
     err.close();
   }
