@@ -2,7 +2,7 @@
 // use this; nothing here reads the environment.
 import { Elysia } from "elysia";
 import { swagger } from "@elysiajs/swagger";
-import { authenticate } from "./auth/plugin";
+import { authenticate, principalIfKnown } from "./auth/plugin";
 import { createVerifier } from "./auth/verify";
 import type { AppContext } from "./context";
 import { attached } from "./attached";
@@ -18,6 +18,7 @@ import { modelsRoutes } from "./models/routes";
 import { chatsRoutes } from "./chats/routes";
 import { statusRoutes } from "./status/routes";
 import { metricsRoutes } from "./metrics/routes";
+import { rateLimitHeadersNow } from "./inference/admission";
 
 export const API_BASES = ["/api/v1", "/v1"] as const;
 
@@ -101,26 +102,41 @@ export function withRequestId(request: Request, res: Response): Response {
 /** The single place where anything thrown becomes an HTTP answer. */
 function toErrorResponse(ctx: AppContext, code: string | number, error: unknown, request: Request): Response {
   const requestId = requestIdOf(request);
-  if (error instanceof ApiError) return errorResponse(error, requestId);
+  const answer = (e: ApiError) => errorResponse(withRateLimitHeaders(ctx, request, e), requestId);
+  if (error instanceof ApiError) return answer(error);
   switch (code) {
     case "VALIDATION": {
       const ve = (error as { valueError?: { path?: string; message?: string } }).valueError;
       const param = ve?.path ? ve.path.replace(/^\//, "").replace(/\//g, ".") : null;
       const msg = ve ? `${param ? param + ": " : ""}${ve.message}` : "invalid request";
-      return errorResponse(new ApiError("invalid_value", msg, { param }), requestId);
+      return answer(new ApiError("invalid_value", msg, { param }));
     }
     case "PARSE": {
       // Elysia wraps what a route's parse hook throws; our own error says more.
       const cause = (error as { cause?: unknown }).cause;
-      if (cause instanceof ApiError) return errorResponse(cause, requestId);
-      return errorResponse(new ApiError("invalid_json", "The request body is not valid JSON (or does not match its Content-Type)"), requestId);
+      if (cause instanceof ApiError) return answer(cause);
+      return answer(new ApiError("invalid_json", "The request body is not valid JSON (or does not match its Content-Type)"));
     }
     case "NOT_FOUND":
-      return errorResponse(new ApiError("not_found", `Unknown route: ${request.method} ${pathOf(request.url).slice(0, 200)}`), requestId);
+      return answer(new ApiError("not_found", `Unknown route: ${request.method} ${pathOf(request.url).slice(0, 200)}`));
   }
   // A client that went away (e.g. while queued for a model) is not a server
   // fault: nobody reads the answer; 499 is what the request log records.
   if (request.signal.aborted || (error as Error)?.name === "AbortError") return new Response(null, { status: 499 });
   ctx.log.error("unhandled error", { request_id: requestId, method: request.method, path: pathOf(request.url).slice(0, 200), error: String((error as Error)?.stack || error) });
-  return errorResponse(new ApiError("internal_error", `Internal server error (request ${requestId})`), requestId);
+  return answer(new ApiError("internal_error", `Internal server error (request ${requestId})`));
+}
+
+const INFERENCE_PATH = /^\/(?:api\/)?v1\/(?:chat\/completions|embeddings|chats\/[^/]+\/stream)$/;
+
+/**
+ * SPEC §7 puts the x-ratelimit-* headers on every inference response: an
+ * answer refused before admission (a bad body, an unknown model) gets the
+ * key's window as it stands (nothing counted). Not on 401/403: no key yet.
+ */
+function withRateLimitHeaders(ctx: AppContext, request: Request, e: ApiError): ApiError {
+  const principal = principalIfKnown(request);
+  if (!principal || e.status === 401 || e.status === 403 || !INFERENCE_PATH.test(pathOf(request.url))) return e;
+  for (const [k, v] of Object.entries(rateLimitHeadersNow(ctx, principal))) e.headers[k] ??= v;
+  return e;
 }

@@ -107,6 +107,26 @@ describe("per-key rate limits", () => {
     expect((await chat(other, "fresh key")).status).toBe(200);
   });
 
+  test("answers refused before admission (400, unknown model) carry the headers too, and cost nothing", async () => {
+    const key = await limitedKey({ rpm: 5, tpm: 100_000 });
+    expect(requestHeaders(await chat(key, "first"))).toMatchObject({ limit: "5", remaining: "4" });
+    const bad = [
+      await chat(key, "x", { n: 0 }),
+      await chat(key, "x", {}, "no-such-model"),
+      await t.api("/embeddings", { method: "POST", key, headers: { "content-type": "application/json" }, body: "{not json" }),
+    ];
+    for (const res of bad) {
+      expect(res.status === 400 || res.status === 404).toBe(true);
+      expect(requestHeaders(res)).toEqual({ limit: "5", remaining: "4", reset: expect.stringMatching(RESET) });
+      expect(res.headers.get("x-ratelimit-limit-tokens")).toBe("100000");
+      await res.arrayBuffer();
+    }
+    expect(requestHeaders(await chat(key, "second")).remaining).toBe("3");
+    // Not on answers about the key itself, and not on other routes.
+    expect((await chat("sk-op-not-a-key-000000000000000000000000000000", "x")).headers.get("x-ratelimit-limit-requests")).toBeNull();
+    expect((await t.api("/files/file-AAAAAAAAAAAAAAAAAAAAAAAA", { key })).headers.get("x-ratelimit-limit-requests")).toBeNull();
+  });
+
   test("the SDK sees a RateLimitError (429)", async () => {
     const key = await limitedKey({ rpm: 1 });
     const client = t.sdk(key);

@@ -14,6 +14,9 @@ import type { Principal } from "./verify";
 
 const principals = attached<Principal>("principal");
 
+/** The request's key, if it has been checked (error answers use this: they may come before). */
+export const principalIfKnown = (request: Request): Principal | undefined => principals.get(request);
+
 export function principalOf(request: Request): Principal {
   const p = principals.get(request);
   if (!p) throw new ApiError("invalid_api_key", "Missing API key", {});

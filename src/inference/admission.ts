@@ -69,6 +69,15 @@ export function admitInSteps(
   return { headers, slot, metersTokens: limits.tpm !== null };
 }
 
+/**
+ * x-ratelimit-* headers for an inference answer that was refused before
+ * admission (a bad request, an unknown model): SPEC §7 puts them on every
+ * inference response; such a request costs no quota, so nothing is counted.
+ */
+export function rateLimitHeadersNow(ctx: AppContext, principal: Principal): Record<string, string> {
+  return ctx.rateLimiter.current(principal.keyId, limitsOf(ctx, principal));
+}
+
 const limitsOf = (ctx: AppContext, principal: Principal) => ({ rpm: principal.rpm ?? ctx.config.defaultRpm, tpm: principal.tpm ?? ctx.config.defaultTpm });
 
 /**

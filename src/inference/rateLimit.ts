@@ -65,6 +65,13 @@ export class RateLimiter {
     return this.headers(w, limits, w.start + WINDOW_MS - now);
   }
 
+  /** The x-ratelimit-* headers as the key's window stands, counting nothing (for answers that cost no quota: 400, 404). */
+  current(keyId: string, limits: Limits, now = Date.now()): Record<string, string> {
+    const w = this.windows.get(keyId);
+    if (!w || now - w.start >= WINDOW_MS) return this.headers({ start: now, requests: 0, tokens: 0 }, limits, WINDOW_MS);
+    return this.headers(w, limits, w.start + WINDOW_MS - now);
+  }
+
   /** Adds tokens learned after the answer (completion tokens). */
   charge(keyId: string, tokens: number): void {
     const w = this.windows.get(keyId);
