@@ -50,7 +50,9 @@ function upstreamLine(customId: string, status: number, requestId: string | null
 }
 
 export function stoppedLine(customId: string, code: "batch_cancelled" | "batch_expired"): LineResult {
-  const message = code === "batch_cancelled" ? "The batch was cancelled before this request ran." : "The batch expired before this request ran.";
+  // "completed", not "ran": after a crash, a request that was in flight when
+  // the batch was stopped may have reached the model (SPEC §5 allows it).
+  const message = code === "batch_cancelled" ? "The batch was cancelled before this request completed." : "The batch expired before this request completed.";
   return { ok: false, line: resultLine(customId, null, null, null, { code, message }), usage: null };
 }
 
