@@ -118,9 +118,11 @@ export class ConfigError extends Error {}
 type Flags = Record<string, string>;
 
 /** Parses `--name value` and `--name=value` pairs; positional words are returned apart. */
-export function parseFlags(argv: string[]): { flags: Flags; positional: string[] } {
+export function parseFlags(argv: string[]): { flags: Flags; positional: string[]; valueless: Set<string> } {
   const flags: Flags = {};
   const positional: string[] = [];
+  /** Flags given with no value (recorded as "true"). */
+  const valueless = new Set<string>();
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     if (!arg.startsWith("--")) {
@@ -130,9 +132,29 @@ export function parseFlags(argv: string[]): { flags: Flags; positional: string[]
     const eq = arg.indexOf("=");
     if (eq > 0) flags[arg.slice(2, eq)] = arg.slice(eq + 1);
     else if (i + 1 < argv.length && !argv[i + 1]!.startsWith("--")) flags[arg.slice(2)] = argv[++i]!;
-    else flags[arg.slice(2)] = "true";
+    else {
+      flags[arg.slice(2)] = "true";
+      valueless.add(arg.slice(2));
+    }
   }
-  return { flags, positional };
+  return { flags, positional, valueless };
+}
+
+/** The flags `serve` takes (and `keys`, which opens the same data dir). */
+export const SERVER_FLAGS = ["config", "data-dir", "host", "log-level", "max-batch-lines", "max-file-bytes", "port"] as const;
+
+/**
+ * Refuses a flag the command does not know (a typo like --prot used to be
+ * ignored) and a value flag given no value (`--data-dir` alone used to mean
+ * a folder named "true").
+ */
+export function checkFlags(argv: string[], known: readonly string[]): void {
+  const { flags, valueless } = parseFlags(argv);
+  for (const name of Object.keys(flags)) {
+    if (name === "help") continue;
+    if (!known.includes(name)) throw new ConfigError(`unknown option --${name}`);
+    if (valueless.has(name)) throw new ConfigError(`--${name} needs a value`);
+  }
 }
 
 function intOf(name: string, raw: string | undefined, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {

@@ -4,7 +4,9 @@
 // `files`, `batches`, `batch run` and `healthcheck` are clients of a running
 // server (src/cli/).
 import { CLIENT_COMMANDS, CliError } from "./cli";
-import { ConfigError, parseFlags, resolveConfig } from "./config";
+import { checkFlags, ConfigError, parseFlags, resolveConfig, SERVER_FLAGS } from "./config";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
 import { openDb } from "./db/client";
 import { ApiError } from "./errors";
 import { createKey, listKeys, revokeKey } from "./keys/service";
@@ -30,7 +32,7 @@ Client (talks to a running server; --base-url, --api-key):
 Environment: PORT, HOST, OFFPEAK_DATA_DIR, OFFPEAK_CONFIG, OFFPEAK_ADMIN_KEY,
 OFFPEAK_MAX_FILE_BYTES, OFFPEAK_MAX_BATCH_LINES, OFFPEAK_LOG_LEVEL,
 OFFPEAK_UPSTREAM_URL, OFFPEAK_UPSTREAM_KEY; for the client: OFFPEAK_BASE_URL
-(default http://127.0.0.1:8080/v1), OFFPEAK_API_KEY.
+(default http://127.0.0.1:$PORT/v1, 8080 without PORT), OFFPEAK_API_KEY.
 
 Exit codes: 0 success; 1 a batch failed, expired or was cancelled (batch run,
 batches wait); 2 bad usage, an unreachable server or a refused request;
@@ -47,7 +49,7 @@ async function main(argv: string[]): Promise<number> {
     return client([...argv.slice(at + 1), ...argv.slice(0, at)]);
   }
   if (command === "help" && positional[1] && CLIENT_COMMANDS[positional[1]]) return CLIENT_COMMANDS[positional[1]]!(["--help"]);
-  if (flags["help"] || command === "help") {
+  if (flags["help"] || command === "help" || command === "-h") {
     process.stdout.write(HELP);
     return 0;
   }
@@ -58,6 +60,7 @@ async function main(argv: string[]): Promise<number> {
 }
 
 async function serve(argv: string[]): Promise<number> {
+  checkFlags(argv, SERVER_FLAGS);
   const config = resolveConfig(argv);
   const server = await startServer(config);
   process.stdout.write(`offpeak listening on ${server.url} (data: ${config.dataDir})\n`);
@@ -77,8 +80,17 @@ async function serve(argv: string[]): Promise<number> {
   return 0;
 }
 
+const KEYS_VERBS = ["create", "list", "revoke"];
+
 function keys(argv: string[], args: string[], flags: Record<string, string>): number {
+  checkFlags(argv, [...SERVER_FLAGS, "name", "scopes", "project"]);
+  // Checked before the database is opened: opening creates it.
+  if (!KEYS_VERBS.includes(args[0] ?? "")) throw new ConfigError("keys needs a verb: create | list | revoke");
   const config = resolveConfig(argv);
+  // A mistyped --data-dir must not look like "no keys" (or take a revocation silently):
+  // only create may start a database, so keys can be made before the first start.
+  if (args[0] !== "create" && !existsSync(join(config.dataDir, "offpeak.db")))
+    throw new ConfigError(`no offpeak database in ${config.dataDir}: is --data-dir right? (keys create makes one)`);
   const db = openDb(config.dataDir);
   try {
     const verb = args[0];

@@ -291,6 +291,16 @@ describe("batch run", () => {
     expect(existsSync(join(work, "emb.errors.jsonl"))).toBe(false);
   });
 
+  test("the endpoint comes from a first line longer than 1 MiB too", async () => {
+    const big = JSON.stringify({ custom_id: "big", method: "POST", url: "/v1/embeddings", body: { model: "offpeak-embed", input: "word ".repeat(250_000) } });
+    expect(big.length).toBeGreaterThan(1 << 20);
+    const small = JSON.stringify({ custom_id: "small", method: "POST", url: "/v1/embeddings", body: { model: "offpeak-embed", input: "x" } });
+    const input = writeLines("big-first.jsonl", [big, small]);
+    const r = await cli(["batch", "run", input, "--interval", "0.05", "--quiet"]);
+    expectCode(r, 0);
+    expect(parseLines(readFileSync(join(work, "big-first.results.jsonl"), "utf8")).map((l) => l.custom_id).sort()).toEqual(["big", "small"]);
+  });
+
   test("a batch that fails validation (unknown model): exit 1, the reason on stderr, no results written", async () => {
     const input = writeLines("unknown-model.jsonl", [chatLine("u1"), chatLine("u2", "x", { model: "no-such-model" })]);
     const out = join(work, "unknown-out.jsonl");
@@ -315,6 +325,8 @@ describe("exit 2: usage and connection errors", () => {
       [["batch", "run"], /missing FILE\.jsonl/],
       [["batch", "run", join(tmpdir(), "does-not-exist.jsonl")], /cannot read .*does-not-exist\.jsonl/],
       [["batch", "run", "x.jsonl", "--out", "/no/such/dir/out.jsonl"], /--out \/no\/such\/dir\/out\.jsonl: its folder does not exist/],
+      [["batch", "run", writeLines("no-url.jsonl", ["not a request"])], /cannot tell the endpoint .*--endpoint/],
+      [["batch", "run", writeLines("ok.jsonl", [chatLine("o1")]), "--out", tmpdir()], /--out .* is a folder/],
       [["batches", "wait", "batch_x", "--interval", "abc"], /--interval must be a number/],
       [["batches", "list", "--base-url", "ftp://x"], /--base-url must be http/],
       [["files", "list"], /no API key/, { OFFPEAK_API_KEY: "" }],
@@ -324,6 +336,12 @@ describe("exit 2: usage and connection errors", () => {
       if (r.code !== 2 || !message.test(r.stderr)) throw new Error(`offpeak ${args.join(" ")}: exit ${r.code}, stderr ${JSON.stringify(r.stderr)}`);
       expect(r.stdout).toBe("");
     }
+  });
+
+  test("without --base-url or OFFPEAK_BASE_URL the client finds the server on PORT (as in its container)", async () => {
+    const port = new URL(t.url).port;
+    const r = await cli(["files", "list"], { OFFPEAK_BASE_URL: "", PORT: port });
+    expectCode(r, 0);
   });
 
   test("a wrong key: the server's 401 with a hint", async () => {

@@ -1,7 +1,7 @@
 // SPEC §2 (CLI keys, bootstrap key) and §9 (signals): the real entry point
 // `bun src/main.ts`, run as a child process.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
@@ -202,6 +202,13 @@ describe("offpeak keys … against the data dir of a running server", () => {
       ["keys", "revoke", "key_000000000000000000000000", "--data-dir", dataDir],
       ["keys", "revoke", "--data-dir", dataDir],
       ["keys", "frobnicate", "--data-dir", dataDir],
+      // A value flag with no value, a typo'd flag, a data dir with no database (nothing may be created there).
+      ["keys", "create", "--name", "bad", "--project", "--data-dir", dataDir],
+      ["keys", "create", "--name", "bad", "--projcet", "p", "--data-dir", dataDir],
+      ["keys", "list", "--data-dir"],
+      ["keys", "list", "--data-dir", join(dataDir, "typo")],
+      ["keys", "revoke", "key_000000000000000000000000", "--data-dir", join(dataDir, "typo")],
+      ["serve", "--prot", "1", "--data-dir", join(dataDir, "typo")],
     ]) {
       const r = await cli(args);
       expect({ args, failed: r.code !== 0 }).toEqual({ args, failed: true });
@@ -209,6 +216,8 @@ describe("offpeak keys … against the data dir of a running server", () => {
       expect(r.stderr.length).toBeGreaterThan(0);
     }
     expect((await json(await t.api("/keys"))).data.length).toBe(before);
+    expect(existsSync(join(dataDir, "typo"))).toBe(false);
+    expect(existsSync(join(ROOT, "true"))).toBe(false);
   });
 });
 

@@ -88,7 +88,8 @@ export function positionals(p: Parsed, names: string[], usageLine: string): stri
   return p.positional;
 }
 
-export const DEFAULT_BASE_URL = "http://127.0.0.1:8080/v1";
+/** The server on this machine, on PORT as the server itself would read it (so a container that sets PORT needs nothing more). */
+export const defaultBaseUrl = (env: Record<string, string | undefined>) => `http://127.0.0.1:${env.PORT || "8080"}/v1`;
 
 export interface Connection {
   baseUrl: string;
@@ -96,12 +97,12 @@ export interface Connection {
 }
 
 /**
- * --base-url > OFFPEAK_BASE_URL > http://127.0.0.1:8080/v1; a URL without a
+ * --base-url > OFFPEAK_BASE_URL > http://127.0.0.1:$PORT/v1 (8080 without PORT); a URL without a
  * path gets /v1. --api-key > OFFPEAK_API_KEY > OFFPEAK_ADMIN_KEY (handy inside
  * the server's own container).
  */
 export function connection(p: Parsed, env: Record<string, string | undefined> = process.env): Connection {
-  const raw = p.flags["base-url"] ?? (env.OFFPEAK_BASE_URL || undefined) ?? DEFAULT_BASE_URL;
+  const raw = p.flags["base-url"] ?? (env.OFFPEAK_BASE_URL || undefined) ?? defaultBaseUrl(env);
   let url: URL;
   try {
     url = new URL(raw);

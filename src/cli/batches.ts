@@ -24,7 +24,7 @@ then prints the final record; with --timeout it gives up after that many
 seconds (exit 3), printing the record as it is, and the batch keeps running.
 
 Connection (every client command):
-  --base-url URL   API base (env OFFPEAK_BASE_URL; default http://127.0.0.1:8080/v1)
+  --base-url URL   API base (env OFFPEAK_BASE_URL; default http://127.0.0.1:$PORT/v1, PORT else 8080)
   --api-key KEY    API key (env OFFPEAK_API_KEY, else OFFPEAK_ADMIN_KEY)
 
 Exit codes: 0 done (wait: the batch completed); 1 wait: the batch failed,

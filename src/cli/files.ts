@@ -18,7 +18,7 @@ file is checked line by line on the server and refused with the first bad
 line. get prints the record; list prints a table (--json: the raw list).
 
 Connection (every client command):
-  --base-url URL   API base (env OFFPEAK_BASE_URL; default http://127.0.0.1:8080/v1)
+  --base-url URL   API base (env OFFPEAK_BASE_URL; default http://127.0.0.1:$PORT/v1, PORT else 8080)
   --api-key KEY    API key (env OFFPEAK_API_KEY, else OFFPEAK_ADMIN_KEY)
 
 Exit codes: 0 done; 2 bad usage, server unreachable, or the server refused

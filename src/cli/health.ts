@@ -1,6 +1,6 @@
 // offpeak healthcheck: GET /healthz on the local server, for container
 // HEALTHCHECKs on images without curl. Exit 0 healthy, 1 not.
-import { parseArgs } from "./args";
+import { parseArgs, usageError } from "./args";
 
 export const HEALTHCHECK_HELP = `offpeak healthcheck — probe a server's /healthz (for container health checks)
 
@@ -19,7 +19,9 @@ export async function healthcheckCommand(argv: string[], env: Record<string, str
     return 0;
   }
   const url = p.flags.url ?? `http://127.0.0.1:${env.PORT || "8080"}/healthz`;
-  const timeoutMs = Math.max(0.1, Number(p.flags.timeout ?? 5) || 5) * 1000;
+  const seconds = Number(p.flags.timeout ?? 5);
+  if (!(seconds >= 0.1 && seconds <= 3600)) throw usageError(`--timeout must be a number of seconds from 0.1 to 3600, got "${p.flags.timeout}"`);
+  const timeoutMs = seconds * 1000;
   try {
     const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
     const text = await res.text();

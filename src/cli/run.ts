@@ -1,6 +1,6 @@
 // offpeak batch run FILE.jsonl: upload (streamed), create the batch, follow
 // it, download the results (streamed) — one command for the whole round trip.
-import { accessSync, closeSync, constants, openSync, readSync, writeFileSync } from "node:fs";
+import { accessSync, closeSync, constants, existsSync, openSync, readSync, statSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { connection, dispatchVerb, helped, keyValues, parseArgs, positionals, usageError, type Parsed } from "./args";
 import { createBatch, FINAL_STATES, reportEnd, TIMED_OUT_EXIT, timedOutMessage, WAIT_FLAGS, waitForBatch, waitSettings, withProgress } from "./batches";
@@ -30,7 +30,7 @@ results to disk when the batch ends.
 Ctrl-C stops following, not the batch: it keeps running on the server.
 
 Connection (every client command):
-  --base-url URL   API base (env OFFPEAK_BASE_URL; default http://127.0.0.1:8080/v1)
+  --base-url URL   API base (env OFFPEAK_BASE_URL; default http://127.0.0.1:$PORT/v1, PORT else 8080)
   --api-key KEY    API key (env OFFPEAK_API_KEY, else OFFPEAK_ADMIN_KEY)
 
 Exit codes: 0 the batch completed (some lines may have failed: see --errors);
@@ -44,6 +44,12 @@ export function batchCommand(argv: string[]): Promise<number> {
 }
 
 /** The url of the first request line, as a batch endpoint; null if it cannot be read. */
+/**
+ * The url of the file's first request line, as the batch endpoint; null if
+ * the first line is not a request (then the caller must be told, not guess).
+ * Reads up to the first line's end, which may be as far as the 4 MiB line
+ * limit: reading a fixed 1 MiB used to misread a longer first line.
+ */
 export function endpointOf(path: string): string | null {
   let fd: number;
   try {
@@ -52,17 +58,37 @@ export function endpointOf(path: string): string | null {
     return null;
   }
   try {
-    const buf = Buffer.alloc(1 << 20);
-    const n = readSync(fd, buf, 0, buf.length, 0);
-    const text = buf.subarray(0, n).toString("utf8").replace(/^\uFEFF/, "");
-    const first = text.split("\n").find((l) => l.trim() !== "");
-    if (!first) return null;
-    const url = (JSON.parse(first) as { url?: unknown }).url;
-    return typeof url === "string" ? url.replace(/^\/api\/v1\//, "/v1/") : null;
+    const chunks: Buffer[] = [];
+    let pos = 0;
+    for (;;) {
+      const buf = Buffer.alloc(1 << 20);
+      const n = readSync(fd, buf, 0, buf.length, pos);
+      if (n === 0) break;
+      chunks.push(buf.subarray(0, n));
+      pos += n;
+      const text = Buffer.concat(chunks).toString("utf8").replace(/^\uFEFF/, "");
+      const first = text.split("\n").find((l) => l.trim() !== "");
+      // A complete first (non-blank) line, or the end of the file.
+      if (first !== undefined && (text.indexOf(first) + first.length < text.length || n < buf.length)) return urlOf(first);
+      if (pos > MAX_FIRST_LINE) return null;
+    }
+    return null;
   } catch {
     return null;
   } finally {
     closeSync(fd);
+  }
+}
+
+/** A batch line is at most 4 MiB (SPEC §10), plus blank lines before it. */
+const MAX_FIRST_LINE = 5 << 20;
+
+function urlOf(line: string): string | null {
+  try {
+    const url = (JSON.parse(line) as { url?: unknown }).url;
+    return typeof url === "string" ? url.replace(/^\/api\/v1\//, "/v1/") : null;
+  } catch {
+    return null;
   }
 }
 
@@ -77,6 +103,8 @@ function checkWritable(path: string, flag: string): void {
   } catch {
     throw usageError(`${flag} ${path}: its folder does not exist or is not writable`);
   }
+  // A folder given where a file is meant: the batch would run and its results have nowhere to go.
+  if (existsSync(path) && statSync(path).isDirectory()) throw usageError(`${flag} ${path} is a folder: give a file name`);
 }
 
 async function run(argv: string[]): Promise<number> {
@@ -88,7 +116,9 @@ async function run(argv: string[]): Promise<number> {
   const errs = p.flags.errors ?? defaultPath(input!, "errors");
   checkWritable(out, "--out");
   checkWritable(errs, "--errors");
-  const endpoint = p.flags.endpoint ?? endpointOf(input!) ?? "/v1/chat/completions";
+  if (!existsSync(input!)) throw usageError(`cannot read ${input}: no such file`);
+  const endpoint = p.flags.endpoint ?? endpointOf(input!);
+  if (!endpoint) throw usageError(`cannot tell the endpoint from the first line of ${input}: give --endpoint /v1/chat/completions or /v1/embeddings`);
   const metadata = keyValues(p, "metadata");
   // Checked before anything is uploaded: a typo must not leave a batch running.
   const wait = waitSettings(p);
