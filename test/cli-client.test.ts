@@ -289,6 +289,12 @@ describe("batch run", () => {
     const results = parseLines(readFileSync(join(work, "emb.results.jsonl"), "utf8"));
     expect(results.map((l) => l.custom_id).sort()).toEqual(ids(6, "e").sort());
     expect(existsSync(join(work, "emb.errors.jsonl"))).toBe(false);
+    // A rerun that fails nothing removes an earlier run's errors file (it would pass for this run's).
+    writeFileSync(join(work, "emb.errors.jsonl"), '{"stale":true}\n');
+    const again = await cli(["batch", "run", input, "--interval", "0.05", "--quiet"]);
+    expectCode(again, 0);
+    expect(again.stdout).toContain("removed");
+    expect(existsSync(join(work, "emb.errors.jsonl"))).toBe(false);
   });
 
   test("the endpoint comes from a first line longer than 1 MiB too", async () => {

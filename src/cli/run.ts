@@ -1,6 +1,6 @@
 // offpeak batch run FILE.jsonl: upload (streamed), create the batch, follow
 // it, download the results (streamed) — one command for the whole round trip.
-import { accessSync, closeSync, constants, existsSync, openSync, readSync, statSync, writeFileSync } from "node:fs";
+import { accessSync, closeSync, constants, existsSync, openSync, readSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { connection, dispatchVerb, helped, keyValues, parseArgs, positionals, usageError, type Parsed } from "./args";
 import { createBatch, FINAL_STATES, reportEnd, TIMED_OUT_EXIT, timedOutMessage, WAIT_FLAGS, waitForBatch, waitSettings, withProgress } from "./batches";
@@ -22,7 +22,7 @@ results to disk when the batch ends.
 
   --endpoint      default: the url of the file's first request (else /v1/chat/completions)
   --out           successful lines (default: FILE.results.jsonl beside the input; always written)
-  --errors        failed lines (default: FILE.errors.jsonl; written when there are any)
+  --errors        failed lines (default: FILE.errors.jsonl; written when there are any, an older one removed when not)
   --interval      seconds between status polls (default 1)
   --timeout       stop waiting after this many seconds of the batch running (exit 3;
                   the batch keeps running, nothing is downloaded)
@@ -148,6 +148,10 @@ async function run(argv: string[]): Promise<number> {
     if (b.error_file_id) {
       await download(b.error_file_id, errs, "downloading errors");
       summary += `errors: ${errs} (${c.failed} lines)\n`;
+    } else if (existsSync(errs)) {
+      // An earlier run's errors beside these results would pass for this run's.
+      rmSync(errs, { force: true });
+      summary += `errors: none (removed ${errs} from an earlier run)\n`;
     }
   }
   process.stdout.write(summary);
