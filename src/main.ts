@@ -84,20 +84,21 @@ const KEYS_VERBS = ["create", "list", "revoke"];
 
 function keys(argv: string[], args: string[], flags: Record<string, string>): number {
   checkFlags(argv, [...SERVER_FLAGS, "name", "scopes", "project"]);
-  // Checked before the database is opened: opening creates it.
-  if (!KEYS_VERBS.includes(args[0] ?? "")) throw new ConfigError("keys needs a verb: create | list | revoke");
+  // Usage is checked before the database is opened: opening creates it.
+  const verb = args[0] ?? "";
+  if (!KEYS_VERBS.includes(verb)) throw new ConfigError("keys needs a verb: create | list | revoke");
+  if (verb === "create" && !flags["name"]) throw new ConfigError("keys create needs --name NAME");
+  if (verb === "revoke" && !args[1]) throw new ConfigError("keys revoke needs a key id");
   const config = resolveConfig(argv);
   // A mistyped --data-dir must not look like "no keys" (or take a revocation silently):
   // only create may start a database, so keys can be made before the first start.
-  if (args[0] !== "create" && !existsSync(join(config.dataDir, "offpeak.db")))
+  if (verb !== "create" && !existsSync(join(config.dataDir, "offpeak.db")))
     throw new ConfigError(`no offpeak database in ${config.dataDir}: is --data-dir right? (keys create makes one)`);
   const db = openDb(config.dataDir);
   try {
-    const verb = args[0];
     if (verb === "create") {
-      if (!flags["name"] || flags["name"] === "true") throw new ConfigError("keys create needs --name NAME");
       const created = createKey(db, {
-        name: flags["name"],
+        name: flags["name"]!,
         // Given but empty (`--scopes ""`) is an error, as `"scopes": []` is for the API; not given means the defaults.
         scopes: flags["scopes"] !== undefined ? flags["scopes"].split(",").map((s) => s.trim()).filter(Boolean) : undefined,
         project: flags["project"],
@@ -109,13 +110,9 @@ function keys(argv: string[], args: string[], flags: Record<string, string>): nu
       for (const k of listKeys(db)) process.stdout.write(`${k.id}\t${k.prefix}…\t${k.project}\t${k.scopes.join(",")}\t${k.name}\n`);
       return 0;
     }
-    if (verb === "revoke") {
-      if (!args[1]) throw new ConfigError("keys revoke needs a key id");
-      revokeKey(db, args[1]);
-      process.stdout.write(`revoked ${args[1]}\n`);
-      return 0;
-    }
-    throw new ConfigError("keys needs a verb: create | list | revoke");
+    revokeKey(db, args[1]!);
+    process.stdout.write(`revoked ${args[1]}\n`);
+    return 0;
   } finally {
     db.$client.close();
   }

@@ -19,14 +19,14 @@ export class WorkerPool {
     private readonly models: () => PricedModel[],
     private readonly slotCells: Int32Array,
     private readonly onMessage: (m: FromWorker, worker: Worker) => void,
-    private readonly onCrash: (task: WorkerTask | null, error: string, worker: Worker) => void,
+    /** `held`: the Worker's count of slots it took itself, per model (shared memory: still readable after it died). */
+    private readonly onCrash: (task: WorkerTask | null, error: string, worker: Worker, held: Int32Array) => void,
   ) {
     for (let i = 0; i < size; i++) this.slots.push(this.spawn());
   }
 
   private spawn(): Slot {
     const slot: Slot = { worker: new Worker(BATCH_WORKER), task: null, held: new Int32Array(new SharedArrayBuffer(4 * SHARED_MODELS)) };
-    this.heldBy.set(slot.worker, slot.held);
     slot.worker.onmessage = (e: MessageEvent<FromWorker>) => {
       const m = e.data;
       if (m.type === "validated" || m.type === "done" || m.type === "paused" || m.type === "failed") slot.task = null;
@@ -39,7 +39,7 @@ export class WorkerPool {
       slot.task = null;
       slot.worker.terminate();
       this.slots[i] = this.spawn();
-      this.onCrash(task, error, slot.worker);
+      this.onCrash(task, error, slot.worker, slot.held);
     };
     slot.worker.onerror = (e) => lost(e.message);
     // A Worker can also end without an error event (process.exit in it).
@@ -48,15 +48,8 @@ export class WorkerPool {
     return slot;
   }
 
-  private readonly heldBy = new WeakMap<Worker, Int32Array>();
-
   private init(slot: Slot): void {
     slot.worker.postMessage({ type: "init", models: this.models(), slots: this.slotCells, held: slot.held } satisfies ToWorker);
-  }
-
-  /** The per-model counts of slots `worker` took itself (for giving them back when it died). */
-  heldOf(worker: Worker): Int32Array | undefined {
-    return this.heldBy.get(worker);
   }
 
   get idle(): number {
@@ -83,9 +76,9 @@ export class WorkerPool {
     for (const s of this.slots) s.worker.postMessage(msg);
   }
 
-  /** The Workers now in the pool. */
-  workers(): Worker[] {
-    return this.slots.map((s) => s.worker);
+  /** The Workers now in the pool, each with its count of slots it took itself. */
+  members(): { worker: Worker; held: Int32Array }[] {
+    return this.slots.map((s) => ({ worker: s.worker, held: s.held }));
   }
 
   /**

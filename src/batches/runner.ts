@@ -110,7 +110,7 @@ export class BatchRunner {
       () => this.models(),
       this.ctx.scheduler.sharedCells,
       (m, worker) => this.onWorkerMessage(m, worker),
-      (task, error, worker) => this.onWorkerCrash(task, error, worker),
+      (task, error, worker, held) => this.onWorkerCrash(task, error, worker, held),
     );
     return this.pool;
   }
@@ -373,19 +373,17 @@ export class BatchRunner {
     });
   }
 
-  /** A Worker that died or was stopped gives back every slot it held. */
-  private releaseSlotsOf(worker: Worker): void {
+  /** A Worker that died or was stopped gives back every slot it held; `took`: its count of slots it took itself. */
+  private releaseSlotsOf(worker: Worker, took: Int32Array): void {
     this.released.add(worker);
     for (const release of this.slots.get(worker)?.values() ?? []) release();
     this.slots.delete(worker);
     // And the slots it had taken itself, straight from shared memory.
-    const took = this.pool?.heldOf(worker);
-    if (took)
-      for (const m of this.registry.list()) {
-        const base = this.ctx.scheduler.sharedBase(m);
-        if (base < 0) continue;
-        this.ctx.scheduler.giveBack(m.id, Atomics.exchange(took, base / CELLS, 0));
-      }
+    for (const m of this.registry.list()) {
+      const base = this.ctx.scheduler.sharedBase(m);
+      if (base < 0) continue;
+      this.ctx.scheduler.giveBack(m.id, Atomics.exchange(took, base / CELLS, 0));
+    }
   }
 
   private onWorkerMessage(m: FromWorker, worker: Worker): void {
@@ -457,8 +455,8 @@ export class BatchRunner {
     this.failBatch(v.batch, [{ code: "internal_error", message: `Part ${m.idx} of the input file could not be checked: ${m.error.split("\n")[0]!.slice(0, 300)}`, param: null, line: null }]);
   }
 
-  private onWorkerCrash(task: WorkerTask | null, error: string, worker: Worker): void {
-    this.releaseSlotsOf(worker);
+  private onWorkerCrash(task: WorkerTask | null, error: string, worker: Worker, held: Int32Array): void {
+    this.releaseSlotsOf(worker, held);
     this.ctx.log.error("batch worker crashed", { error, batch_id: task?.batchId, shard: task?.idx });
     if (task?.type === "run" || task?.type === "validate") {
       this.live.delete(`${task.batchId}/${task.idx}`);
@@ -528,7 +526,8 @@ export class BatchRunner {
       const until = Date.now() + graceMs;
       while (this.live.size > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
       await pool.terminate();
-      for (const w of new Set([...this.slots.keys(), ...pool.workers()])) this.releaseSlotsOf(w);
+      // (A Worker that crashed earlier gave its slots back then: these are all that hold any.)
+      for (const { worker, held } of pool.members()) this.releaseSlotsOf(worker, held);
     }
     for (const l of this.live.values()) this.releaseShard(l.batchId, l.idx);
     this.ctx.db.update(batches).set({ leaseOwner: null, leaseExpiresAt: null }).where(eq(batches.leaseOwner, this.owner)).run();

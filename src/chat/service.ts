@@ -9,7 +9,7 @@ import { echoCompletion, echoUsage, planEcho } from "../inference/echo";
 import { echoChunks, pacedDelay } from "../inference/echoStream";
 import { sseResponse } from "../inference/sse";
 import { promptTokensOf } from "../inference/tokens";
-import { StreamUsage, callUpstream, passThrough, upstreamFailure, upstreamText } from "../inference/upstream";
+import { StreamUsage, callUpstream, checkLooksLikeJson, notJson, passThrough, upstreamFailure, upstreamText } from "../inference/upstream";
 
 const json = (body: unknown, headers: Record<string, string>) => new Response(JSON.stringify(body), { headers: { "content-type": "application/json", ...headers } });
 
@@ -90,17 +90,16 @@ export async function chatCompletions(ctx: AppContext, principal: Principal, bod
       });
     }
     const text = await upstreamText(res);
-    // Parsing the answer is only needed to charge its tokens; otherwise a
-    // cheap check of its first character still catches a non-JSON answer.
+    // Parsing the answer is only needed to charge its tokens.
     if (metersTokens) {
       let usage: { completion_tokens?: number } | undefined;
       try {
         usage = (JSON.parse(text) as { usage?: { completion_tokens?: number } }).usage;
       } catch {
-        throw new ApiError("upstream_error", `Upstream ${model.upstreamName} answered with invalid JSON`);
+        throw notJson(model);
       }
       if (usage?.completion_tokens) ctx.rateLimiter.charge(principal.keyId, usage.completion_tokens);
-    } else if (!/^\s*\{/.test(text)) throw new ApiError("upstream_error", `Upstream ${model.upstreamName} answered with invalid JSON`);
+    } else checkLooksLikeJson(model, text);
     return new Response(text, { headers: { "content-type": "application/json", ...headers } });
   } finally {
     if (!handedOff) release();

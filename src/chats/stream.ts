@@ -8,7 +8,7 @@ import { newId, nowSeconds } from "../ids";
 import { admitInSteps, resolveModel } from "../inference/admission";
 import { planEcho } from "../inference/echo";
 import { echoChunks } from "../inference/echoStream";
-import { InBandError, sseResponse } from "../inference/sse";
+import { InBandError, SseDataReader, sseResponse } from "../inference/sse";
 import { countTokens, promptTokensOf } from "../inference/tokens";
 import { callUpstream, streamDeadline, streamFailure, upstreamFailure } from "../inference/upstream";
 import { addMessage, chatExists, getChat, history } from "./service";
@@ -170,7 +170,7 @@ function generatorSource(chunks: AsyncGenerator<Record<string, unknown>>): Reply
   return { chunks, close: () => void chunks.return(undefined).catch(() => {}) };
 }
 
-/** Opens an upstream stream: its chunk objects (parsed from `data:` lines), or the Response of an upstream 4xx. */
+/** Opens an upstream stream: its chunk objects (the `data` of its events), or the Response of an upstream 4xx. */
 async function upstreamReply(model: Parameters<typeof callUpstream>[0]["model"], body: Record<string, unknown>, signal: AbortSignal): Promise<ReplySource | Response> {
   const res = await callUpstream({ model, path: "/chat/completions", body, clientSignal: () => signal });
   if (!res.ok) {
@@ -179,7 +179,7 @@ async function upstreamReply(model: Parameters<typeof callUpstream>[0]["model"],
     return failure;
   }
   if (!res.body) throw new ApiError("upstream_error", `Upstream ${model.upstreamName} answered without a body`);
-  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  const reader = res.body.getReader();
   const deadline = streamDeadline(res);
   let closed = false;
   // Not only in the generator's finally: a generator that never started does not run it.
@@ -189,8 +189,8 @@ async function upstreamReply(model: Parameters<typeof callUpstream>[0]["model"],
     deadline.onEnd();
     reader.cancel().catch(() => {});
   };
+  const events = new SseDataReader();
   const chunks = (async function* () {
-    let buf = "";
     try {
       for (;;) {
         let read: Awaited<ReturnType<typeof reader.read>>;
@@ -201,18 +201,12 @@ async function upstreamReply(model: Parameters<typeof callUpstream>[0]["model"],
           throw streamFailure(res);
         }
         const { value, done } = read;
-        if (done) return;
-        deadline.onChunk();
-        buf += value;
-        let nl: number;
-        while ((nl = buf.indexOf("\n")) !== -1) {
-          const line = buf.slice(0, nl).trim();
-          buf = buf.slice(nl + 1);
-          if (!line.startsWith("data:")) continue;
-          const data = line.slice(5).trim();
+        if (!done) deadline.onChunk();
+        for (const data of done ? events.finish() : events.push(value)) {
           if (data === "[DONE]") return;
           yield JSON.parse(data) as Record<string, unknown>;
         }
+        if (done) return;
       }
     } finally {
       close();

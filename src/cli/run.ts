@@ -58,21 +58,18 @@ export function endpointOf(path: string): string | null {
     return null;
   }
   try {
-    const chunks: Buffer[] = [];
-    let pos = 0;
+    let bytes = Buffer.alloc(0);
     for (;;) {
-      const buf = Buffer.alloc(1 << 20);
-      const n = readSync(fd, buf, 0, buf.length, pos);
-      if (n === 0) break;
-      chunks.push(buf.subarray(0, n));
-      pos += n;
-      const text = Buffer.concat(chunks).toString("utf8").replace(/^\uFEFF/, "");
-      const first = text.split("\n").find((l) => l.trim() !== "");
-      // A complete first (non-blank) line, or the end of the file.
-      if (first !== undefined && (text.indexOf(first) + first.length < text.length || n < buf.length)) return urlOf(first);
-      if (pos > MAX_FIRST_LINE) return null;
+      const chunk = Buffer.alloc(1 << 20);
+      const n = readSync(fd, chunk, 0, chunk.length, bytes.length);
+      bytes = Buffer.concat([bytes, chunk.subarray(0, n)]);
+      const atEnd = n < chunk.length;
+      const lines = bytes.toString("utf8").replace(/^\uFEFF/, "").split("\n");
+      const first = lines.findIndex((l) => l.trim() !== "");
+      // The first (non-blank) line, once its newline or the end of the file is read.
+      if (first !== -1 && (first < lines.length - 1 || atEnd)) return urlOf(lines[first]!);
+      if (atEnd || bytes.length > MAX_FIRST_LINE) return null;
     }
-    return null;
   } catch {
     return null;
   } finally {

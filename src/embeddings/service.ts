@@ -4,7 +4,7 @@ import { ApiError } from "../errors";
 import { admit, resolveModel } from "../inference/admission";
 import { embeddingInputs, embeddingsResponse, planEmbeddings } from "../inference/embed";
 import { countTokens } from "../inference/tokens";
-import { callUpstream, upstreamFailure, upstreamText } from "../inference/upstream";
+import { callUpstream, checkLooksLikeJson, upstreamFailure, upstreamText } from "../inference/upstream";
 
 export async function createEmbeddings(ctx: AppContext, principal: Principal, body: Record<string, unknown>, request: Request): Promise<Response> {
   const model = resolveModel(ctx, body.model, "embeddings");
@@ -29,10 +29,7 @@ export async function createEmbeddings(ctx: AppContext, principal: Principal, bo
       return failure;
     }
     const text = await upstreamText(res);
-    // Relayed as application/json, so it must be JSON: an HTML error page from
-    // a proxy in front of the upstream becomes a 502, as on /chat/completions.
-    // A look at the first character is enough (vectors make the answer large).
-    if (!/^\s*\{/.test(text)) throw new ApiError("upstream_error", `Upstream ${model.upstreamName} answered with invalid JSON`, { headers });
+    checkLooksLikeJson(model, text, headers);
     return new Response(text, { headers: { "content-type": "application/json", ...headers } });
   } finally {
     release();

@@ -81,3 +81,56 @@ export function sseResponse(
     headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive", ...opts.headers },
   });
 }
+
+/**
+ * The `data` payloads of a server-sent event stream read as its bytes
+ * arrive, however they are cut: an event ends at a blank line (LF or CRLF),
+ * its data lines are joined with "\n" (the SSE rule), comments and other
+ * fields are skipped. For reading upstream streams (chat sessions, tpm).
+ */
+export class SseDataReader {
+  private readonly decoder = new TextDecoder();
+  private pending = "";
+  /** Where to look for the next event end in `pending` (what was scanned before had none). */
+  private scanFrom = 0;
+
+  /** `maxEventChars`: an unfinished event longer than this is dropped (it is no chat chunk) instead of buffered on. */
+  constructor(private readonly maxEventChars = Infinity) {}
+
+  /** The payloads of the events `chunk` completes. */
+  push(chunk: Uint8Array): string[] {
+    this.pending += this.decoder.decode(chunk, { stream: true });
+    const out: string[] = [];
+    for (;;) {
+      EVENT_END.lastIndex = Math.max(0, this.scanFrom - 3);
+      const m = EVENT_END.exec(this.pending);
+      if (!m) break;
+      const data = dataOf(this.pending.slice(0, m.index));
+      if (data !== null) out.push(data);
+      this.pending = this.pending.slice(m.index + m[0].length);
+      this.scanFrom = 0;
+    }
+    if (this.pending.length > this.maxEventChars) this.pending = "";
+    this.scanFrom = this.pending.length;
+    return out;
+  }
+
+  /** The stream ended: a last event without its blank line still counts. */
+  finish(): string[] {
+    this.pending += this.decoder.decode();
+    const data = this.pending.trim() ? dataOf(this.pending) : null;
+    this.pending = "";
+    return data === null ? [] : [data];
+  }
+}
+
+function dataOf(event: string): string | null {
+  let data: string | null = null;
+  for (const line of event.split(LINE_END))
+    if (line.startsWith("data:")) data = (data === null ? "" : data + "\n") + line.slice(line.startsWith("data: ") ? 6 : 5);
+  return data;
+}
+
+const EVENT_END = /\r?\n\r?\n/g;
+const LINE_END = /\r?\n/;
+

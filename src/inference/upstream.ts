@@ -8,6 +8,7 @@ import { ApiError } from "../errors";
 import { countUpstreamError, countUpstreamRequest } from "../metrics";
 import { Deadline } from "./deadline";
 import type { ModelEntry } from "./registry";
+import { SseDataReader } from "./sse";
 import { countTokens } from "./tokens";
 
 export interface UpstreamCall {
@@ -75,6 +76,19 @@ export function streamDeadline(res: globalThis.Response): { onChunk: () => void;
   return { onChunk: () => t?.deadline.restart(), onEnd: () => t?.deadline.clear() };
 }
 
+/**
+ * A 2xx answer we relay as application/json must be JSON. When nothing else
+ * needs it parsed, a look at its first character catches what does happen
+ * (an HTML page from a proxy in front of the engine) without parsing a
+ * large answer (embeddings) a second time.
+ */
+export function checkLooksLikeJson(model: ModelEntry, text: string, headers?: Record<string, string>): void {
+  if (!/^\s*\{/.test(text)) throw notJson(model, headers);
+}
+
+export const notJson = (model: ModelEntry, headers?: Record<string, string>) =>
+  new ApiError("upstream_error", `Upstream ${model.upstreamName} answered with invalid JSON`, { headers });
+
 /** Turns a non-2xx upstream answer into our error: 4xx verbatim, 5xx as 502. */
 export async function upstreamFailure(model: ModelEntry, res: globalThis.Response): Promise<Response | ApiError> {
   countUpstreamError(model.id, res.status);
@@ -100,10 +114,6 @@ export async function upstreamFailure(model: ModelEntry, res: globalThis.Respons
 }
 
 /**
- * Passes an upstream answer's body through chunk by chunk, calling `onEnd`
- * once when it ends or the client cancels; `onChunk` sees every chunk.
- */
-/**
  * Why a streamed upstream answer broke off after it began: its idle
  * timeout (504's error) or anything else (the connection dropped: 502's).
  */
@@ -120,7 +130,9 @@ const encoder = new TextEncoder();
  * upstream chunk goes out up to its last complete event, and only an event
  * split across chunks waits for its end (at most MAX_HELD_EVENT bytes; past
  * that, bytes go out as they are). So if the upstream breaks off, the client
- * never gets half an event, and its last event says why.
+ * never gets half an event, and its last event says why. `onEnd` is called
+ * once, when the stream ends or the client cancels; `onChunk` sees every
+ * upstream chunk.
  */
 export function passThrough(res: globalThis.Response, onEnd: () => void, onChunk?: (chunk: Uint8Array) => void): ReadableStream<Uint8Array> {
   const deadline = streamDeadline(res);
@@ -203,10 +215,8 @@ function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
  * longer costs nothing against tpm just because usage was not asked for.
  */
 export class StreamUsage {
-  private readonly decoder = new TextDecoder();
-  private pending = "";
-  /** Where to look for the next event end in `pending` (what was scanned before had none). */
-  private scanFrom = 0;
+  /** One event larger than this is not a chat chunk: it is not buffered. */
+  private readonly events = new SseDataReader(1 << 20);
   private reported: number | null = null;
   private estimated = 0;
 
@@ -215,31 +225,15 @@ export class StreamUsage {
   }
 
   push(chunk: Uint8Array): void {
-    this.pending += this.decoder.decode(chunk, { stream: true });
-    for (;;) {
-      // An event ends at a blank line: "\n\n" once CRLFs are read as LFs.
-      EVENT_END.lastIndex = Math.max(0, this.scanFrom - 3);
-      const m = EVENT_END.exec(this.pending);
-      if (!m) break;
-      this.event(this.pending.slice(0, m.index));
-      this.pending = this.pending.slice(m.index + m[0].length);
-      this.scanFrom = 0;
-    }
-    // One event larger than this is not a chat chunk: stop buffering it.
-    if (this.pending.length > MAX_EVENT_CHARS) this.pending = "";
-    this.scanFrom = this.pending.length;
+    for (const data of this.events.push(chunk)) this.event(data);
   }
 
   /** The stream ended: a last event without its blank line still counts. */
   finish(): void {
-    this.pending += this.decoder.decode();
-    if (this.pending.trim()) this.event(this.pending);
-    this.pending = "";
+    for (const data of this.events.finish()) this.event(data);
   }
 
-  private event(text: string): void {
-    let data = "";
-    for (const line of text.split(LINE_END)) if (line.startsWith("data:")) data += (data ? "\n" : "") + line.slice(line.startsWith("data: ") ? 6 : 5);
+  private event(data: string): void {
     if (!data || data === "[DONE]") return;
     let chunk: { choices?: { delta?: Delta }[]; usage?: { completion_tokens?: unknown } | null };
     try {
@@ -267,7 +261,3 @@ interface Delta {
   function_call?: { arguments?: unknown };
   tool_calls?: { function?: { arguments?: unknown } }[];
 }
-
-const EVENT_END = /\r?\n\r?\n/g;
-const LINE_END = /\r?\n/;
-const MAX_EVENT_CHARS = 1 << 20;

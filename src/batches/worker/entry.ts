@@ -2,7 +2,8 @@
 // per-line CPU work (parse, build, run a built-in model, serialize) stays off
 // the HTTP thread.
 import type { FromWorker, PricedModel, ToWorker } from "../types";
-import { runShard, type ShardControl } from "./runShard";
+import type { ShardControl } from "./execute";
+import { runShard } from "./runShard";
 import { validateShard } from "./validateShard";
 import { initSlots, onGrants, setSharedSlots } from "./slots";
 

@@ -96,10 +96,19 @@ function retryAfterMs(res: Response): number | null {
  * (SIGTERM checkpoint) ends retries without a result, so the line stays
  * undone and runs again after the restart.
  */
-export type StopState = "stop" | "pause" | null;
+type StopState = "stop" | "pause" | null;
+
+/** How a running shard is told to stop, set by messages to its Worker. */
+export interface ShardControl {
+  /** Set by a "stop" message: drain the rest as errors with this code. */
+  stopCode: "batch_cancelled" | "batch_expired" | null;
+  /** Set by a "checkpoint" message: pause after in-flight work. */
+  pausing: boolean;
+}
 
 /** Resolves with the result line, or null when a pause left the request without a final answer. */
-export async function runUpstream(req: BatchRequest, model: PricedModel, task: RunTask, stopState: () => StopState, stopCode: () => "batch_cancelled" | "batch_expired" | null): Promise<LineResult | null> {
+export async function runUpstream(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl): Promise<LineResult | null> {
+  const stopState = (): StopState => (control.stopCode !== null ? "stop" : control.pausing ? "pause" : null);
   const path = task.endpoint === "/v1/embeddings" ? "/embeddings" : "/chat/completions";
   const payload = JSON.stringify({ ...req.body, model: model.upstreamModel ?? model.id, stream: false });
   const headers: Record<string, string> = { "content-type": "application/json" };
@@ -114,8 +123,7 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
     // whose batch was stopped meanwhile is not sent at all.
     if (attempt === 1 && stopState() !== null) {
       release?.();
-      const code = stopCode();
-      return code ? stoppedLine(req.custom_id, code) : null;
+      return control.stopCode ? stoppedLine(req.custom_id, control.stopCode) : null;
     }
     try {
       // A Deadline, not AbortSignal.timeout: that one's timer lives on for the whole timeout after the answer.

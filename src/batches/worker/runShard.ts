@@ -6,7 +6,7 @@
 import { closeSync, openSync, writeSync } from "node:fs";
 import { readLines } from "../../jsonl/lineReader";
 import type { FromWorker, PricedModel, RunTask, ShardTotals } from "../types";
-import { runBuiltin, runUpstream, stoppedLine, type BatchRequest, type LineResult } from "./execute";
+import { runBuiltin, runUpstream, stoppedLine, type BatchRequest, type LineResult, type ShardControl } from "./execute";
 import { recoverParts } from "./partFiles";
 import { addUsage } from "./usage";
 import { acquireSlot } from "./slots";
@@ -14,13 +14,6 @@ import { countLine, takeWorkerMetrics } from "../../metrics/worker";
 
 const FLUSH_BYTES = 1 << 20;
 const PROGRESS_MS = 250;
-
-export interface ShardControl {
-  /** Set by a "stop" message: drain the rest as errors with this code. */
-  stopCode: "batch_cancelled" | "batch_expired" | null;
-  /** Set by a "checkpoint" message: pause after in-flight work. */
-  pausing: boolean;
-}
 
 class PartWriter {
   private buf: string[] = [];
@@ -70,10 +63,11 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
     }
     if (r.usage) addUsage(totals, r.usage, model);
   };
-  // A progress message goes out with a result if the last one is
-  // PROGRESS_MS old; a timer sends what that held back. (Without it, a burst
-  // of completions showed as one, then nothing until the next request
-  // finished: a whole upstream latency later, seconds to minutes for a model.)
+  // A progress message goes out with a result (an upstream one, or a chunk's
+  // worth of built-in ones) if the last one is PROGRESS_MS old; a timer sends
+  // what that held back. (Without it, a burst of completions showed as one,
+  // then nothing until the next request finished: a whole upstream latency
+  // later, seconds to minutes for a model.)
   let lastProgress = Date.now();
   let unsent = false;
   const postProgress = () => {
@@ -126,10 +120,7 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
         // On a limited model the scheduler bounds what really runs. No extra
         // lines queue for a slot: while none wait in the scheduler, Workers
         // take free slots from shared memory without a message (slots.ts).
-        while (inFlight >= task.concurrency) {
-          await nextCompletion();
-          progress();
-        }
+        while (inFlight >= task.concurrency) await nextCompletion();
         if (failure) throw failure;
         inFlight++;
         executeAsync(req, model, task, control)
@@ -137,8 +128,10 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
             (r) => {
               // A result that arrives after a stop still counts: the request ran.
               // null: a pause cut its retries short; it stays undone for the restart.
-              if (r) record(r, model);
-              else paused = true;
+              if (r) {
+                record(r, model);
+                progress();
+              } else paused = true;
             },
             (e) => void (failure ??= e),
           )
@@ -148,39 +141,26 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
             wake = null;
             w?.();
           });
-        progress();
       }
       progress();
       // Give finished requests' writes and incoming control messages a turn.
       if (inFlight === 0) await new Promise((r) => setImmediate(r));
     }
-    // The shard's last lines: counts keep moving while they finish.
-    while (inFlight > 0) {
-      await nextCompletion();
-      progress();
-    }
-    if (failure) throw failure;
   } finally {
-    // Even when the loop failed: requests still running write to these files
-    // when they finish; closing first could let a later shard reuse the
-    // descriptor numbers and receive their lines.
+    // The shard's last requests, also when the loop failed: they write to
+    // these files when they finish; closing first could let a later shard
+    // reuse the descriptor numbers and receive their lines.
     while (inFlight > 0) await nextCompletion();
     clearInterval(heldBack);
     out.close();
     err.close();
   }
+  if (failure) throw failure;
   post({ type: paused ? "paused" : "done", batchId: task.batchId, idx: task.idx, totals, metrics: takeWorkerMetrics() });
 }
 
 async function executeAsync(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl): Promise<LineResult | null> {
-  if (model.kind === "upstream")
-    return runUpstream(
-      req,
-      model,
-      task,
-      () => (control.stopCode !== null ? "stop" : control.pausing ? "pause" : null),
-      () => control.stopCode,
-    );
+  if (model.kind === "upstream") return runUpstream(req, model, task, control);
   // A built-in with simulated latency occupies a scheduler slot like an upstream would.
   const release = model.limited ? await acquireSlot(model.id) : null;
   try {
