@@ -10,6 +10,13 @@
 // a chat request, the input of an embeddings request), so a test can assert
 // how many times each batch line was sent upstream. Routes answer with and
 // without the /v1 prefix.
+//
+// For upstream trouble (SPEC §11) it can also go away and come back on the
+// same port (`down()` closes the listener and drops open connections, so
+// clients get "connection refused"; `up()` listens again with the same knobs
+// and counters), or accept requests and never answer them (`hang`). GET
+// /models probes are counted apart from POST requests, and arrival times are
+// kept so a test can count what was sent during a phase.
 
 export type FakeFailure =
   /** Answer with this status (and an OpenAI error body unless `body` is given). */
@@ -36,6 +43,22 @@ export interface FakeUpstreamOptions {
   /** Delay before each answer (ms), fixed or per content. */
   latencyMs?: number | ((content: string) => number);
   plan?: FailPlan | null;
+  /** A fixed port (default 0: any free one). */
+  port?: number;
+}
+
+export interface FakeStats {
+  /** POST requests (chat + embeddings) received. */
+  requests: number;
+  inFlight: number;
+  maxInFlight: number;
+  byStatus: Map<number | "close" | "hang", number>;
+  /** GET /models and GET /models/{id} requests received (health probes, discovery). */
+  probes: number;
+  /** Arrival times (Date.now()) of the POST requests, in order. */
+  requestTimes: number[];
+  /** Arrival times (Date.now()) of the GET /models probes, in order. */
+  probeTimes: number[];
 }
 
 export interface FakeUpstream {
@@ -47,13 +70,29 @@ export interface FakeUpstream {
   /** Requests received (chat + embeddings), by message content. */
   counts: Map<string, number>;
   /** Totals since start (or the last reset). */
-  stats: { requests: number; inFlight: number; maxInFlight: number; byStatus: Map<number | "close", number> };
+  stats: FakeStats;
   /** Mutable knobs: change them between tests. */
   models: string[];
   latencyMs: number | ((content: string) => number);
   plan: FailPlan | null;
+  /**
+   * While true, every request (probes too) is accepted, counted and never
+   * answered: the client waits until its own timeout, or until down()/stop()
+   * drops the connection. A stand-in for an engine that hangs.
+   */
+  hang: boolean;
+  /** Whether the listener is up (false between down() and up()). */
+  readonly isUp: boolean;
   /** Clears counters (not the knobs). */
   reset(): void;
+  /** Closes the listener and drops every open connection (hung requests included): connections are refused until up(). */
+  down(): Promise<void>;
+  /** Listens again on the same port, with the same knobs and counters. */
+  up(): Promise<void>;
+  /** POST requests that arrived in [from, to) (Date.now() times; `to` defaults to now). */
+  requestsBetween(from: number, to?: number): number;
+  /** GET /models probes that arrived in [from, to). */
+  probesBetween(from: number, to?: number): number;
   stop(): Promise<void>;
 }
 
@@ -70,6 +109,9 @@ export function hashOf(s: string): number {
 /** True for about `share` (0..1) of contents, always the same ones. */
 export const inShare = (share: number) => (content: string) => hashOf(content) % 10_000 < share * 10_000;
 
+/** True for about `share` of (content, attempt) pairs, always the same ones: a random-looking but reproducible failure. */
+export const atRandom = (share: number, salt = "") => (content: string, attempt: number) => hashOf(`${salt}${attempt}#${content}`) % 10_000 < share * 10_000;
+
 /** Building blocks for plans. */
 export const plans = {
   /** Fail the first `k` attempts of every request whose content matches (default: all). */
@@ -79,6 +121,19 @@ export const plans = {
   /** Always fail requests whose content matches. */
   always(failure: FakeFailure, match: (content: string) => boolean): FailPlan {
     return (r) => (match(r.content) ? failure : null);
+  },
+  /**
+   * Fail about `share` of all attempts, chosen by a hash of content and
+   * attempt number: the same run of failures every time for the same inputs
+   * (e.g. 30% 503s). `salt` picks another deterministic sequence.
+   */
+  random(share: number, failure: FakeFailure, salt = ""): FailPlan {
+    const hit = atRandom(share, salt);
+    return (r) => (hit(r.content, r.attempt) ? failure : null);
+  },
+  /** Fail every request while `active()` is true (a phase the test starts and ends, e.g. 429 with retry-after). */
+  when(active: () => boolean, failure: FakeFailure): FailPlan {
+    return () => (active() ? failure : null);
   },
   /** The first plan that returns a failure wins. */
   first(...ps: FailPlan[]): FailPlan {
@@ -156,81 +211,147 @@ function embeddings(body: Record<string, unknown>) {
   return { object: "list", data, model: String(body.model), usage: { prompt_tokens: tokens, total_tokens: tokens } };
 }
 
+/** How many of the sorted `times` fall in [from, to). */
+function countIn(times: number[], from: number, to: number): number {
+  const lower = (x: number) => {
+    let lo = 0;
+    let hi = times.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (times[mid]! < x) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  };
+  return lower(to) - lower(from);
+}
+
 export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise<FakeUpstream> {
+  const stats: FakeStats = { requests: 0, inFlight: 0, maxInFlight: 0, byStatus: new Map(), probes: 0, requestTimes: [], probeTimes: [] };
+  let server: ReturnType<typeof Bun.serve> | null = null;
+  /** Requests held by `hang`: answered (into a dropped connection) when the listener goes down. */
+  const hung = new Set<() => void>();
   const fake = {
     models: opts.models ?? ["fake-chat", "fake-embed"],
     latencyMs: opts.latencyMs ?? 0,
     plan: opts.plan ?? null,
+    hang: false,
     counts: new Map<string, number>(),
-    stats: { requests: 0, inFlight: 0, maxInFlight: 0, byStatus: new Map<number | "close", number>() },
-  } as FakeUpstream;
-  const bump = (k: number | "close") => fake.stats.byStatus.set(k, (fake.stats.byStatus.get(k) ?? 0) + 1);
-
-  const server = Bun.serve({
-    port: 0,
-    hostname: "127.0.0.1",
-    idleTimeout: 60,
-    async fetch(req) {
-      let path = new URL(req.url).pathname;
-      if (path.startsWith("/v1/")) path = path.slice(3);
-      if (req.method === "GET" && path === "/models")
-        return json({ object: "list", data: fake.models.map((id) => ({ id, object: "model", created: 1700000000, owned_by: "fake" })) });
-      if (req.method === "GET" && path.startsWith("/models/")) {
-        const id = decodeURIComponent(path.slice("/models/".length));
-        return fake.models.includes(id) ? json({ id, object: "model", created: 1700000000, owned_by: "fake" }) : json(errorBody(404), 404);
-      }
-      if (req.method !== "POST" || (path !== "/chat/completions" && path !== "/embeddings")) return json(errorBody(404), 404);
-
-      let body: Record<string, unknown>;
-      try {
-        body = (await req.json()) as Record<string, unknown>;
-      } catch {
-        return json(errorBody(400), 400);
-      }
-      const content = contentOf(path, body);
-      const attempt = (fake.counts.get(content) ?? 0) + 1;
-      fake.counts.set(content, attempt);
-      fake.stats.requests++;
-      fake.stats.inFlight++;
-      fake.stats.maxInFlight = Math.max(fake.stats.maxInFlight, fake.stats.inFlight);
-      try {
-        const latency = typeof fake.latencyMs === "function" ? fake.latencyMs(content) : fake.latencyMs;
-        if (latency > 0) await Bun.sleep(latency);
-        const failure = fake.plan?.({ path, content, attempt, body }) ?? null;
-        if (failure === "close") {
-          bump("close");
-          // A body stream that errors before its first byte makes Bun drop the connection.
-          return new Response(new ReadableStream({ start: (c) => c.error(undefined) }));
-        }
-        if (failure) {
-          bump(failure.status);
-          const headers: Record<string, string> = {};
-          if (failure.retryAfter !== undefined) headers["retry-after"] = String(failure.retryAfter);
-          return json(failure.body ?? errorBody(failure.status), failure.status, headers);
-        }
-        if (body.model !== undefined && !fake.models.includes(String(body.model))) {
-          bump(404);
-          return json({ error: { message: `The model '${String(body.model)}' does not exist`, type: "invalid_request_error", param: "model", code: "model_not_found" } }, 404);
-        }
-        bump(200);
-        return json(path === "/embeddings" ? embeddings(body) : chatCompletion(body, content));
-      } finally {
-        fake.stats.inFlight--;
-      }
+    stats,
+    get isUp() {
+      return server !== null;
     },
-  });
+  } as FakeUpstream;
+  const bump = (k: number | "close" | "hang") => stats.byStatus.set(k, (stats.byStatus.get(k) ?? 0) + 1);
+  const hangHere = () =>
+    new Promise<Response>((resolve) => {
+      bump("hang");
+      const answer = () => {
+        hung.delete(answer);
+        resolve(json(errorBody(503), 503));
+      };
+      hung.add(answer);
+    });
+  const releaseHung = () => {
+    for (const answer of [...hung]) answer();
+  };
 
+  async function handle(req: Request): Promise<Response> {
+    let path = new URL(req.url).pathname;
+    if (path.startsWith("/v1/")) path = path.slice(3);
+    if (req.method === "GET" && (path === "/models" || path.startsWith("/models/"))) {
+      stats.probes++;
+      stats.probeTimes.push(Date.now());
+      if (fake.hang) return hangHere();
+      if (path === "/models") return json({ object: "list", data: fake.models.map((id) => ({ id, object: "model", created: 1700000000, owned_by: "fake" })) });
+      const id = decodeURIComponent(path.slice("/models/".length));
+      return fake.models.includes(id) ? json({ id, object: "model", created: 1700000000, owned_by: "fake" }) : json(errorBody(404), 404);
+    }
+    if (req.method !== "POST" || (path !== "/chat/completions" && path !== "/embeddings")) return json(errorBody(404), 404);
+
+    let body: Record<string, unknown>;
+    try {
+      body = (await req.json()) as Record<string, unknown>;
+    } catch {
+      return json(errorBody(400), 400);
+    }
+    const content = contentOf(path, body);
+    const attempt = (fake.counts.get(content) ?? 0) + 1;
+    fake.counts.set(content, attempt);
+    stats.requests++;
+    stats.requestTimes.push(Date.now());
+    if (fake.hang) return hangHere();
+    stats.inFlight++;
+    stats.maxInFlight = Math.max(stats.maxInFlight, stats.inFlight);
+    try {
+      const latency = typeof fake.latencyMs === "function" ? fake.latencyMs(content) : fake.latencyMs;
+      if (latency > 0) await Bun.sleep(latency);
+      const failure = fake.plan?.({ path, content, attempt, body }) ?? null;
+      if (failure === "close") {
+        bump("close");
+        // A body stream that errors before its first byte makes Bun drop the connection.
+        return new Response(new ReadableStream({ start: (c) => c.error(undefined) }));
+      }
+      if (failure) {
+        bump(failure.status);
+        const headers: Record<string, string> = {};
+        if (failure.retryAfter !== undefined) headers["retry-after"] = String(failure.retryAfter);
+        return json(failure.body ?? errorBody(failure.status), failure.status, headers);
+      }
+      if (body.model !== undefined && !fake.models.includes(String(body.model))) {
+        bump(404);
+        return json({ error: { message: `The model '${String(body.model)}' does not exist`, type: "invalid_request_error", param: "model", code: "model_not_found" } }, 404);
+      }
+      bump(200);
+      return json(path === "/embeddings" ? embeddings(body) : chatCompletion(body, content));
+    } finally {
+      stats.inFlight--;
+    }
+  }
+
+  const listen = (port: number) => Bun.serve({ port, hostname: "127.0.0.1", idleTimeout: 60, fetch: handle });
+
+  server = listen(opts.port ?? 0);
   fake.port = server.port!;
   fake.url = `http://127.0.0.1:${server.port}`;
   fake.baseUrl = `${fake.url}/v1`;
   fake.reset = () => {
     fake.counts.clear();
-    fake.stats.requests = 0;
-    fake.stats.maxInFlight = fake.stats.inFlight;
-    fake.stats.byStatus.clear();
+    stats.requests = 0;
+    stats.maxInFlight = stats.inFlight;
+    stats.byStatus.clear();
+    stats.probes = 0;
+    stats.requestTimes.length = 0;
+    stats.probeTimes.length = 0;
+  };
+  fake.requestsBetween = (from, to = Date.now() + 1) => countIn(stats.requestTimes, from, to);
+  fake.probesBetween = (from, to = Date.now() + 1) => countIn(stats.probeTimes, from, to);
+  fake.down = async () => {
+    const s = server;
+    server = null;
+    if (!s) return;
+    // stop(true) closes the listening socket and every open connection, so
+    // requests in flight see their connection dropped and new ones are refused.
+    const stopped = s.stop(true);
+    releaseHung();
+    await stopped;
+  };
+  fake.up = async () => {
+    if (server) return;
+    // The port was just released by this process; a few quick retries cover
+    // a listener that is still being torn down.
+    for (let i = 0; ; i++) {
+      try {
+        server = listen(fake.port);
+        return;
+      } catch (e) {
+        if (i >= 50) throw e;
+        await Bun.sleep(20);
+      }
+    }
   };
   fake.stop = async () => {
-    await server.stop(true);
+    await fake.down();
   };
   return fake;
 }
