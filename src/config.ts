@@ -231,7 +231,7 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
     defaultTpm: pick(intOf("OFFPEAK_TPM", env.OFFPEAK_TPM, 1), file.limits?.tpm) ?? null,
     batches: {
       workers: pick(intOf("OFFPEAK_BATCH_WORKERS", env.OFFPEAK_BATCH_WORKERS, 0, 64), file.batches?.workers) ?? Math.max(1, navigator.hardwareConcurrency ?? 2),
-      maxAttempts: pick(intOf("OFFPEAK_BATCH_MAX_ATTEMPTS", env.OFFPEAK_BATCH_MAX_ATTEMPTS, 1, 20), file.batches?.max_attempts) ?? 5,
+      maxAttempts: pick(intOf("OFFPEAK_BATCH_MAX_ATTEMPTS", env.OFFPEAK_BATCH_MAX_ATTEMPTS, 1, 20), file.batches?.max_attempts) ?? 10,
       retryBaseMs: pick(intOf("OFFPEAK_BATCH_RETRY_BASE_MS", env.OFFPEAK_BATCH_RETRY_BASE_MS, 1), file.batches?.retry_base_ms) ?? 500,
       leaseMs: pick(intOf("OFFPEAK_BATCH_LEASE_MS", env.OFFPEAK_BATCH_LEASE_MS, 1000), file.batches?.lease_ms) ?? 30_000,
       hourSeconds: intOf("OFFPEAK_BATCH_HOUR_SECONDS", env.OFFPEAK_BATCH_HOUR_SECONDS, 1, 3600) ?? 3600,

@@ -17,6 +17,7 @@ const CODES = {
   rate_limit_exceeded: 429,
   internal_error: 500,
   upstream_error: 502,
+  upstream_unavailable: 503,
   upstream_timeout: 504,
   overloaded: 529,
 } as const;
@@ -34,6 +35,7 @@ const TYPE_BY_STATUS: Record<number, string> = {
   429: "rate_limit_error",
   500: "server_error",
   502: "server_error",
+  503: "server_error",
   504: "server_error",
   529: "overloaded_error",
 };

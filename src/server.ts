@@ -10,6 +10,7 @@ import { createKey, countKeys } from "./keys/service";
 import { createLogger } from "./log";
 import { LocalDiskStore } from "./storage/localDisk";
 import { ModelRegistry } from "./inference/registry";
+import { UpstreamMonitor } from "./inference/upstreamMonitor";
 import { BatchRunner } from "./batches/runner";
 import { Scheduler } from "./inference/scheduler";
 import { RateLimiter } from "./inference/rateLimit";
@@ -28,7 +29,8 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
   const db = openDb(config.dataDir);
   const store = new LocalDiskStore(config.dataDir);
   store.sweepTemporary();
-  const registry = new ModelRegistry(config, log);
+  const health = new UpstreamMonitor(config.upstreams, log);
+  const registry = new ModelRegistry(config, log, health);
   await registry.discover();
   let runner: BatchRunner | null = null;
   const ctx: AppContext = {
@@ -82,6 +84,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
     bootstrapKey,
     async stop() {
       clearInterval(sweep);
+      health.stop();
       // Stop taking requests, then checkpoint batch work before closing the database.
       const closing = server.stop(true);
       await runner!.stop();

@@ -467,9 +467,11 @@ describe("upstream failures", () => {
     expect(await inFlight("hasty-chat")).toBe(0);
   });
 
-  test("an unreachable upstream → 502 (plain, streamed, embeddings-style model use)", async () => {
+  test("an unreachable upstream is down (its check at start failed): 503 upstream_unavailable with retry-after, at once (plain, streamed, SDK)", async () => {
     for (const stream of [false, true]) {
-      await expectError(await post("/chat/completions", { model: "dead-chat", messages: user("anyone?"), stream }), 502, { type: "server_error", code: "upstream_error" });
+      const res = await post("/chat/completions", { model: "dead-chat", messages: user("anyone?"), stream });
+      expect(Number(res.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+      await expectError(res, 503, { type: "server_error", code: "upstream_unavailable" });
     }
     let err: any;
     try {
@@ -477,7 +479,7 @@ describe("upstream failures", () => {
     } catch (e) {
       err = e;
     }
-    expect(err?.status).toBe(502);
+    expect(err?.status).toBe(503);
     expect(await inFlight("dead-chat")).toBe(0);
   });
 });

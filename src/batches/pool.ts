@@ -2,6 +2,7 @@
 import { SHARED_MODELS } from "../inference/scheduler";
 import { BATCH_WORKER } from "../workers";
 import type { FromWorker, PricedModel, ToWorker, WorkerTask } from "./types";
+import type { HealthMemory } from "../inference/upstreamHealth";
 
 interface Slot {
   worker: Worker;
@@ -18,6 +19,7 @@ export class WorkerPool {
     size: number,
     private readonly models: () => PricedModel[],
     private readonly slotCells: Int32Array,
+    private readonly health: HealthMemory,
     private readonly onMessage: (m: FromWorker, worker: Worker) => void,
     /** `held`: the Worker's count of slots it took itself, per model (shared memory: still readable after it died). */
     private readonly onCrash: (task: WorkerTask | null, error: string, worker: Worker, held: Int32Array) => void,
@@ -49,7 +51,7 @@ export class WorkerPool {
   }
 
   private init(slot: Slot): void {
-    slot.worker.postMessage({ type: "init", models: this.models(), slots: this.slotCells, held: slot.held } satisfies ToWorker);
+    slot.worker.postMessage({ type: "init", models: this.models(), slots: this.slotCells, held: slot.held, health: this.health } satisfies ToWorker);
   }
 
   get idle(): number {

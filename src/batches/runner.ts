@@ -97,6 +97,7 @@ export class BatchRunner {
       timeoutMs: m.timeoutMs,
       latencyMs: m.latencyMs,
       tokensPerSecond: m.tokensPerSecond,
+      upstreamIdx: m.upstreamIdx,
       inputPerMillion: m.pricing.inputPerMillion,
       outputPerMillion: m.pricing.outputPerMillion,
       limited: m.maxConcurrency !== null,
@@ -109,6 +110,7 @@ export class BatchRunner {
       Math.max(1, this.ctx.config.batches.workers),
       () => this.models(),
       this.ctx.scheduler.sharedCells,
+      this.registry.health.mem,
       (m, worker) => this.onWorkerMessage(m, worker),
       (task, error, worker, held) => this.onWorkerCrash(task, error, worker, held),
     );
@@ -118,6 +120,7 @@ export class BatchRunner {
   private async tick(): Promise<void> {
     const now = Date.now();
     this.markExpired();
+    this.registry.health.sweep();
     this.renewLeases(now);
     this.releaseDeadLeases(now);
     this.sendStops();
@@ -388,6 +391,7 @@ export class BatchRunner {
 
   private onWorkerMessage(m: FromWorker, worker: Worker): void {
     if (m.type === "slots") return this.onSlotMessage(m, worker);
+    if (m.type === "upstream_down") return this.registry.health.suspected(m.upstream, m.error);
     if ((m.type === "progress" || m.type === "done" || m.type === "paused") && m.metrics) applyWorkerMetrics(m.metrics);
     const key = `${m.batchId}/${m.idx}`;
     switch (m.type) {

@@ -1,6 +1,7 @@
 // Messages between the batch runner (main thread) and its Workers.
 import type { ModelSpec } from "../inference/registry";
 import type { WorkerMetricsDelta } from "../metrics/worker";
+import type { HealthMemory } from "../inference/upstreamHealth";
 
 export interface PricedModel extends ModelSpec {
   inputPerMillion: number;
@@ -75,11 +76,13 @@ export type FromWorker =
    * event loop: `acquire` asks for slots (answered with "grants"), `release`
    * gives them back. One message per turn, not three per request.
    */
-  | { type: "slots"; acquire: [reqId: number, model: string][]; release: number[]; pump: string[] };
+  | { type: "slots"; acquire: [reqId: number, model: string][]; release: number[]; pump: string[] }
+  /** Requests of this Worker made upstream `upstream` suspect (its index in the health state): probe it now. */
+  | { type: "upstream_down"; upstream: number; error: string };
 
 export type ToWorker =
   /** `slots`: the scheduler's shared slot cells; `held`: this Worker's own count of slots it took itself, per model (read after a crash). */
-  | { type: "init"; models: PricedModel[]; slots: Int32Array; held: Int32Array }
+  | { type: "init"; models: PricedModel[]; slots: Int32Array; held: Int32Array; health: HealthMemory }
   | WorkerTask
   /** Stop executing: drain the rest as errors with `code`. */
   | { type: "stop"; batchId: string; code: "batch_cancelled" | "batch_expired" }

@@ -4,6 +4,7 @@ import type { Config, ModelConfig, UpstreamConfig } from "../config";
 import type { Logger } from "../log";
 import { ECHO_MODEL } from "./echo";
 import { EMBED_MODEL } from "./embed";
+import type { UpstreamMonitor } from "./upstreamMonitor";
 
 export type ModelKind = "echo" | "embed" | "upstream";
 
@@ -18,6 +19,8 @@ export interface ModelSpec {
   timeoutMs: number;
   latencyMs: number;
   tokensPerSecond: number;
+  /** The upstream's index in the health state (upstreamHealth.ts); -1 for built-ins. */
+  upstreamIdx: number;
 }
 
 export interface ModelEntry extends ModelSpec {
@@ -27,7 +30,10 @@ export interface ModelEntry extends ModelSpec {
   maxConcurrency: number | null;
   queueSize: number;
   pricing: { inputPerMillion: number; outputPerMillion: number };
-  healthy: boolean;
+  /** False while the model's upstream is down (built-ins: always true). */
+  readonly healthy: boolean;
+  /** The health owner of the model's upstream (null for built-ins). */
+  health: UpstreamMonitor | null;
 }
 
 const CREATED = 1767225600; // 2026-01-01: a fixed date for the built-ins.
@@ -38,6 +44,8 @@ export class ModelRegistry {
   constructor(
     private readonly config: Config,
     private readonly log: Logger,
+    /** The one owner of upstream health: models read it, discoveries report to it. */
+    readonly health: UpstreamMonitor,
   ) {
     this.put(this.entry(ECHO_MODEL, "echo", "offpeak", null, null));
     this.put(this.entry(EMBED_MODEL, "embed", "offpeak", null, null));
@@ -46,6 +54,8 @@ export class ModelRegistry {
 
   private entry(id: string, kind: ModelKind, ownedBy: string, upstream: UpstreamConfig | null, upstreamModel: string | null): ModelEntry {
     const mc: ModelConfig = this.config.models[id] ?? {};
+    const upstreamIdx = upstream ? this.health.indexOf(upstream) : -1;
+    const health = this.health;
     return {
       id,
       kind,
@@ -61,7 +71,11 @@ export class ModelRegistry {
       maxConcurrency: mc.max_concurrency ?? upstream?.max_concurrency ?? (kind === "upstream" ? 64 : null),
       queueSize: mc.queue_size ?? upstream?.queue_size ?? 256,
       pricing: { inputPerMillion: mc.pricing?.input_per_million ?? 0, outputPerMillion: mc.pricing?.output_per_million ?? 0 },
-      healthy: true,
+      upstreamIdx,
+      health: upstream ? health : null,
+      get healthy() {
+        return !health.isDown(upstreamIdx);
+      },
     };
   }
 
@@ -78,7 +92,7 @@ export class ModelRegistry {
   }
 
   specs(): ModelSpec[] {
-    return this.list().map(({ id, kind, baseUrl, apiKey, upstreamModel, timeoutMs, latencyMs, tokensPerSecond }) => ({
+    return this.list().map(({ id, kind, baseUrl, apiKey, upstreamModel, timeoutMs, latencyMs, tokensPerSecond, upstreamIdx }) => ({
       id,
       kind,
       baseUrl,
@@ -87,24 +101,16 @@ export class ModelRegistry {
       timeoutMs,
       latencyMs,
       tokensPerSecond,
+      upstreamIdx,
     }));
   }
 
   private lastDiscovery = 0;
   private discovering: Promise<void> | null = null;
-  /**
-   * The result of each upstream's last check. Kept apart from the
-   * per-model `healthy` flags because an upstream that discovers its models
-   * and was down from the start has no models to mark unhealthy, yet GET
-   * /status must still say "degraded" (SPEC §8). Keyed by the config entry,
-   * not the name: names are not checked for uniqueness.
-   */
-  private readonly upstreamOk = new Map<UpstreamConfig, boolean>();
 
-  /** True when every upstream passed its last check (an unchecked one counts as passing). */
+  /** True when no upstream is down (SPEC §11: status "degraded" while one is). */
   upstreamsHealthy(): boolean {
-    for (const ok of this.upstreamOk.values()) if (!ok) return false;
-    return true;
+    return this.health.allUp();
   }
 
   /**
@@ -121,7 +127,8 @@ export class ModelRegistry {
 
   /**
    * Reads every upstream's `GET /models`: the model list of upstreams that
-   * name none in config, and the health of all of them.
+   * name none in config, and a health check of all of them (a failure turns
+   * the upstream down; an answer brings it up).
    */
   async discover(timeoutMs = 10_000): Promise<void> {
     this.lastDiscovery = Date.now();
@@ -136,12 +143,10 @@ export class ModelRegistry {
             const body = (await res.json()) as { data?: { id?: unknown }[] };
             if (!u.models)
               for (const m of body.data ?? []) if (typeof m.id === "string" && !this.models.has(m.id)) this.put(this.entry(m.id, "upstream", u.name, u, u.model_map?.[m.id] ?? m.id));
-            for (const e of this.models.values()) if (e.upstreamName === u.name) e.healthy = true;
-            this.upstreamOk.set(u, true);
+            this.health.discovered(this.health.indexOf(u), true, null);
           } catch (err) {
             this.log.warn("upstream model discovery failed", { upstream: u.name, error: String(err) });
-            this.upstreamOk.set(u, false);
-            for (const e of this.models.values()) if (e.upstreamName === u.name) e.healthy = false;
+            this.health.discovered(this.health.indexOf(u), false, `GET /models: ${(err as Error).message ?? String(err)}`);
           }
       }),
     );

@@ -10,6 +10,7 @@ import { Deadline } from "./deadline";
 import type { ModelEntry } from "./registry";
 import { SseDataReader } from "./sse";
 import { countTokens } from "./tokens";
+import { report429, reportAnswer, retryAfterMs } from "./upstreamHealth";
 
 export interface UpstreamCall {
   model: ModelEntry;
@@ -25,6 +26,11 @@ const deadlines = attached<{ model: ModelEntry; deadline: Deadline }>("deadline"
 const timeoutError = (model: ModelEntry) => new ApiError("upstream_timeout", `Upstream ${model.upstreamName} did not answer within ${model.timeoutMs} ms`);
 
 export async function callUpstream({ model, path, body, clientSignal }: UpstreamCall): Promise<globalThis.Response> {
+  const health = model.health;
+  const u = model.upstreamIdx;
+  // SPEC §11: while the upstream is down, answer at once instead of waiting
+  // out a connection timeout; retry-after says when the next probe runs.
+  if (health?.isDown(u)) throw unavailable(model, health.retryAfterSeconds(u));
   const headers: Record<string, string> = { "content-type": "application/json" };
   if (model.apiKey) headers.authorization = `Bearer ${model.apiKey}`;
   const deadline = new Deadline(model.timeoutMs, clientSignal);
@@ -37,17 +43,34 @@ export async function callUpstream({ model, path, body, clientSignal }: Upstream
       signal: deadline.signal,
     });
     deadlines.set(res, { model, deadline });
+    if (health) {
+      const s = res.status;
+      if (s === 502 || s === 503 || s === 504) health.failed(u, `HTTP ${s} from POST ${path}`);
+      else if (s === 429) report429(health.mem, u, retryAfterMs(res.headers));
+      else reportAnswer(health.mem, u);
+    }
     return res;
   } catch (e) {
     const clientGone = deadline.clientGone();
     deadline.clear();
-    if (!clientGone) countUpstreamError(model.id, deadline.timedOut ? "timeout" : "connection");
+    if (!clientGone) {
+      countUpstreamError(model.id, deadline.timedOut ? "timeout" : "connection");
+      health?.failed(u, deadline.timedOut ? `no answer within ${model.timeoutMs} ms` : `unreachable: ${(e as Error).message}`);
+    }
     if (deadline.timedOut) throw timeoutError(model);
     // The client left: rethrow the abort (answered 499, not counted as an upstream fault).
     if (clientGone) throw e;
+    // This failure may be the one that turned the upstream down.
+    if (health?.isDown(u)) throw unavailable(model, health.retryAfterSeconds(u));
     throw new ApiError("upstream_error", `Upstream ${model.upstreamName} is unreachable`);
   }
 }
+
+const unavailable = (model: ModelEntry, retryAfter: number) =>
+  new ApiError("upstream_unavailable", `Upstream ${model.upstreamName} is unavailable (down since its last failures); retry after ${retryAfter} s.`, {
+    headers: { "retry-after": String(retryAfter) },
+  });
+
 
 /**
  * Reads a whole (non-streamed) upstream body. The timeout covers the body

@@ -7,6 +7,7 @@ import pkg from "../../package.json";
 import type { AppContext } from "../context";
 import { batches, files } from "../db/schema";
 import { m, registry } from "./index";
+import { windowOf } from "../inference/upstreamHealth";
 import { PROMETHEUS_CONTENT_TYPE } from "./registry";
 
 const BATCH_STATUSES = ["validating", "in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled"];
@@ -33,6 +34,7 @@ export function collectGauges(ctx: AppContext): void {
   if (free !== null) m.storageFreeBytes.set([], free);
 
   m.modelInFlight.reset();
+  m.batchDispatchConcurrency.reset();
   m.modelQueueDepth.reset();
   m.modelHealthy.reset();
   for (const model of ctx.registry.list()) {
@@ -42,7 +44,15 @@ export function collectGauges(ctx: AppContext): void {
     m.modelQueueDepth.set([model.id, "interactive"], s.queued);
     m.modelQueueDepth.set([model.id, "batch"], s.batchQueued);
     m.modelHealthy.set([model.id], model.healthy ? 1 : 0);
+    if (model.kind === "upstream") m.batchDispatchConcurrency.set([model.id], s.batchInFlight);
   }
+  m.upstreamUp.reset();
+  m.upstreamBatchWindow.reset();
+  ctx.registry.health.report().forEach((u, i) => {
+    m.upstreamUp.set([u.name], u.healthy ? 1 : 0);
+    const w = windowOf(ctx.registry.health.mem, i).window;
+    if (w !== null) m.upstreamBatchWindow.set([u.name], w);
+  });
 }
 
 export const metricsRoutes = (ctx: AppContext) =>

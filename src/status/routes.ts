@@ -36,9 +36,9 @@ export async function statusReport(ctx: AppContext) {
     return { id: m.id, owned_by: m.ownedBy, healthy: m.healthy, in_flight: s.inFlight, queued: s.queued };
   });
   // Upstreams are checked as well as models: one that discovers its models
-  // and has been down since start has no model to report unhealthy. §8 has
-  // no field for per-upstream detail, so it shows only in `status`.
-  const ok = dbOk && storageOk && models.every((m) => m.healthy) && ctx.registry.upstreamsHealthy();
+  // and has been down since start has no model to report unhealthy (SPEC §11).
+  const upstreams = ctx.registry.health.report();
+  const ok = dbOk && storageOk && models.every((m) => m.healthy) && upstreams.every((u) => u.healthy);
   return {
     status: ok ? ("ok" as const) : ("degraded" as const),
     version: pkg.version,
@@ -47,6 +47,7 @@ export async function statusReport(ctx: AppContext) {
     storage: { ok: storageOk, free_bytes: free },
     batches: counts,
     models,
+    upstreams,
   };
 }
 

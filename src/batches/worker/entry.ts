@@ -6,6 +6,7 @@ import type { ShardControl } from "./execute";
 import { runShard } from "./runShard";
 import { validateShard } from "./validateShard";
 import { initSlots, onGrants, setSharedSlots } from "./slots";
+import { initGate } from "./upstreamGate";
 
 declare const self: Worker;
 
@@ -21,6 +22,7 @@ self.onmessage = (event: MessageEvent<ToWorker>) => {
     case "init":
       models = new Map(msg.models.map((m) => [m.id, m]));
       setSharedSlots(msg.slots, msg.held, (model) => models.get(model)?.sharedBase ?? -1);
+      initGate(msg.health, post);
       return;
     case "stop":
       if (current && current.batchId === msg.batchId) current.control.stopCode ??= msg.code;

@@ -1,7 +1,9 @@
 // Runs one batch request and returns its result line. Built-in models answer
 // synchronously in this Worker; upstream models are called over HTTP with
-// retries (408/429/5xx/connection errors; exponential backoff with full
-// jitter, honouring retry-after, bounded by attempts and the deadline).
+// retries (408/409/5xx/connection errors/timeouts: exponential backoff with
+// full jitter, honouring retry-after, bounded by attempts and the deadline),
+// behind the upstream's health gate (upstreamGate.ts): an outage or a 429
+// makes lines wait, never fail.
 import { ApiError } from "../../errors";
 import { IdStream } from "../../ids";
 import { echoCompletion } from "../../inference/echo";
@@ -10,6 +12,8 @@ import { embeddingsResponse } from "../../inference/embed";
 import type { PricedModel, RunTask } from "../types";
 import { acquireSlot } from "./slots";
 import { countUpstreamAttempt } from "../../metrics/worker";
+import { epochOf, isDown, isUp, isWholeFailure, report429, reportAnswer, reportFailure, reportSuccess, retryAfterMs } from "../../inference/upstreamHealth";
+import { enterUpstream, healthMemory, settled, tellSuspect } from "./upstreamGate";
 
 export interface LineResult {
   ok: boolean;
@@ -71,23 +75,14 @@ export function runBuiltin(req: BatchRequest, model: PricedModel, endpoint: stri
   }
 }
 
-const RETRYABLE = (status: number) => status === 408 || status === 429 || status >= 500;
+/** SPEC §11: a 4xx other than 408/409/429 is the request's answer, recorded at once. */
+const RETRYABLE = (status: number) => status === 408 || status === 409 || status === 429 || status >= 500;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Sleeps `ms`, waking every 250 ms to see whether `stop()` has become true. */
 async function sleepUnless(ms: number, stop: () => boolean): Promise<void> {
   const until = Date.now() + ms;
   for (let left = ms; left > 0 && !stop(); left = until - Date.now()) await sleep(Math.min(left, 250));
-}
-
-function retryAfterMs(res: Response): number | null {
-  const ms = res.headers.get("retry-after-ms");
-  if (ms && /^\d+(\.\d+)?$/.test(ms)) return Number(ms);
-  const h = res.headers.get("retry-after");
-  if (!h) return null;
-  if (/^\d+(\.\d+)?$/.test(h)) return Number(h) * 1000;
-  const at = Date.parse(h);
-  return Number.isNaN(at) ? null : Math.max(0, at - Date.now());
 }
 
 /**
@@ -106,25 +101,61 @@ export interface ShardControl {
   pausing: boolean;
 }
 
-/** Resolves with the result line, or null when a pause left the request without a final answer. */
+/**
+ * Resolves with the result line, or null when a pause left the request
+ * without a final answer.
+ *
+ * SPEC §11: an upstream outage is not the line's failure. Before each attempt
+ * the line waits at the upstream's gate (up, no 429 pause, room in the batch
+ * window). Attempts that fail while the upstream fails as a whole (it is down
+ * now, or went down since the attempt began) do not count against
+ * max_attempts; only answers about this request do (a 500 again and again: a
+ * poison line). 429s never count: they slow the whole upstream instead.
+ */
 export async function runUpstream(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl): Promise<LineResult | null> {
   const stopState = (): StopState => (control.stopCode !== null ? "stop" : control.pausing ? "pause" : null);
   const path = task.endpoint === "/v1/embeddings" ? "/embeddings" : "/chat/completions";
   const payload = JSON.stringify({ ...req.body, model: model.upstreamModel ?? model.id, stream: false });
   const headers: Record<string, string> = { "content-type": "application/json" };
   if (model.apiKey) headers.authorization = `Bearer ${model.apiKey}`;
+  const u = model.upstreamIdx;
+  const mem = healthMemory();
   let last: { status: number; requestId: string | null; body: unknown } | null = null;
   let lastError = "";
-  for (let attempt = 1; ; attempt++) {
-    let wait: number | null = null;
+  /** Failed attempts answered about this request (500, 408, 409…): they count against max_attempts. */
+  let requestFailures = 0;
+  /**
+   * The health epoch at the start of each attempt that failed as a whole
+   * (connection, timeout, 502/503/504). They count too, unless the upstream
+   * has gone down since (the epoch moved on): then they were the outage's.
+   */
+  let wholeFailures: number[] = [];
+  const counted = () => {
+    if (!mem) return requestFailures + wholeFailures.length;
+    const now = epochOf(mem, u);
+    wholeFailures = wholeFailures.filter((e) => e === now);
+    return requestFailures + wholeFailures.length;
+  };
+  for (let sent = 1; ; sent++) {
+    const gate = await enterUpstream(u, () => stopState() !== null);
+    if (!gate.go) {
+      if (stopState() === "pause") return null;
+      // Stopped while the upstream was away: no answer of this request to report.
+      if (gate.down || !last) return stoppedLine(req.custom_id, control.stopCode!);
+      break;
+    }
     // A slot per attempt, not per request: during a backoff the slot is free for others.
     const release = model.limited ? await acquireSlot(model.id) : null;
     // The wait for a slot can be long: a line that has not been sent yet and
     // whose batch was stopped meanwhile is not sent at all.
-    if (attempt === 1 && stopState() !== null) {
+    if (sent === 1 && stopState() !== null) {
       release?.();
+      gate.leave();
       return control.stopCode ? stoppedLine(req.custom_id, control.stopCode) : null;
     }
+    const epoch = mem ? epochOf(mem, u) : 0;
+    let whole = false;
+    let wait: number | null = null;
     try {
       // A Deadline, not AbortSignal.timeout: that one's timer lives on for the whole timeout after the answer.
       const deadline = new Deadline(model.timeoutMs);
@@ -146,13 +177,17 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
       }
       // SPEC §5 shows a request id on every response: ours when the upstream sends none.
       const requestId = res.headers.get("x-request-id") ?? ids.next("req_");
-      countUpstreamAttempt(model.id, attempt, res.ok ? null : res.status);
-      if (res.ok && isJson) return { ok: true, line: upstreamLine(req.custom_id, res.status, requestId, text, body), usage: (body as { usage?: unknown }).usage ?? null };
+      countUpstreamAttempt(model.id, sent, res.ok ? null : res.status);
+      if (res.ok && isJson) {
+        if (mem) reportSuccess(mem, u, true);
+        return { ok: true, line: upstreamLine(req.custom_id, res.status, requestId, text, body), usage: (body as { usage?: unknown }).usage ?? null };
+      }
       // A 2xx that is not JSON (a proxy's page, a misconfigured engine) is no
       // answer: an error line with response null (only 2xx answers go to the
       // output file, and a body of our making would pass for the upstream's),
       // not retried.
-      if (res.ok)
+      if (res.ok) {
+        if (mem) reportAnswer(mem, u);
         return {
           ok: false,
           line: resultLine(req.custom_id, null, null, null, {
@@ -161,26 +196,50 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
           }),
           usage: null,
         };
+      }
       last = { status: res.status, requestId, body };
+      if (res.status === 429) {
+        // The upstream's pace, not this request's fault: the gate holds every
+        // line of the upstream until retry-after, in a smaller window.
+        if (mem) report429(mem, u, retryAfterMs(res.headers));
+        continue;
+      }
+      if (isWholeFailure(res.status)) {
+        whole = true;
+        if (mem && reportFailure(mem, u)) tellSuspect(u, `HTTP ${res.status} from POST ${path}`);
+      } else if (mem) reportAnswer(mem, u);
       if (!RETRYABLE(res.status)) break;
-      wait = retryAfterMs(res);
+      wait = retryAfterMs(res.headers);
     } catch (e) {
-      countUpstreamAttempt(model.id, attempt, (e as Error).name === "TimeoutError" ? "timeout" : "connection");
+      const timedOut = (e as Error).name === "TimeoutError";
+      countUpstreamAttempt(model.id, sent, timedOut ? "timeout" : "connection");
       last = null;
-      lastError = (e as Error).name === "TimeoutError" ? `upstream timed out after ${model.timeoutMs} ms` : `upstream unreachable: ${(e as Error).message}`;
+      lastError = timedOut ? `upstream timed out after ${model.timeoutMs} ms` : `upstream unreachable: ${(e as Error).message}`;
+      whole = true;
+      if (mem && reportFailure(mem, u)) tellSuspect(u, lastError);
     } finally {
       release?.();
+      gate.leave();
     }
-    if (attempt >= task.maxAttempts) break;
+    if (whole) wholeFailures.push(epoch);
+    else requestFailures++;
+    // Failures in a row made the upstream suspect: its probe says whether
+    // this was an outage (forgiven) or these requests' own failures.
+    if (whole) await settled(u, () => stopState() !== null);
+    const n = counted();
+    // Down: the gate waits for the upstream's return.
+    if (mem && whole && isDown(mem, u)) continue;
+    if (n >= task.maxAttempts) break;
     const state = stopState();
     if (state === "pause") return null;
     if (state === "stop") break;
-    // Full jitter: uniform in [0, base·2^(attempt-1)], at least what retry-after asks.
-    const backoff = Math.random() * task.retryBaseMs * 2 ** (attempt - 1);
+    // Full jitter: uniform in [0, base·2^(n-1)], at least what retry-after asks.
+    const backoff = Math.random() * task.retryBaseMs * 2 ** (n - 1);
     const delay = Math.min(Math.max(wait ?? 0, backoff), 60_000);
     if (Date.now() + delay >= task.deadline) break;
-    // A cancel or a shutdown must not wait out a long retry-after.
-    await sleepUnless(delay, () => stopState() !== null);
+    // A cancel or a shutdown must not wait out a long retry-after; an outage
+    // that begins meanwhile sends the line to the gate at once.
+    await sleepUnless(delay, () => stopState() !== null || (mem !== null && !isUp(mem, u)));
     const after = stopState();
     if (after === "pause") return null;
     if (after === "stop") break;

@@ -1,0 +1,88 @@
+// Worker side of upstream health (inference/upstreamHealth.ts): before each
+// attempt, a batch request waits here until its upstream is up, its 429
+// pause (retry-after) is over and its batch window has room. Waiting costs
+// one timer per Worker, not one per request: every waiter re-checks the
+// shared state on each tick, or at once when this Worker frees a place.
+import { SUSPECT, isDown, isUp, leaveWindow, pausedFor, stateOf, tryEnterWindow, type HealthMemory } from "../../inference/upstreamHealth";
+import type { FromWorker } from "../types";
+
+/** How often waiters look at the shared state: the delay between an upstream's return and the first request. */
+const POLL_MS = 20;
+
+let mem: HealthMemory | null = null;
+let post: (m: FromWorker) => void = () => {};
+const waiters = new Set<() => void>();
+let timer: ReturnType<typeof setInterval> | null = null;
+
+export function initGate(memory: HealthMemory, poster: (m: FromWorker) => void): void {
+  mem = memory;
+  post = poster;
+}
+
+export function healthMemory(): HealthMemory | null {
+  return mem;
+}
+
+/** This Worker's request made the upstream suspect: the main thread probes it at once. */
+export function tellSuspect(upstream: number, error: string): void {
+  post({ type: "upstream_down", upstream, error });
+}
+
+/** Waits while upstream `u` is suspect (its probe is deciding whether it is down), or until `stopped()`. */
+export async function settled(u: number, stopped: () => boolean): Promise<void> {
+  while (mem && u >= 0 && stateOf(mem, u) === SUSPECT && !stopped()) await waitTick();
+}
+
+function wakeAll(): void {
+  if (waiters.size === 0) return;
+  const list = [...waiters];
+  waiters.clear();
+  for (const w of list) w();
+}
+
+function waitTick(): Promise<void> {
+  timer ??= setInterval(() => {
+    wakeAll();
+    if (waiters.size === 0 && timer) {
+      clearInterval(timer);
+      timer = null;
+    }
+  }, POLL_MS);
+  return new Promise((r) => waiters.add(r));
+}
+
+export type GateResult =
+  /** Go: call `leave` when the attempt is over. `waitedDown`: the upstream was down while this waited. */
+  | { go: true; leave: () => void; waitedDown: boolean }
+  /** `stopped()` became true while waiting; `down`: the upstream is down now. */
+  | { go: false; down: boolean };
+
+/**
+ * Waits until a batch request may be sent to upstream `u` (up, not paused,
+ * room in the window), or until `stopped()` — a cancel, an expiry, a
+ * shutdown — says to give up.
+ */
+export async function enterUpstream(u: number, stopped: () => boolean): Promise<GateResult> {
+  if (!mem || u < 0) return { go: true, leave: () => {}, waitedDown: false };
+  const m = mem;
+  let waitedDown = false;
+  for (;;) {
+    if (stopped()) return { go: false, down: isDown(m, u) };
+    if (isDown(m, u)) waitedDown = true;
+    else if (isUp(m, u) && pausedFor(m, u) === 0 && tryEnterWindow(m, u)) {
+      let left = false;
+      return {
+        go: true,
+        waitedDown,
+        leave: () => {
+          if (left) return;
+          left = true;
+          leaveWindow(m, u);
+          // A place came free: this Worker's waiters may take it now (others' see it on their next tick).
+          queueMicrotask(wakeAll);
+        },
+      };
+    }
+    await waitTick();
+  }
+}
