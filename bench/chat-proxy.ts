@@ -2,8 +2,13 @@
 // upstream, at 32 connections with wrk, beside a naive Bun.serve + fetch
 // proxy measured the same way in the same run, and for reference the same
 // proxy as an Elysia route that parses and re-serialises the body
-// (bench/elysia-proxy.ts): what the framework costs before offpeak's own work. Needs wrk (Debian: apt-get
-// install wrk). Usage: bun bench/chat-proxy.ts [seconds-per-run=5] [rounds=5]
+// (bench/elysia-proxy.ts): what the framework costs before offpeak's own work.
+// offpeak runs twice, side by side in the same rounds: with its default
+// request log (one JSON line per request at info; its stderr is a pipe this
+// script reads, as a log collector would, and every line is counted against
+// wrk's requests) and with OFFPEAK_LOG_LEVEL=warn (no request lines).
+// Needs wrk (Debian: apt-get install wrk).
+// Usage: bun bench/chat-proxy.ts [seconds-per-run=5] [rounds=5]
 import { writeFileSync } from "node:fs";
 import { BENCH_KEY, freePort, startBenchServer } from "./server";
 
@@ -31,6 +36,7 @@ writeFileSync(lua, `wrk.method = "POST"\nwrk.body = ${JSON.stringify(body)}\nwrk
 
 interface WrkResult {
   rps: number;
+  requests: number;
   p50: number;
   p99: number;
   errors: number;
@@ -38,7 +44,7 @@ interface WrkResult {
 
 function medianOf(runs: WrkResult[]): WrkResult {
   const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-  return { rps: med(runs.map((r) => r.rps)), p50: med(runs.map((r) => r.p50)), p99: med(runs.map((r) => r.p99)), errors: runs.reduce((a, r) => a + r.errors, 0) };
+  return { rps: med(runs.map((r) => r.rps)), requests: med(runs.map((r) => r.requests)), p50: med(runs.map((r) => r.p50)), p99: med(runs.map((r) => r.p99)), errors: runs.reduce((a, r) => a + r.errors, 0) };
 }
 
 function ms(v: string): number {
@@ -55,6 +61,7 @@ async function wrk(url: string, connections = 32): Promise<WrkResult> {
   const sockErr = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(out);
   return {
     rps: Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1]),
+    requests: Number(/(\d+) requests in/.exec(out)?.[1]),
     p50: ms(/\s50%\s+(\S+)/.exec(out)?.[1] ?? ""),
     p99: ms(/\s99%\s+(\S+)/.exec(out)?.[1] ?? ""),
     errors: non2xx + (sockErr ? sockErr.slice(1).reduce((a, b) => a + Number(b), 0) : 0),
@@ -68,48 +75,96 @@ const naivePort = await freePort();
 const naive = Bun.spawn([process.execPath, "bench/naive-proxy.ts", String(naivePort), upBase], { stdout: "ignore" });
 const elysiaPort = await freePort();
 const elysia = Bun.spawn([process.execPath, "bench/elysia-proxy.ts", String(elysiaPort), upBase], { stdout: "ignore" });
-let server: Awaited<ReturnType<typeof startBenchServer>> | null = null;
+let logged: Awaited<ReturnType<typeof startBenchServer>> | null = null;
+let quiet: Awaited<ReturnType<typeof startBenchServer>> | null = null;
+
+/** Reads a server's stderr to the end, counting its lines (and bytes), as a log collector would. */
+function countLines(stream: ReadableStream<Uint8Array>) {
+  const counter = { lines: 0, bytes: 0, last: "" };
+  void (async () => {
+    for await (const chunk of stream) {
+      counter.bytes += chunk.length;
+      let i = -1;
+      while ((i = chunk.indexOf(10, i + 1)) !== -1) counter.lines++;
+      counter.last = new TextDecoder().decode(chunk.subarray(Math.max(0, chunk.length - 400)));
+    }
+  })();
+  return counter;
+}
+
 try {
   await waitFor(`${upBase}/models`);
   await waitFor(`http://127.0.0.1:${naivePort}/`);
   await waitFor(`http://127.0.0.1:${elysiaPort}/`);
-  server = await startBenchServer({}, { upstreams: [{ name: "fake", base_url: upBase, models: ["fake-model"], max_concurrency: 256, queue_size: 1024 }] });
-  const url = `${server.base}/chat/completions`;
+  const config = { upstreams: [{ name: "fake", base_url: upBase, models: ["fake-model"], max_concurrency: 256, queue_size: 1024 }] };
+  // The default log level (info): one request line per request.
+  logged = await startBenchServer({ OFFPEAK_LOG_LEVEL: "info" }, config, { stderr: "pipe" });
+  const log = countLines(logged.stderr!);
+  quiet = await startBenchServer({ OFFPEAK_LOG_LEVEL: "warn" }, config);
+  const loggedUrl = `${logged.base}/chat/completions`;
+  const quietUrl = `${quiet.base}/chat/completions`;
   const naiveUrl = `http://127.0.0.1:${naivePort}/v1/chat/completions`;
   const elysiaUrl = `http://127.0.0.1:${elysiaPort}/v1/chat/completions`;
-  // Warm both up, then alternate rounds (this machine is noisy: one pair of
-  // runs can differ by 40%); each figure is the median over the rounds.
+  // Warm every server up, then alternate rounds (this machine is noisy: one
+  // pair of runs can differ by 40%); each figure is the median over the rounds.
   await wrk(naiveUrl);
   await wrk(elysiaUrl);
-  await wrk(url);
+  await wrk(loggedUrl);
+  await wrk(quietUrl);
   const bases: WrkResult[] = [];
   const refs: WrkResult[] = [];
-  const ourRuns: WrkResult[] = [];
-  const runs = [() => wrk(naiveUrl).then((r) => bases.push(r)), () => wrk(elysiaUrl).then((r) => refs.push(r)), () => wrk(url).then((r) => ourRuns.push(r))];
+  const onRuns: WrkResult[] = [];
+  const offRuns: WrkResult[] = [];
+  /** Request lines written minus requests wrk counted, per logged run (≥ 0: wrk does not count the answers in flight when it stops). */
+  const missing: number[] = [];
+  const loggedRun = async () => {
+    const before = log.lines;
+    const r = await wrk(loggedUrl);
+    await Bun.sleep(100); // the last buffered lines (flushed within 10 ms)
+    missing.push(r.requests - (log.lines - before));
+    onRuns.push(r);
+  };
+  const runs = [() => wrk(naiveUrl).then((r) => bases.push(r)), () => wrk(elysiaUrl).then((r) => refs.push(r)), loggedRun, () => wrk(quietUrl).then((r) => offRuns.push(r))];
+  const fmt = (r: WrkResult) => `${Math.round(r.rps)} req/s (p99 ${r.p99.toFixed(2)} ms)`;
   for (let round = 0; round < ROUNDS; round++) {
     // Rotate the order so no server always runs first (or last) in a round.
     for (let k = 0; k < runs.length; k++) await runs[(round + k) % runs.length]!();
+    const b = bases.at(-1)!;
+    const on = onRuns.at(-1)!;
+    const off = offRuns.at(-1)!;
     console.log(
-      `  round ${round + 1}: naive ${Math.round(bases.at(-1)!.rps)} req/s (p99 ${bases.at(-1)!.p99.toFixed(2)} ms), elysia ${Math.round(refs.at(-1)!.rps)} req/s (p99 ${refs.at(-1)!.p99.toFixed(2)} ms), offpeak ${Math.round(ourRuns.at(-1)!.rps)} req/s (p99 ${ourRuns.at(-1)!.p99.toFixed(2)} ms)`,
+      `  round ${round + 1}: naive ${fmt(b)}, elysia ${fmt(refs.at(-1)!)}, offpeak logs on ${fmt(on)} = ${(on.rps / b.rps).toFixed(2)}× (p99 ${(on.p99 / b.p99).toFixed(2)}×), logs off ${fmt(off)} = ${(off.rps / b.rps).toFixed(2)}× (p99 ${(off.p99 / b.p99).toFixed(2)}×); request lines short of wrk's count: ${missing.at(-1)}`,
     );
   }
   const base = medianOf(bases);
   const ref = medianOf(refs);
-  const ours = medianOf(ourRuns);
+  const on = medianOf(onRuns);
+  const off = medianOf(offRuns);
+  const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+  const roundRatio = (runs: WrkResult[], f: (r: WrkResult, b: WrkResult) => number) => med(runs.map((r, i) => f(r, bases[i]!)));
+  const line = (name: string, r: WrkResult) =>
+    `${name}: ${Math.round(r.rps)} req/s  p50 ${r.p50.toFixed(2)} ms  p99 ${r.p99.toFixed(2)} ms  errors ${r.errors}`;
   console.log(`medians over ${ROUNDS} rounds of ${seconds} s, 32 connections:`);
-  console.log(`naive proxy: ${Math.round(base.rps)} req/s  p50 ${base.p50.toFixed(2)} ms  p99 ${base.p99.toFixed(2)} ms  errors ${base.errors}`);
-  console.log(`elysia ref : ${Math.round(ref.rps)} req/s  p50 ${ref.p50.toFixed(2)} ms  p99 ${ref.p99.toFixed(2)} ms  errors ${ref.errors}  (${(ref.rps / base.rps).toFixed(2)}× naive)`);
-  console.log(`offpeak    : ${Math.round(ours.rps)} req/s  p50 ${ours.p50.toFixed(2)} ms  p99 ${ours.p99.toFixed(2)} ms  errors ${ours.errors}`);
-  console.log(`ratio      : ${(ours.rps / base.rps).toFixed(2)}× the naive proxy (target ≥ 0.7×, p99 ≤ 3 ms, 0 errors)`);
+  console.log(line("naive proxy      ", base));
+  console.log(`${line("elysia ref       ", ref)}  (${(ref.rps / base.rps).toFixed(2)}× naive)`);
+  for (const [name, r, runs] of [["offpeak, logs on ", on, onRuns], ["offpeak, logs off", off, offRuns]] as const)
+    console.log(
+      `${line(name, r)}  = ${(r.rps / base.rps).toFixed(2)}× naive (median of per-round ratios ${roundRatio(runs, (x, b) => x.rps / b.rps).toFixed(2)}×), p99 ${(r.p99 / base.p99).toFixed(2)}× naive's (per round ${roundRatio(runs, (x, b) => x.p99 / b.p99).toFixed(2)}×)`,
+    );
+  console.log(`targets, logs on: ≥ 0.85× the naive proxy, p99 ≤ 1.5× its p99, 0 errors`);
+  console.log(`request log: ${log.lines} lines, ${(log.bytes / 1e6).toFixed(1)} MB over the run; per logged run, wrk's requests minus lines written: ${missing.join(", ")} (≤ 0: none lost)`);
   // At saturation every connection waits its turn (Little's law: latency ≈
   // connections / throughput), so the tail at 32 connections says more about
   // the machine than about the proxy; at 4 connections it shows our own cost.
-  const light = await wrk(url, 4);
+  const lightOn = await wrk(loggedUrl, 4);
+  const lightOff = await wrk(quietUrl, 4);
   const lightBase = await wrk(naiveUrl, 4);
-  console.log(`at 4 connections: naive p50 ${lightBase.p50.toFixed(2)} ms p99 ${lightBase.p99.toFixed(2)} ms; offpeak p50 ${light.p50.toFixed(2)} ms p99 ${light.p99.toFixed(2)} ms (${Math.round(light.rps)} req/s, errors ${light.errors})`);
-  console.log(`peak RSS   : ${server.peakRssMb().toFixed(0)} MB`);
+  const light = (r: WrkResult) => `p50 ${r.p50.toFixed(2)} ms p99 ${r.p99.toFixed(2)} ms (${Math.round(r.rps)} req/s, errors ${r.errors})`;
+  console.log(`at 4 connections: naive ${light(lightBase)}; offpeak logs on ${light(lightOn)}; logs off ${light(lightOff)}`);
+  console.log(`peak RSS   : logs on ${logged.peakRssMb().toFixed(0)} MB, logs off ${quiet.peakRssMb().toFixed(0)} MB`);
 } finally {
-  await server?.stop();
+  await logged?.stop();
+  await quiet?.stop();
   naive.kill();
   elysia.kill();
   upstream.kill();

@@ -8,6 +8,8 @@ export const BENCH_KEY = "sk-op-bench-admin-key-000000000000000000000";
 
 export interface BenchServer {
   pid: number;
+  /** The server's stderr, when started with `{ stderr: "pipe" }`. */
+  stderr: ReadableStream<Uint8Array> | null;
   base: string;
   dataDir: string;
   peakRssMb(): number;
@@ -26,7 +28,7 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
-export async function startBenchServer(env: Record<string, string> = {}, config?: unknown): Promise<BenchServer> {
+export async function startBenchServer(env: Record<string, string> = {}, config?: unknown, opts: { stderr?: "inherit" | "pipe" } = {}): Promise<BenchServer> {
   const dataDir = mkdtempSync(join(tmpdir(), "offpeak-bench-"));
   const port = await freePort();
   const args = [process.execPath, "src/main.ts", "serve", "--port", String(port), "--data-dir", dataDir];
@@ -38,7 +40,7 @@ export async function startBenchServer(env: Record<string, string> = {}, config?
     cwd: join(import.meta.dir, ".."),
     env: { ...process.env, OFFPEAK_ADMIN_KEY: BENCH_KEY, OFFPEAK_LOG_LEVEL: "warn", ...env },
     stdout: "ignore",
-    stderr: "inherit",
+    stderr: opts.stderr ?? "inherit",
   });
   const base = `http://127.0.0.1:${port}/api/v1`;
   for (let i = 0; ; i++) {
@@ -50,6 +52,7 @@ export async function startBenchServer(env: Record<string, string> = {}, config?
   }
   return {
     pid: proc.pid,
+    stderr: opts.stderr === "pipe" ? (proc.stderr as ReadableStream<Uint8Array>) : null,
     base,
     dataDir,
     peakRssMb: () => peakRssMb(proc.pid),

@@ -90,6 +90,8 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
       await runner!.stop();
       await closing;
       db.$client.close();
+      // Request lines are buffered (src/log.ts): every one of them goes out before stop() returns.
+      log.flush();
     },
   };
 }

@@ -1,0 +1,191 @@
+// The buffered request log (src/log.ts): lines are written in batches, yet
+// none is lost on SIGTERM, an error line is out before the process can die,
+// order holds when the descriptor refuses bytes (EAGAIN, short writes), and
+// secrets stay redacted.
+import { describe, expect, test } from "bun:test";
+import { rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { Subprocess } from "bun";
+import { BufferedFdSink, createLogger, FLUSH_BYTES } from "../src/log";
+import { freshDataDir } from "./helpers/server";
+import { pollUntil } from "./helpers/batches";
+
+const ROOT = join(import.meta.dir, "..");
+const MAIN = join(ROOT, "src/main.ts");
+
+function cleanEnv(extra: Record<string, string>): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("OFFPEAK_") && k !== "PORT" && k !== "HOST") env[k] = v;
+  return { ...env, ...extra };
+}
+
+async function freePort(): Promise<number> {
+  const s = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response("") });
+  const port = s.port!;
+  await s.stop(true);
+  return port;
+}
+
+const parseLines = (text: string) =>
+  text
+    .split("\n")
+    .filter((l) => l !== "")
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+
+describe("request log through a real server process", () => {
+  test("N requests then SIGTERM: N request lines, valid JSON, in order, secrets redacted", async () => {
+    const dataDir = freshDataDir();
+    const admin = "sk-op-buffered-log-admin-00000000000000000000";
+    const port = await freePort();
+    const proc: Subprocess<"ignore", "pipe", "pipe"> = Bun.spawn([process.execPath, MAIN, "serve", "--port", String(port), "--host", "127.0.0.1", "--data-dir", dataDir], {
+      cwd: ROOT,
+      env: cleanEnv({ OFFPEAK_ADMIN_KEY: admin, OFFPEAK_LOG_LEVEL: "info" }),
+      stdout: "pipe",
+      stderr: "pipe",
+      stdin: "ignore",
+    });
+    const stderr = new Response(proc.stderr).text();
+    try {
+      const url = `http://127.0.0.1:${port}`;
+      await pollUntil(() => fetch(`${url}/healthz`).then((r) => r.status, () => 0), (s) => s === 200, 20_000, 50, "server up");
+      const N = 400;
+      const ids: string[] = [];
+      for (let i = 0; i < N; i++) {
+        // Every fifth request puts the key where it does not belong (the path): refused, and redacted in the log.
+        const res =
+          i % 5 === 4
+            ? await fetch(`${url}/api/v1/files/${admin}`, { headers: { authorization: `Bearer ${admin}` } })
+            : await fetch(`${url}/api/v1/files?limit=${(i % 20) + 1}`, { headers: { authorization: `Bearer ${admin}` } });
+        await res.arrayBuffer();
+        ids.push(res.headers.get("x-request-id")!);
+      }
+      // The last lines are still in the buffer (FLUSH_MS): SIGTERM right away.
+      proc.kill("SIGTERM");
+      expect(await proc.exited).toBe(0);
+      const text = await stderr;
+      const lines = parseLines(text); // throws on any line that is not JSON
+      const requests = lines.filter((l) => l.msg === "request" && l.route !== "/healthz");
+      expect(requests.map((l) => l.request_id)).toEqual(ids);
+      expect(requests.filter((l) => l.status === 404).length).toBe(N / 5);
+      expect(lines.filter((l) => l.msg !== "request").map((l) => l.msg)).toEqual(["listening", "shutting down"]);
+      expect(text).not.toContain(admin);
+      expect(text).not.toContain(admin.slice(6));
+      expect(text.toLowerCase()).not.toContain("bearer ");
+    } finally {
+      if (proc.exitCode === null) proc.kill("SIGKILL");
+      await proc.exited;
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 30_000);
+});
+
+describe("crash paths", () => {
+  const script = join(freshDataDir(), "crash.ts");
+  writeFileSync(
+    script,
+    `import { createLogger } from ${JSON.stringify(join(ROOT, "src/log.ts"))};
+const log = createLogger("info");
+for (let i = 0; i < 50; i++) log.info("request", { i, path: "/x/sk-op-secret-in-path-000000" });
+const mode = process.argv[2];
+if (mode === "kill") {
+  log.error("fatal", { reason: "about to die", authorization: "Bearer sk-op-secret-header-0000" });
+  process.kill(process.pid, "SIGKILL");
+} else if (mode === "throw") {
+  setTimeout(() => { throw new Error("boom sk-op-secret-in-stack-00000"); }, 1);
+} else if (mode === "reject") {
+  Promise.reject(new Error("rejected"));
+}
+`,
+  );
+  const run = async (mode: string) => {
+    const p = Bun.spawn([process.execPath, script, mode], { stdout: "ignore", stderr: "pipe", stdin: "ignore" });
+    const [text, code] = await Promise.all([new Response(p.stderr).text(), p.exited]);
+    return { text, code, signal: p.signalCode };
+  };
+  const jsonLines = (text: string) => parseLines(text.split("\n").filter((l) => l.startsWith("{")).join("\n"));
+
+  test("an error line (and every line before it) is out even when the process is SIGKILLed right after", async () => {
+    const { text, signal } = await run("kill");
+    expect(signal).toBe("SIGKILL");
+    const lines = parseLines(text);
+    expect(lines.map((l) => l.i ?? l.msg)).toEqual([...Array.from({ length: 50 }, (_, i) => i), "fatal"]);
+    expect(lines.at(-1)).toMatchObject({ level: "error", reason: "about to die", authorization: "[redacted]" });
+    expect(text).not.toContain("sk-op-secret");
+  });
+
+  test("an uncaught exception: the buffered lines, then the exception as a JSON error line, before the runtime's report", async () => {
+    const { text, code } = await run("throw");
+    expect(code).not.toBe(0);
+    const firstJson = text.indexOf("{");
+    expect(firstJson).toBe(0); // nothing of the runtime's report before our lines
+    const lines = jsonLines(text);
+    expect(lines.length).toBe(51);
+    expect(lines.at(-1)).toMatchObject({ level: "error", msg: "uncaught exception" });
+    expect(String(lines.at(-1)!.error)).toContain("boom");
+    expect(JSON.stringify(lines)).not.toContain("sk-op-secret");
+  });
+
+  test("an unhandled rejection: the buffered lines are written at exit", async () => {
+    const { text, code } = await run("reject");
+    expect(code).not.toBe(0);
+    expect(jsonLines(text).map((l) => l.i)).toEqual(Array.from({ length: 50 }, (_, i) => i));
+  });
+});
+
+describe("BufferedFdSink", () => {
+  /** A descriptor that takes at most `take(call)` bytes per write, or throws EAGAIN when that is 0. */
+  function fakeFd(take: (call: number) => number) {
+    const chunks: Uint8Array[] = [];
+    let calls = 0;
+    const write = (_fd: number, buf: Uint8Array, off: number, len: number) => {
+      const n = Math.min(len, take(calls++));
+      if (n === 0) throw Object.assign(new Error("EAGAIN"), { code: "EAGAIN" });
+      chunks.push(buf.slice(off, off + n));
+      return n;
+    };
+    const text = () => Buffer.concat(chunks).toString("utf8");
+    return { write, text, calls: () => calls };
+  }
+
+  test("many lines, few writes; flush() writes the rest", () => {
+    const fd = fakeFd(() => Infinity);
+    const sink = new BufferedFdSink(99, fd.write);
+    const log = createLogger("info", sink);
+    for (let i = 0; i < 1000; i++) log.info("request", { i });
+    const expected = Math.floor((1000 * 60) / FLUSH_BYTES); // lines are ≈60 bytes
+    expect(fd.calls()).toBeLessThanOrEqual(expected + 2);
+    log.flush();
+    expect(parseLines(fd.text()).map((l) => l.i)).toEqual(Array.from({ length: 1000 }, (_, i) => i));
+  });
+
+  test("EAGAIN and short writes keep every byte, in order (multi-byte text included)", () => {
+    // Refuse every 50th write, take 7 bytes at a time otherwise (cutting through UTF-8 sequences).
+    const fd = fakeFd((call) => (call % 50 === 49 ? 0 : 7));
+    const sink = new BufferedFdSink(99, fd.write);
+    const log = createLogger("debug", sink);
+    for (let i = 0; i < 300; i++) log.info("request", { i, note: "é→🙂" });
+    log.error("last");
+    const lines = parseLines(fd.text());
+    expect(lines.map((l) => l.i ?? l.msg)).toEqual([...Array.from({ length: 300 }, (_, i) => i), "last"]);
+    expect(lines[5]!.note).toBe("é→🙂");
+  });
+
+  test("a timer flushes a quiet buffer within FLUSH_MS", async () => {
+    const fd = fakeFd(() => Infinity);
+    const log = createLogger("info", new BufferedFdSink(99, fd.write));
+    log.info("one");
+    expect(fd.calls()).toBe(0);
+    await Bun.sleep(50);
+    expect(parseLines(fd.text()).map((l) => l.msg)).toEqual(["one"]);
+  });
+
+  test("a closed descriptor (EPIPE) drops lines instead of throwing into the caller", () => {
+    const sink = new BufferedFdSink(99, () => {
+      throw Object.assign(new Error("EPIPE"), { code: "EPIPE" });
+    });
+    const log = createLogger("info", sink);
+    log.error("nowhere to go");
+    for (let i = 0; i < 2000; i++) log.info("request", { i });
+    log.flush();
+  });
+});
