@@ -12,6 +12,7 @@ import { LocalDiskStore } from "./storage/localDisk";
 import { ModelRegistry } from "./inference/registry";
 import { UpstreamMonitor } from "./inference/upstreamMonitor";
 import { BatchRunner } from "./batches/runner";
+import { batchEventsOf } from "./batches/events";
 import { Scheduler } from "./inference/scheduler";
 import { RateLimiter } from "./inference/rateLimit";
 
@@ -85,6 +86,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
     async stop() {
       clearInterval(sweep);
       health.stop();
+      batchEventsOf(ctx).close();
       // Stop taking requests, then checkpoint batch work before closing the database.
       const closing = server.stop(true);
       await runner!.stop();

@@ -4,6 +4,7 @@ import type { AppContext } from "../context";
 import { jsonOnly } from "../http/jsonBody";
 import { intParam } from "../http/query";
 import { batchView, cancelBatch, createBatch, getBatch, listBatches } from "./service";
+import { batchEventsOf } from "./events";
 
 const CreateBody = t.Object({
   input_file_id: t.String(),
@@ -31,6 +32,13 @@ export const batchesRoutes = (ctx: AppContext) =>
     )
     .get("/:id", ({ request, params }) => batchView(getBatch(ctx, principalOf(request).project, params.id)), {
       detail: { summary: "Retrieve a batch" },
+    })
+    .get("/:id/events", ({ request, params }) => batchEventsOf(ctx).stream(getBatch(ctx, principalOf(request).project, params.id)), {
+      detail: {
+        summary: "Follow a batch (SSE)",
+        description:
+          "Server-sent events: `event: batch` with the batch record at once, again whenever its status or request_counts change (at most every 500 ms; a final state at once), `: keep-alive` after 15 s without an event; closed after a final state.",
+      },
     })
     .post(
       "/:id/cancel",

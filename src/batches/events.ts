@@ -1,0 +1,180 @@
+// GET /batches/{id}/events (SPEC §12): the batch record as an SSE stream,
+// again on every change of status or request_counts, closed after a final
+// state.
+//
+// Many watchers of one batch cost one reader: a batch with watchers has one
+// poller that reads its row every POLL_MS, and each record is serialised and
+// encoded once and the same bytes are queued to every watcher. A poller reads
+// the database, not the runner's memory, so it also sees the work of other
+// nodes and of other processes on the same data directory.
+import { eq } from "drizzle-orm";
+import type { AppContext } from "../context";
+import { batches } from "../db/schema";
+import { FINAL_STATES, batchView, type BatchRow } from "./service";
+
+/** How often a watched batch's row is read. */
+const POLL_MS = 250;
+/** At most one event per this interval while the batch runs (a final state goes out at once). */
+const MIN_GAP_MS = 500;
+
+const encoder = new TextEncoder();
+const KEEP_ALIVE = encoder.encode(": keep-alive\n\n");
+
+type Sink = ReadableStreamDefaultController<Uint8Array>;
+
+const isFinal = (status: string) => (FINAL_STATES as readonly string[]).includes(status);
+const changeKey = (b: BatchRow) => `${b.status}/${b.total}/${b.completed}/${b.failed}`;
+
+class Watched {
+  readonly sinks = new Set<Sink>();
+  /** The last event sent (every new watcher gets it first). */
+  last: Uint8Array;
+  private lastKey: string;
+  private lastSentAt = Date.now();
+  private lastWriteAt = Date.now();
+  private readonly poll: ReturnType<typeof setInterval>;
+  private pending: ReturnType<typeof setTimeout> | null = null;
+  private done = false;
+
+  constructor(
+    private readonly ctx: AppContext,
+    private readonly id: string,
+    row: BatchRow,
+    private readonly onEmpty: () => void,
+  ) {
+    this.last = this.encode(row);
+    this.lastKey = changeKey(row);
+    this.poll = setInterval(() => this.read(), POLL_MS);
+  }
+
+  get final(): boolean {
+    return this.done;
+  }
+
+  private encode(row: BatchRow): Uint8Array {
+    return encoder.encode(`event: batch\ndata: ${JSON.stringify(batchView(row))}\n\n`);
+  }
+
+  private read(): void {
+    let row: BatchRow | undefined;
+    try {
+      row = this.ctx.db.select().from(batches).where(eq(batches.id, this.id)).get();
+    } catch (e) {
+      this.ctx.log.error("batch events: read failed", { batch_id: this.id, error: String(e) });
+      return;
+    }
+    if (!row) return this.end();
+    const key = changeKey(row);
+    if (key !== this.lastKey) {
+      this.lastKey = key;
+      const wait = MIN_GAP_MS - (Date.now() - this.lastSentAt);
+      if (isFinal(row.status) || wait <= 0) return this.emit(row);
+      // Throttled: the row as it is when the gap has passed goes out then.
+      this.pending ??= setTimeout(() => {
+        this.pending = null;
+        const now = this.ctx.db.select().from(batches).where(eq(batches.id, this.id)).get();
+        if (now) this.emit(now);
+        else this.end();
+      }, wait);
+    }
+    if (Date.now() - this.lastWriteAt >= this.ctx.config.sseKeepAliveMs - POLL_MS) this.write(KEEP_ALIVE);
+  }
+
+  private emit(row: BatchRow): void {
+    if (this.done) return;
+    this.lastKey = changeKey(row);
+    this.last = this.encode(row);
+    this.lastSentAt = Date.now();
+    this.write(this.last);
+    if (isFinal(row.status)) this.end();
+  }
+
+  private write(bytes: Uint8Array): void {
+    this.lastWriteAt = Date.now();
+    for (const s of this.sinks) {
+      try {
+        s.enqueue(bytes);
+      } catch {
+        this.sinks.delete(s);
+      }
+    }
+  }
+
+  /** Closes every watcher's stream and stops reading. */
+  end(): void {
+    if (this.done) return;
+    this.done = true;
+    clearInterval(this.poll);
+    if (this.pending) clearTimeout(this.pending);
+    for (const s of this.sinks) {
+      try {
+        s.close();
+      } catch {}
+    }
+    this.sinks.clear();
+    this.onEmpty();
+  }
+
+  remove(sink: Sink): void {
+    this.sinks.delete(sink);
+    if (this.sinks.size === 0) this.end();
+  }
+}
+
+const perServer = new WeakMap<AppContext, BatchEvents>();
+
+/** The server's BatchEvents (one per AppContext: tests run several servers in one process). */
+export const batchEventsOf = (ctx: AppContext): BatchEvents => {
+  let e = perServer.get(ctx);
+  if (!e) perServer.set(ctx, (e = new BatchEvents(ctx)));
+  return e;
+};
+
+/** One per server: the batches that have watchers now. */
+export class BatchEvents {
+  private readonly watched = new Map<string, Watched>();
+
+  constructor(private readonly ctx: AppContext) {}
+
+  /** Watchers now, over all batches (for tests and metrics). */
+  get watchers(): number {
+    let n = 0;
+    for (const w of this.watched.values()) n += w.sinks.size;
+    return n;
+  }
+
+  /** The SSE response for `row` (already checked to be the caller's). */
+  stream(row: BatchRow): Response {
+    let sink: Sink | null = null;
+    let watch: Watched | null = null;
+    const body = new ReadableStream<Uint8Array>({
+      start: (controller) => {
+        sink = controller;
+        if (isFinal(row.status)) {
+          controller.enqueue(encoder.encode(`event: batch\ndata: ${JSON.stringify(batchView(row))}\n\n`));
+          controller.close();
+          return;
+        }
+        watch = this.watched.get(row.id) ?? null;
+        if (!watch || watch.final) {
+          const w: Watched = new Watched(this.ctx, row.id, row, () => {
+            if (this.watched.get(row.id) === w) this.watched.delete(row.id);
+          });
+          this.watched.set(row.id, w);
+          watch = w;
+        }
+        watch.sinks.add(controller);
+        controller.enqueue(watch.last);
+      },
+      cancel: () => {
+        if (watch && sink) watch.remove(sink);
+      },
+    });
+    return new Response(body, { headers: { "content-type": "text/event-stream", "cache-control": "no-cache", connection: "keep-alive" } });
+  }
+
+  /** Shutdown: every stream ends. */
+  close(): void {
+    for (const w of [...this.watched.values()]) w.end();
+  }
+}
