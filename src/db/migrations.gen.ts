@@ -32,5 +32,19 @@ export const migrations: { tag: string; statements: string[] }[] = [
       "CREATE UNIQUE INDEX `chats_id_unique` ON `chats` (`id`);",
       "CREATE INDEX `chats_project_seq` ON `chats` (`project`,`seq`);"
     ]
+  },
+  {
+    "tag": "0003_typical_whistler",
+    "statements": [
+      "CREATE TABLE `webhook_attempts` (\n\t`seq` integer PRIMARY KEY AUTOINCREMENT NOT NULL,\n\t`event_id` text NOT NULL,\n\t`endpoint_id` text NOT NULL,\n\t`type` text NOT NULL,\n\t`attempt` integer NOT NULL,\n\t`status_code` integer,\n\t`error` text,\n\t`created_at` integer NOT NULL\n);",
+      "CREATE INDEX `webhook_attempts_endpoint` ON `webhook_attempts` (`endpoint_id`,`seq`);",
+      "CREATE TABLE `webhook_endpoints` (\n\t`seq` integer PRIMARY KEY AUTOINCREMENT NOT NULL,\n\t`id` text NOT NULL,\n\t`project` text NOT NULL,\n\t`url` text NOT NULL,\n\t`events` text NOT NULL,\n\t`secret` text NOT NULL,\n\t`created_at` integer NOT NULL\n);",
+      "CREATE UNIQUE INDEX `webhook_endpoints_id_unique` ON `webhook_endpoints` (`id`);",
+      "CREATE INDEX `webhook_endpoints_project` ON `webhook_endpoints` (`project`,`seq`);",
+      "CREATE TABLE `webhook_events` (\n\t`seq` integer PRIMARY KEY AUTOINCREMENT NOT NULL,\n\t`id` text NOT NULL,\n\t`endpoint_id` text NOT NULL,\n\t`type` text NOT NULL,\n\t`payload` text NOT NULL,\n\t`status` text NOT NULL,\n\t`attempts` integer DEFAULT 0 NOT NULL,\n\t`next_attempt_at` integer NOT NULL,\n\t`created_at` integer NOT NULL\n);",
+      "CREATE UNIQUE INDEX `webhook_events_id_unique` ON `webhook_events` (`id`);",
+      "CREATE INDEX `webhook_events_due` ON `webhook_events` (`status`,`next_attempt_at`);",
+      "CREATE INDEX `webhook_events_endpoint` ON `webhook_events` (`endpoint_id`);"
+    ]
   }
 ];

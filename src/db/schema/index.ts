@@ -3,3 +3,4 @@ export * from "./files";
 export * from "./batches";
 export * from "./batchShards";
 export * from "./chats";
+export * from "./webhooks";
