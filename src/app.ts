@@ -18,6 +18,7 @@ import { modelsRoutes } from "./models/routes";
 import { chatsRoutes } from "./chats/routes";
 import { statusRoutes } from "./status/routes";
 import { metricsRoutes } from "./metrics/routes";
+import { webhooksRoutes } from "./webhooks/routes";
 import { rateLimitHeadersNow } from "./inference/admission";
 
 export const API_BASES = ["/api/v1", "/v1"] as const;
@@ -40,7 +41,8 @@ const apiRoutes = (ctx: AppContext, prefix: string) =>
     .use(chatsRoutes(ctx))
     .use(statusRoutes(ctx))
     .use(metricsRoutes(ctx))
-    .use(keysRoutes(ctx));
+    .use(keysRoutes(ctx))
+    .use(webhooksRoutes(ctx));
 
 export function buildApp(ctx: AppContext) {
   const verify = createVerifier(ctx.db, ctx.config.adminKey);

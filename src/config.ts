@@ -111,6 +111,8 @@ export interface Config {
   };
   upstreams: UpstreamConfig[];
   models: Record<string, ModelConfig>;
+  /** The first webhook retry's delay (ms; later ones scale with it): 5000, shortened only by tests. */
+  webhookRetryBaseMs: number;
 }
 
 export class ConfigError extends Error {}
@@ -238,5 +240,6 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
     },
     upstreams,
     models: file.models ?? {},
+    webhookRetryBaseMs: intOf("OFFPEAK_WEBHOOK_RETRY_BASE_MS", env.OFFPEAK_WEBHOOK_RETRY_BASE_MS, 1, 5000) ?? 5000,
   };
 }

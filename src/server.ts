@@ -13,6 +13,7 @@ import { ModelRegistry } from "./inference/registry";
 import { UpstreamMonitor } from "./inference/upstreamMonitor";
 import { BatchRunner } from "./batches/runner";
 import { batchEventsOf } from "./batches/events";
+import { WebhookSender } from "./webhooks/sender";
 import { Scheduler } from "./inference/scheduler";
 import { RateLimiter } from "./inference/rateLimit";
 
@@ -76,6 +77,8 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
   sweep.unref?.();
 
   runner.start();
+  const webhooks = new WebhookSender(ctx);
+  webhooks.start();
   const url = `http://${config.host}:${server.port}`;
   log.info("listening", { url, data_dir: config.dataDir });
   return {
@@ -87,6 +90,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
       clearInterval(sweep);
       health.stop();
       batchEventsOf(ctx).close();
+      webhooks.stop();
       // Stop taking requests, then checkpoint batch work before closing the database.
       const closing = server.stop(true);
       await runner!.stop();

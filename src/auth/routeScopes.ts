@@ -23,6 +23,7 @@ export function routeScope(method: string, path: string): Scope | null {
       return "inference";
     case "keys":
     case "metrics":
+    case "webhook_endpoints":
       return "admin";
     default:
       // /status needs only a valid key; unknown routes answer 404.

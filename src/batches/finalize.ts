@@ -10,6 +10,7 @@ import { batches, batchShards, files } from "../db/schema";
 import { derivedId, nowSeconds } from "../ids";
 import { partPath, batchDir } from "./paths";
 import type { BatchRow } from "./service";
+import { recordBatchEvent } from "../webhooks/outbox";
 
 async function concatParts(ctx: AppContext, fileId: string, paths: string[]): Promise<number> {
   const writer = ctx.store.createWriter(fileId);
@@ -85,6 +86,8 @@ export async function finalizeBatch(ctx: AppContext, batch: BatchRow): Promise<v
       .where(eq(batches.id, batch.id))
       .run();
     tx.delete(batchShards).where(eq(batchShards.batchId, batch.id)).run();
+    // The webhook events of this final state, in the same transaction (an outbox).
+    recordBatchEvent(tx, batch, final);
   });
   rmSync(batchDir(ctx, batch.id), { recursive: true, force: true });
   ctx.log.info("batch finished", { batch_id: batch.id, status: final, completed: sum("completed"), failed: sum("failed") });

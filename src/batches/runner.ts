@@ -10,6 +10,7 @@ import { batches, batchShards, files } from "../db/schema";
 import { base62, nowSeconds } from "../ids";
 import type { ModelRegistry } from "../inference/registry";
 import { finalizeBatch } from "./finalize";
+import { recordBatchEvent } from "../webhooks/outbox";
 import { applyWorkerMetrics } from "../metrics";
 import { batchDir, partPath } from "./paths";
 import { WorkerPool } from "./pool";
@@ -289,6 +290,7 @@ export class BatchRunner {
         .where(eq(batches.id, b.id))
         .run();
       tx.delete(batchShards).where(eq(batchShards.batchId, b.id)).run();
+      recordBatchEvent(tx, b, "failed");
     });
     this.ctx.log.info("batch failed validation", { batch_id: b.id, status: "failed", errors: errors.length, first_error: errors[0]?.message });
   }

@@ -1,0 +1,46 @@
+import { Elysia, t } from "elysia";
+import { principalOf } from "../auth/plugin";
+import type { AppContext } from "../context";
+import { syncCommits } from "../db/client";
+import { jsonOnly } from "../http/jsonBody";
+import { intParam } from "../http/query";
+import { createEndpoint, deleteEndpoint, listDeliveries, listEndpoints } from "./service";
+
+const CreateBody = t.Object(
+  {
+    url: t.Unknown(),
+    events: t.Optional(t.Unknown()),
+    project: t.Optional(t.Unknown()),
+  },
+  { additionalProperties: true },
+);
+
+/** SPEC §12, scope `admin` (routeScopes.ts). */
+export const webhooksRoutes = (ctx: AppContext) =>
+  new Elysia({ prefix: "/webhook_endpoints", detail: { tags: ["webhooks"] } })
+    .post(
+      "",
+      async ({ request, body }) => {
+        const created = createEndpoint(ctx, principalOf(request).project, body);
+        await syncCommits(ctx.db);
+        return created;
+      },
+      { parse: jsonOnly, body: CreateBody, detail: { summary: "Create a webhook endpoint (its signing secret is shown once)" } },
+    )
+    .get("", ({ query }) => listEndpoints(ctx, query.project || undefined), {
+      query: t.Object({ project: t.Optional(t.String()) }),
+      detail: { summary: "List webhook endpoints (every project's; ?project= filters)" },
+    })
+    .delete(
+      "/:id",
+      async ({ params }) => {
+        const deleted = deleteEndpoint(ctx, params.id);
+        await syncCommits(ctx.db);
+        return deleted;
+      },
+      { detail: { summary: "Delete a webhook endpoint" } },
+    )
+    .get("/:id/deliveries", ({ params, query }) => listDeliveries(ctx, params.id, intParam(query.limit, "limit", 1, 1000, 100)), {
+      query: t.Object({ limit: t.Optional(t.String()) }),
+      detail: { summary: "Delivery attempts of an endpoint, newest first" },
+    });

@@ -1,0 +1,109 @@
+// Webhook endpoints (SPEC §12): admin-only, per project. `admin` is a global
+// role (as for keys): an admin key sees and removes every project's endpoints.
+import { and, desc, eq, lt } from "drizzle-orm";
+import type { AppContext } from "../context";
+import { webhookAttempts, webhookEndpoints, webhookEvents } from "../db/schema";
+import { ApiError, notFound } from "../errors";
+import { isId, newId, nowSeconds } from "../ids";
+import { BATCH_EVENT_TYPES } from "./outbox";
+import { newSecret } from "./sign";
+
+const PROJECT_PATTERN = /^[A-Za-z0-9._-]{1,64}$/;
+const MAX_URL_CHARS = 2048;
+
+type EndpointRow = typeof webhookEndpoints.$inferSelect;
+
+export function endpointView(row: EndpointRow) {
+  return { id: row.id, object: "webhook_endpoint" as const, url: row.url, events: row.events, project: row.project, created_at: row.createdAt };
+}
+
+export interface CreateEndpointInput {
+  url: unknown;
+  events?: unknown;
+  project?: unknown;
+}
+
+export function createEndpoint(ctx: AppContext, callerProject: string, input: CreateEndpointInput) {
+  const url = checkUrl(input.url);
+  let events: string[] = [...BATCH_EVENT_TYPES];
+  if (input.events !== undefined && input.events !== null) {
+    if (!Array.isArray(input.events) || input.events.length === 0 || !input.events.every((e) => typeof e === "string"))
+      throw new ApiError("invalid_value", "events must be a non-empty array of event types", { param: "events" });
+    for (const e of input.events)
+      if (!(BATCH_EVENT_TYPES as readonly string[]).includes(e)) throw new ApiError("invalid_value", `events: unknown event type '${String(e).slice(0, 80)}'; known: ${BATCH_EVENT_TYPES.join(", ")}`, { param: "events" });
+    events = [...new Set(input.events as string[])];
+  }
+  let project = callerProject;
+  if (input.project !== undefined && input.project !== null) {
+    if (typeof input.project !== "string" || !PROJECT_PATTERN.test(input.project))
+      throw new ApiError("invalid_value", "project must be 1..64 characters of A-Z a-z 0-9 . _ -", { param: "project" });
+    project = input.project;
+  }
+  const row: EndpointRow = { seq: undefined as unknown as number, id: newId("whep_"), project, url, events, secret: newSecret(), createdAt: nowSeconds() };
+  const { seq: _seq, ...values } = row;
+  ctx.db.insert(webhookEndpoints).values(values).run();
+  // The secret appears only in this answer.
+  return { ...endpointView(row), secret: row.secret };
+}
+
+function checkUrl(raw: unknown): string {
+  if (typeof raw !== "string" || raw.length === 0) throw new ApiError("missing_field", "url is required", { param: "url" });
+  if (raw.length > MAX_URL_CHARS) throw new ApiError("invalid_value", `url is longer than ${MAX_URL_CHARS} characters`, { param: "url" });
+  let u: URL;
+  try {
+    u = new URL(raw);
+  } catch {
+    throw new ApiError("invalid_value", "url is not a valid URL", { param: "url" });
+  }
+  if (u.protocol !== "http:" && u.protocol !== "https:") throw new ApiError("invalid_value", "url must be http or https", { param: "url" });
+  if (u.username || u.password) throw new ApiError("invalid_value", "url must not carry credentials", { param: "url" });
+  return u.toString();
+}
+
+export function listEndpoints(ctx: AppContext, project: string | undefined) {
+  const rows = ctx.db
+    .select()
+    .from(webhookEndpoints)
+    .where(project ? eq(webhookEndpoints.project, project) : undefined)
+    .orderBy(desc(webhookEndpoints.seq))
+    .all();
+  return { object: "list" as const, data: rows.map(endpointView) };
+}
+
+function getEndpoint(ctx: AppContext, id: string): EndpointRow {
+  if (!isId("whep_", id)) throw notFound("webhook_endpoint", id);
+  const row = ctx.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, id)).get();
+  if (!row) throw notFound("webhook_endpoint", id);
+  return row;
+}
+
+export function deleteEndpoint(ctx: AppContext, id: string) {
+  const row = getEndpoint(ctx, id);
+  ctx.db.transaction((tx) => {
+    tx.delete(webhookEndpoints).where(eq(webhookEndpoints.id, row.id)).run();
+    // Its undelivered events go with it; the attempts stay readable nowhere, so they go too.
+    tx.delete(webhookEvents).where(eq(webhookEvents.endpointId, row.id)).run();
+    tx.delete(webhookAttempts).where(eq(webhookAttempts.endpointId, row.id)).run();
+  });
+  return { id: row.id, object: "webhook_endpoint" as const, deleted: true as const };
+}
+
+/** Delivery attempts, newest first; `after`: the seq cursor is internal, so pages go by `limit` only. */
+export function listDeliveries(ctx: AppContext, id: string, limit: number, before?: number) {
+  const row = getEndpoint(ctx, id);
+  const conds = [eq(webhookAttempts.endpointId, row.id)];
+  if (before !== undefined) conds.push(lt(webhookAttempts.seq, before));
+  const rows = ctx.db
+    .select()
+    .from(webhookAttempts)
+    .where(and(...conds))
+    .orderBy(desc(webhookAttempts.seq))
+    .limit(limit + 1)
+    .all();
+  const page = rows.slice(0, limit);
+  return {
+    object: "list" as const,
+    data: page.map((a) => ({ event_id: a.eventId, type: a.type, attempt: a.attempt, status_code: a.statusCode ?? null, error: a.error ?? null, created_at: a.createdAt })),
+    has_more: rows.length > limit,
+  };
+}

@@ -1,0 +1,244 @@
+// Webhook endpoints and signed, durable, at-least-once delivery (SPEC §12),
+// checked with the official SDK's `webhooks.unwrap`.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import OpenAI from "openai";
+import { chatReq, createBatch, waitBatch } from "./helpers/batches";
+import { eventually, expectError, json } from "./helpers/inference";
+import { freshDataDir, startTestServer, type TestServer } from "./helpers/server";
+import { rmSync } from "node:fs";
+
+interface Received {
+  body: string;
+  headers: Record<string, string>;
+  at: number;
+}
+
+/** A webhook receiver on loopback: records every request; `answer` decides each status. */
+function startReceiver(port = 0) {
+  const got: Received[] = [];
+  const r = {
+    got,
+    answer: (_n: number): number => 200,
+    server: null as ReturnType<typeof Bun.serve> | null,
+    port: 0,
+    get url() {
+      return `http://127.0.0.1:${r.port}/hook?token=abc`;
+    },
+    start(p = port) {
+      r.server = Bun.serve({
+        port: p,
+        hostname: "127.0.0.1",
+        fetch: async (req) => {
+          const body = await req.text();
+          got.push({ body, headers: Object.fromEntries(req.headers.entries()), at: Date.now() });
+          return new Response("ok", { status: r.answer(got.length) });
+        },
+      });
+      r.port = r.server.port!;
+    },
+    stop() {
+      r.server?.stop(true);
+      r.server = null;
+    },
+  };
+  r.start();
+  return r;
+}
+
+const unwrapper = new OpenAI({ apiKey: "unused", baseURL: "http://127.0.0.1:1" });
+
+async function createEndpoint(t: TestServer, body: Record<string, unknown>, key?: string) {
+  const res = await t.api("/webhook_endpoints", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body), key });
+  return res;
+}
+
+let t: TestServer;
+let client: OpenAI;
+const rx = startReceiver();
+
+beforeAll(async () => {
+  t = await startTestServer({ env: { OFFPEAK_WEBHOOK_RETRY_BASE_MS: "200" } });
+  client = t.sdk();
+});
+afterAll(async () => {
+  await t?.stop();
+  rx.stop();
+});
+
+describe("webhook endpoints", () => {
+  test("create shows the secret once; list and delete never do; ?project filters; bad input is a 400 naming the field", async () => {
+    const res = await createEndpoint(t, { url: rx.url });
+    expect(res.status).toBe(200);
+    const ep = await json(res);
+    expect(ep).toEqual({
+      id: expect.stringMatching(/^whep_[0-9A-Za-z]{24}$/),
+      object: "webhook_endpoint",
+      url: rx.url,
+      events: ["batch.completed", "batch.failed", "batch.cancelled", "batch.expired"],
+      project: "default",
+      created_at: expect.any(Number),
+      secret: expect.stringMatching(/^whsec_[A-Za-z0-9+/]{43}=$/),
+    });
+    expect(Buffer.from(ep.secret.slice(6), "base64")).toHaveLength(32);
+    const other = await json(await createEndpoint(t, { url: "https://example.invalid/x", events: ["batch.failed"], project: "p2" }));
+    expect(other.project).toBe("p2");
+    const all = await json(await t.api("/webhook_endpoints"));
+    expect(all.object).toBe("list");
+    expect(all.data.map((e: any) => e.id)).toEqual(expect.arrayContaining([ep.id, other.id]));
+    for (const e of all.data) expect(e.secret).toBeUndefined();
+    const p2 = await json(await t.api("/webhook_endpoints?project=p2"));
+    expect(p2.data.map((e: any) => e.id)).toEqual([other.id]);
+    const del = await t.api(`/webhook_endpoints/${other.id}`, { method: "DELETE" });
+    expect(await json(del)).toEqual({ id: other.id, object: "webhook_endpoint", deleted: true });
+    await expectError(await t.api(`/webhook_endpoints/${other.id}`, { method: "DELETE" }), 404, { type: "not_found_error" });
+    await t.api(`/webhook_endpoints/${ep.id}`, { method: "DELETE" });
+
+    await expectError(await createEndpoint(t, {}), 400, { param: "url" });
+    await expectError(await createEndpoint(t, { url: "ftp://x.example/" }), 400, { param: "url" });
+    await expectError(await createEndpoint(t, { url: "not a url" }), 400, { param: "url" });
+    await expectError(await createEndpoint(t, { url: rx.url, events: ["batch.exploded"] }), 400, { param: "events" });
+    await expectError(await createEndpoint(t, { url: rx.url, events: [] }), 400, { param: "events" });
+    await expectError(await createEndpoint(t, { url: rx.url, project: "../x" }), 400, { param: "project" });
+    const bad = await t.api("/webhook_endpoints", { method: "POST", headers: { "content-type": "application/json" }, body: "{" });
+    expect(bad.status).toBe(400);
+    // Nothing was stored by the failures.
+    expect((await json(await t.api("/webhook_endpoints"))).data).toEqual([]);
+  });
+
+  test("401 without a key, 403 without admin, 404 for unknown ids on every route", async () => {
+    const notAdmin = await t.createKey({ scopes: ["files:read", "files:write", "batches:read", "batches:write", "inference"] });
+    const id = `whep_${"a".repeat(24)}`;
+    const routes: [string, string][] = [
+      ["POST", "/webhook_endpoints"],
+      ["GET", "/webhook_endpoints"],
+      ["DELETE", `/webhook_endpoints/${id}`],
+      ["GET", `/webhook_endpoints/${id}/deliveries`],
+    ];
+    for (const [method, path] of routes) {
+      const init = { method, headers: { "content-type": "application/json" }, body: method === "POST" ? JSON.stringify({ url: rx.url }) : undefined };
+      await expectError(await t.api(path, { ...init, key: null }), 401, { type: "authentication_error" });
+      await expectError(await t.api(path, { ...init, key: notAdmin }), 403, { type: "permission_error" });
+    }
+    await expectError(await t.api(`/webhook_endpoints/${id}`, { method: "DELETE" }), 404, { type: "not_found_error" });
+    await expectError(await t.api(`/webhook_endpoints/${id}/deliveries`), 404, { type: "not_found_error" });
+    await expectError(await t.api(`/webhook_endpoints/..%2F..%2Fkeys/deliveries`), 404);
+  });
+});
+
+describe("delivery", () => {
+  test("a completed batch is delivered, signed so that the SDK's webhooks.unwrap accepts it; a tampered body is refused", async () => {
+    rx.got.length = 0;
+    const ep = await json(await createEndpoint(t, { url: rx.url }));
+    const { batch } = await createBatch(client, [chatReq("w1", "hello hooks")]);
+    await waitBatch(client, batch.id);
+    await eventually(() => rx.got.length >= 1, "the webhook to arrive", 10_000, 50);
+    const [hit] = rx.got;
+    expect(hit!.headers["content-type"]).toBe("application/json");
+    const evt = (await unwrapper.webhooks.unwrap(hit!.body, hit!.headers, ep.secret)) as any;
+    expect(evt).toEqual({ id: expect.stringMatching(/^evt_[0-9A-Za-z]{24}$/), object: "event", type: "batch.completed", created_at: expect.any(Number), data: { id: batch.id } });
+    expect(hit!.headers["webhook-id"]).toBe(evt.id);
+    expect(Object.keys(JSON.parse(hit!.body))).toEqual(["id", "object", "type", "created_at", "data"]);
+    let refused: unknown = null;
+    try {
+      await unwrapper.webhooks.unwrap(hit!.body.replace(batch.id, "batch_" + "x".repeat(24)), hit!.headers, ep.secret);
+    } catch (e) {
+      refused = e;
+    }
+    expect(refused).toBeInstanceOf(OpenAI.InvalidWebhookSignatureError);
+    // The wrong secret is refused too.
+    await expect(unwrapper.webhooks.unwrap(hit!.body, hit!.headers, `whsec_${Buffer.alloc(32, 7).toString("base64")}`)).rejects.toThrow();
+    const deliveries = await json(await t.api(`/webhook_endpoints/${ep.id}/deliveries`));
+    expect(deliveries.data).toEqual([{ event_id: evt.id, type: "batch.completed", attempt: 1, status_code: 200, error: null, created_at: expect.any(Number) }]);
+    await t.api(`/webhook_endpoints/${ep.id}`, { method: "DELETE" });
+  });
+
+  test("a receiver's 500 is retried with the same webhook-id; deliveries list every attempt, newest first", async () => {
+    rx.got.length = 0;
+    rx.answer = (n) => (n === 1 ? 500 : 200);
+    try {
+      const ep = await json(await createEndpoint(t, { url: rx.url }));
+      const { batch } = await createBatch(client, [chatReq("w2", "retry me")]);
+      await waitBatch(client, batch.id);
+      await eventually(() => rx.got.length >= 2, "the retry to arrive", 10_000, 50);
+      expect(rx.got[0]!.headers["webhook-id"]).toBe(rx.got[1]!.headers["webhook-id"]);
+      expect(rx.got[0]!.body).toBe(rx.got[1]!.body);
+      const evt = (await unwrapper.webhooks.unwrap(rx.got[1]!.body, rx.got[1]!.headers, ep.secret)) as any;
+      expect(evt.data.id).toBe(batch.id);
+      const d = (await json(await t.api(`/webhook_endpoints/${ep.id}/deliveries`))).data;
+      expect(d.map((x: any) => [x.attempt, x.status_code, x.error])).toEqual([
+        [2, 200, null],
+        [1, 500, "HTTP 500"],
+      ]);
+      await Bun.sleep(600);
+      expect(rx.got).toHaveLength(2);
+      await t.api(`/webhook_endpoints/${ep.id}`, { method: "DELETE" });
+    } finally {
+      rx.answer = () => 200;
+    }
+  });
+
+  test("events go only to the batch's project, and only the types an endpoint asked for; failed and cancelled batches emit theirs", async () => {
+    rx.got.length = 0;
+    const mine = await json(await createEndpoint(t, { url: rx.url + "&who=mine" }));
+    const failedOnly = await json(await createEndpoint(t, { url: rx.url + "&who=failed-only", events: ["batch.failed", "batch.cancelled"] }));
+    const elsewhere = await json(await createEndpoint(t, { url: rx.url + "&who=elsewhere", project: "elsewhere" }));
+    const done = (await createBatch(client, [chatReq("w3", "a")])).batch;
+    await waitBatch(client, done.id);
+    // A line for an unknown model fails validation: batch.failed.
+    const failed = (await createBatch(client, [chatReq("w4", "b", { model: "no-such-model" })])).batch;
+    expect((await waitBatch(client, failed.id)).status).toBe("failed");
+    await eventually(() => rx.got.length >= 3, "three deliveries", 10_000, 50);
+    await Bun.sleep(500);
+    const seen = rx.got.map((g) => ({ type: JSON.parse(g.body).type, batch: JSON.parse(g.body).data.id, sig: g.headers["webhook-signature"] }));
+    expect(seen.filter((s) => s.batch === done.id).map((s) => s.type)).toEqual(["batch.completed"]);
+    expect(seen.filter((s) => s.batch === failed.id).map((s) => s.type)).toEqual(["batch.failed", "batch.failed"]);
+    // Exactly: mine got completed + failed, failed-only got failed, elsewhere got nothing.
+    expect(rx.got).toHaveLength(3);
+    const secrets = [mine.secret, failedOnly.secret, elsewhere.secret];
+    const verifiedBy = async (g: Received) => {
+      const ok: number[] = [];
+      for (let i = 0; i < secrets.length; i++) {
+        try {
+          await unwrapper.webhooks.unwrap(g.body, g.headers, secrets[i]!);
+          ok.push(i);
+        } catch {}
+      }
+      return ok;
+    };
+    const who = await Promise.all(rx.got.map(verifiedBy));
+    expect(who.flat().sort()).toEqual([0, 0, 1]);
+    for (const ep of [mine, failedOnly, elsewhere]) await t.api(`/webhook_endpoints/${ep.id}`, { method: "DELETE" });
+  });
+});
+
+test("durable: a receiver down when the batch ends gets the event after offpeak restarts (same webhook-id every try)", async () => {
+  const dataDir = freshDataDir();
+  const r2 = startReceiver();
+  const port = r2.port;
+  let s: TestServer | null = await startTestServer({ dataDir, env: { OFFPEAK_WEBHOOK_RETRY_BASE_MS: "200" } });
+  try {
+    const ep = await json(await createEndpoint(s, { url: r2.url }));
+    r2.stop(); // down before the batch ends
+    const c = s.sdk();
+    const { batch } = await createBatch(c, [chatReq("d1", "durable")]);
+    await waitBatch(c, batch.id);
+    // At least one failed attempt is recorded while it is down.
+    await eventually(async () => (await json(await s!.api(`/webhook_endpoints/${ep.id}/deliveries`))).data.length >= 1, "a failed attempt", 10_000, 50);
+    const failedTry = (await json(await s.api(`/webhook_endpoints/${ep.id}/deliveries`))).data.at(-1);
+    expect(failedTry.status_code).toBeNull();
+    expect(failedTry.error).toBeTruthy();
+    await s.stop();
+    s = null;
+    r2.start(port);
+    s = await startTestServer({ dataDir, env: { OFFPEAK_WEBHOOK_RETRY_BASE_MS: "200" } });
+    await eventually(() => r2.got.length >= 1, "delivery after the restart", 15_000, 50);
+    const evt = (await unwrapper.webhooks.unwrap(r2.got[0]!.body, r2.got[0]!.headers, ep.secret)) as any;
+    expect(evt.type).toBe("batch.completed");
+    expect(evt.data.id).toBe(batch.id);
+    expect(evt.id).toBe(failedTry.event_id);
+  } finally {
+    await s?.stop();
+    r2.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
