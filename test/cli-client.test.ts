@@ -193,6 +193,30 @@ describe("batches", () => {
   });
 });
 
+describe("following a batch", () => {
+  /** offpeak_http_requests_total for GET on a route pattern, summed over statuses. */
+  const gets = async (route: string) => {
+    const text = await (await t.api("/metrics")).text();
+    let n = 0;
+    for (const line of text.split("\n"))
+      if (line.startsWith("offpeak_http_requests_total{") && line.includes(`method="GET"`) && line.includes(`route="${route}"`)) n += Number(line.split(" ").pop());
+    return n;
+  };
+
+  test("batches wait follows the event stream (GET /batches/{id}/events), not polling", async () => {
+    const file = (await t.sdk().files.create({ file: new File([ids(400, "ev").map((id) => chatLine(id)).join("\n")], "ev.jsonl"), purpose: "batch" })).id;
+    const batch = await t.sdk().batches.create({ input_file_id: file, endpoint: "/v1/chat/completions", completion_window: "24h" });
+    const polls = await gets("/api/v1/batches/:id");
+    const streams = await gets("/api/v1/batches/:id/events");
+    const waited = await cli(["batches", "wait", batch.id, "--interval", "0.05"]);
+    expectCode(waited, 0);
+    expect(JSON.parse(waited.stdout)).toMatchObject({ id: batch.id, status: "completed", request_counts: { total: 400, completed: 400, failed: 0 } });
+    expect(await gets("/api/v1/batches/:id/events")).toBe(streams + 1);
+    // With --interval 0.05 polling would have asked many times while 400 lines ran.
+    expect(await gets("/api/v1/batches/:id")).toBe(polls);
+  });
+});
+
 describe("--timeout", () => {
   test("batches wait --timeout: gives up with exit 3 and the record as it is; the batch keeps running; a later wait follows it", async () => {
     const file = (await t.sdk().files.create({ file: new File([ids(8000, "to").map((id) => chatLine(id)).join("\n")], "to.jsonl"), purpose: "batch" })).id;

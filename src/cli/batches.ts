@@ -173,6 +173,10 @@ export const timedOutMessage = (b: Batch, timeoutMs: number) =>
  */
 export async function waitForBatch(client: Client, id: string, { intervalMs, timeoutMs, progress }: WaitOptions): Promise<Batch> {
   const giveUpAt = timeoutMs === null ? Infinity : Date.now() + timeoutMs;
+  const show = (b: Batch) => {
+    const c = b.request_counts;
+    progress.update({ label: b.status, done: c.completed + c.failed, total: c.total || null, failed: c.failed, unit: "lines" });
+  };
   const onInterrupt = () => {
     progress.finishLine();
     process.stderr.write(`\ninterrupted: batch ${id} keeps running on the server (offpeak batches wait ${id} to follow it, offpeak batches cancel ${id} to stop it)\n`);
@@ -184,6 +188,13 @@ export async function waitForBatch(client: Client, id: string, { intervalMs, tim
   let last: Batch | null = null;
   const left = () => giveUpAt - Date.now();
   try {
+    // The server pushes every change (GET /batches/{id}/events); polling
+    // is the fallback: an older server, or a stream that broke off.
+    last = await followEvents(client, id, show, giveUpAt);
+    if (last && (FINAL_STATES.includes(last.status) || Date.now() >= giveUpAt)) {
+      progress.finishLine();
+      return last;
+    }
     for (;;) {
       let b: Batch;
       try {
@@ -207,8 +218,7 @@ export async function waitForBatch(client: Client, id: string, { intervalMs, tim
         continue;
       }
       last = b;
-      const c = b.request_counts;
-      progress.update({ label: b.status, done: c.completed + c.failed, total: c.total || null, failed: c.failed, unit: "lines" });
+      show(b);
       if (FINAL_STATES.includes(b.status) || Date.now() >= giveUpAt) {
         progress.finishLine();
         return b;
@@ -218,6 +228,52 @@ export async function waitForBatch(client: Client, id: string, { intervalMs, tim
   } finally {
     process.off("SIGINT", onInterrupt);
   }
+}
+
+/**
+ * Follows the batch's event stream until it ends (a final state) or
+ * `giveUpAt` passes; returns the last record seen, or null if the stream
+ * could not be opened (then the caller polls).
+ */
+async function followEvents(client: Client, id: string, onBatch: (b: Batch) => void, giveUpAt: number): Promise<Batch | null> {
+  let res: Response;
+  try {
+    res = await client.fetch("GET", `/batches/${encodeURIComponent(id)}/events`, { timeout: false, headers: { accept: "text/event-stream" } });
+  } catch {
+    return null; // an older server (404 Unknown route), or any other trouble: polling says what it is
+  }
+  if (!(res.headers.get("content-type") ?? "").startsWith("text/event-stream") || !res.body) {
+    await res.body?.cancel();
+    return null;
+  }
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  const timer = Number.isFinite(giveUpAt) ? setTimeout(() => void reader.cancel().catch(() => {}), Math.max(0, giveUpAt - Date.now())) : null;
+  let last: Batch | null = null;
+  let buf = "";
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += value;
+      for (let end = buf.indexOf("\n\n"); end !== -1; end = buf.indexOf("\n\n")) {
+        const block = buf.slice(0, end);
+        buf = buf.slice(end + 2);
+        const data = block
+          .split("\n")
+          .filter((l) => l.startsWith("data:"))
+          .map((l) => l.slice(5).trimStart())
+          .join("\n");
+        if (!data) continue; // a keep-alive comment
+        last = JSON.parse(data) as Batch;
+        onBatch(last);
+      }
+    }
+  } catch {
+    // The connection broke: the caller polls from here on.
+  } finally {
+    if (timer) clearTimeout(timer);
+  }
+  return last;
 }
 
 /** On stderr: why a batch did not complete (validation errors, expiry, cancellation). */
