@@ -46,5 +46,12 @@ export const migrations: { tag: string; statements: string[] }[] = [
       "CREATE INDEX `webhook_events_due` ON `webhook_events` (`status`,`next_attempt_at`);",
       "CREATE INDEX `webhook_events_endpoint` ON `webhook_events` (`endpoint_id`);"
     ]
+  },
+  {
+    "tag": "0004_chemical_jean_grey",
+    "statements": [
+      "CREATE TABLE `file_parts` (\n\t`file_id` text NOT NULL,\n\t`idx` integer NOT NULL,\n\t`key` text NOT NULL,\n\t`bytes` integer NOT NULL,\n\tPRIMARY KEY(`file_id`, `idx`),\n\tFOREIGN KEY (`file_id`) REFERENCES `files`(`id`) ON UPDATE no action ON DELETE cascade\n);",
+      "ALTER TABLE `files` ADD `parts` integer;"
+    ]
   }
 ];

@@ -16,6 +16,8 @@ export const files = sqliteTable(
     expiresAt: integer("expires_at"),
     /** Requests in a batch input file (null for other purposes). */
     lineCount: integer("line_count"),
+    /** Parts of a composed file (rows in file_parts); null: one blob under the file's id. */
+    parts: integer("parts"),
   },
   (t) => [index("files_project_seq").on(t.project, t.seq), index("files_expires_at").on(t.expiresAt)],
 );

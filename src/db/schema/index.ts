@@ -1,5 +1,6 @@
 export * from "./apiKeys";
 export * from "./files";
+export * from "./fileParts";
 export * from "./batches";
 export * from "./batchShards";
 export * from "./chats";
