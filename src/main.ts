@@ -94,7 +94,8 @@ function keys(argv: string[], args: string[], flags: Record<string, string>): nu
   // only create may start a database, so keys can be made before the first start.
   if (verb !== "create" && !existsSync(join(config.dataDir, "offpeak.db")))
     throw new ConfigError(`no offpeak database in ${config.dataDir}: is --data-dir right? (keys create makes one)`);
-  const db = openDb(config.dataDir);
+  // FULL: each commit is fsynced before the key (or "revoked") is printed.
+  const db = openDb(config.dataDir, { synchronous: "FULL" });
   try {
     if (verb === "create") {
       const created = createKey(db, {

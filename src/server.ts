@@ -4,7 +4,7 @@ import { buildApp, withRequestId } from "./app";
 import { observeRequests } from "./metrics/http";
 import type { Config } from "./config";
 import type { AppContext } from "./context";
-import { openDb } from "./db/client";
+import { openDb, syncCommits } from "./db/client";
 import { sweepExpiredFiles } from "./files/service";
 import { createKey, countKeys } from "./keys/service";
 import { createLogger } from "./log";
@@ -51,6 +51,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
   let bootstrapKey: string | null = null;
   if (!config.adminKey && countKeys(db) === 0) {
     bootstrapKey = createKey(db, { name: "bootstrap admin", scopes: ["admin"] }).key;
+    await syncCommits(db); // on disk before it is shown
     if (!opts.quiet) process.stdout.write(`offpeak: created the first admin key (shown only once):\n${bootstrapKey}\n`);
   }
 

@@ -1,6 +1,7 @@
 import { Elysia, t } from "elysia";
 import { principalOf } from "../auth/plugin";
 import type { AppContext } from "../context";
+import { syncCommits } from "../db/client";
 import { jsonOnly } from "../http/jsonBody";
 import { intParam } from "../http/query";
 import { batchView, cancelBatch, createBatch, getBatch, listBatches } from "./service";
@@ -18,9 +19,11 @@ export const batchesRoutes = (ctx: AppContext) =>
   new Elysia({ prefix: "/batches", detail: { tags: ["batches"] } })
     .post(
       "",
-      ({ request, body }) => {
+      // Answered only once the record's commit is on disk (syncCommits), as the cancel below.
+      async ({ request, body }) => {
         const row = createBatch(ctx, principalOf(request).project, body);
         ctx.kickBatches();
+        await syncCommits(ctx.db);
         return batchView(row);
       },
       { parse: jsonOnly, body: CreateBody, detail: { summary: "Create a batch from an uploaded JSONL file" } },
@@ -42,9 +45,10 @@ export const batchesRoutes = (ctx: AppContext) =>
     })
     .post(
       "/:id/cancel",
-      ({ request, params }) => {
+      async ({ request, params }) => {
         const row = cancelBatch(ctx, principalOf(request).project, params.id);
         ctx.kickBatches();
+        await syncCommits(ctx.db);
         return batchView(row);
       },
       { parse: "none", detail: { summary: "Cancel a batch" } },

@@ -1,5 +1,6 @@
 import { and, asc, desc, eq, gt, isNotNull, lt, lte, or, isNull } from "drizzle-orm";
 import type { AppContext } from "../context";
+import { syncCommits } from "../db/client";
 import { files } from "../db/schema";
 import { ApiError, notFound } from "../errors";
 import { isId, nowSeconds } from "../ids";
@@ -75,13 +76,16 @@ export type FileDeleteGuard = (ctx: AppContext, fileId: string) => string | null
 const deleteGuards: FileDeleteGuard[] = [];
 export const addFileDeleteGuard = (g: FileDeleteGuard) => deleteGuards.push(g);
 
-export function deleteFile(ctx: AppContext, project: string, id: string) {
+export async function deleteFile(ctx: AppContext, project: string, id: string) {
   const row = getFile(ctx, project, id);
   for (const guard of deleteGuards) {
     const why = guard(ctx, row.id);
     if (why) throw new ApiError("invalid_state", why);
   }
   ctx.db.delete(files).where(eq(files.id, row.id)).run();
+  // The deletion is on disk before the bytes go: an OS crash must not bring
+  // back a record whose bytes were removed.
+  await syncCommits(ctx.db);
   ctx.store.delete(row.id);
   return { id: row.id, object: "file" as const, deleted: true as const };
 }

@@ -1,7 +1,11 @@
 // POST /files: the multipart body streams to a temp file while a Worker checks
 // batch lines; the record is inserted only when everything passed, and on any
 // rejection the temp file is removed, so a failed upload leaves nothing.
+// Durable before acknowledged: the answer goes out only after the bytes
+// (flushed while they stream in), their name in files/, and the record's
+// commit are on disk (writer.commit(), syncCommits()).
 import type { AppContext } from "../context";
+import { syncCommits } from "../db/client";
 import { files } from "../db/schema";
 import { ApiError } from "../errors";
 import { newId, nowSeconds } from "../ids";
@@ -136,6 +140,7 @@ async function finishUpload(ctx: AppContext, project: string, id: string, st: Up
     ctx.store.delete(id);
     throw e;
   }
+  await syncCommits(ctx.db);
   return fileView(row);
 }
 

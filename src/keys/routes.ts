@@ -1,5 +1,6 @@
 import { Elysia, t } from "elysia";
 import type { AppContext } from "../context";
+import { syncCommits } from "../db/client";
 import { jsonOnly } from "../http/jsonBody";
 import { createKey, listKeys, revokeKey } from "./service";
 
@@ -12,6 +13,15 @@ const CreateKeyBody = t.Object({
 
 export const keysRoutes = (ctx: AppContext) =>
   new Elysia({ prefix: "/keys", detail: { tags: ["keys"] } })
-    .post("", ({ body }) => createKey(ctx.db, body), { parse: jsonOnly, body: CreateKeyBody, detail: { summary: "Create an API key (secret shown once)" } })
+    // A key or a revocation is answered only once its commit is on disk (syncCommits).
+    .post("", async ({ body }) => {
+      const created = createKey(ctx.db, body);
+      await syncCommits(ctx.db);
+      return created;
+    }, { parse: jsonOnly, body: CreateKeyBody, detail: { summary: "Create an API key (secret shown once)" } })
     .get("", () => ({ object: "list" as const, data: listKeys(ctx.db) }), { detail: { summary: "List API keys" } })
-    .delete("/:id", ({ params }) => revokeKey(ctx.db, params.id), { detail: { summary: "Revoke an API key" } });
+    .delete("/:id", async ({ params }) => {
+      const revoked = revokeKey(ctx.db, params.id);
+      await syncCommits(ctx.db);
+      return revoked;
+    }, { detail: { summary: "Revoke an API key" } });

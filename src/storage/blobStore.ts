@@ -6,7 +6,7 @@ export interface BlobWriter {
   write(chunk: Uint8Array): void;
   /** Streams back what has been written so far (before commit). */
   readBack(): ReadableStream<Uint8Array>;
-  /** Makes the blob visible under its key. */
+  /** Makes the blob visible under its key, durably: resolves only once its bytes and its name are on disk (fsynced). */
   commit(): Promise<void>;
   /** Removes everything written; safe to call more than once. */
   abort(): void;

@@ -1,6 +1,11 @@
-import { closeSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, statSync, statfsSync, writeSync } from "node:fs";
-import { join } from "node:path";
+import { closeSync, mkdirSync, openSync, readdirSync, rmSync, statSync, statfsSync, writeSync } from "node:fs";
+import { rename } from "node:fs/promises";
+import { dirname, join } from "node:path";
+import { FSYNC_ENABLED, noteDurable, syncDir, syncDirNow, syncFd } from "../fsync";
 import type { BlobStore, BlobWriter } from "./blobStore";
+
+/** An upload is flushed to disk every this many bytes while it streams (see createWriter). */
+const SYNC_EVERY = 16 * 1024 * 1024;
 
 /**
  * Blobs as plain files under `<dataDir>/files`. A writer fills
@@ -17,6 +22,9 @@ export class LocalDiskStore implements BlobStore {
     this.tmp = join(dataDir, "tmp");
     mkdirSync(this.dir, { recursive: true });
     mkdirSync(this.tmp, { recursive: true });
+    // The directories' own entries, once at start: a commit fsyncs files/ only.
+    syncDirNow(dataDir);
+    syncDirNow(dirname(dataDir));
   }
 
   pathOf(key: string): string {
@@ -26,8 +34,21 @@ export class LocalDiskStore implements BlobStore {
   createWriter(key: string): BlobWriter {
     const tmpPath = join(this.tmp, `${key}.part`);
     const finalPath = this.pathOf(key);
+    const dir = this.dir;
     let fd: number | null = openSync(tmpPath, "w", 0o600);
     let bytes = 0;
+    // Durable before acknowledged (docs/OPERATING.md): the bytes are flushed
+    // while they stream in, one fdatasync at a time on the thread pool, each
+    // covering everything written so far, so the flush at commit covers at
+    // most the last SYNC_EVERY bytes plus what arrived during the last flush.
+    let flushing: Promise<void> | null = null;
+    let flushError: unknown = null;
+    let nextSyncAt = SYNC_EVERY;
+    const startFlush = (f: number) => {
+      flushing = syncFd(f, tmpPath, bytes)
+        .catch((e) => void (flushError ??= e))
+        .finally(() => (flushing = null));
+    };
     return {
       get bytes() {
         return bytes;
@@ -38,22 +59,39 @@ export class LocalDiskStore implements BlobStore {
         let off = 0;
         while (off < chunk.length) off += writeSync(fd!, chunk, off, chunk.length - off);
         bytes += chunk.length;
+        if (bytes >= nextSyncAt && flushing === null && FSYNC_ENABLED) {
+          nextSyncAt = bytes + SYNC_EVERY;
+          startFlush(fd!);
+        }
       },
       readBack() {
         return Bun.file(tmpPath).stream();
       },
       async commit() {
-        // No fsync: the bytes survive a process crash (they are in the page
-        // cache); only an OS crash could lose the newest upload, and an fsync
-        // of a 280 MB file costs more than the whole upload.
+        // file fdatasync → close → rename → fsync of the directory: only then
+        // does the caller write the record and answer.
+        while (flushing) await flushing;
+        if (flushError) throw flushError;
+        await syncFd(fd!, tmpPath, bytes);
         closeSync(fd!);
         fd = null;
-        renameSync(tmpPath, finalPath);
+        await rename(tmpPath, finalPath);
+        noteDurable("rename", finalPath, { bytes });
+        try {
+          await syncDir(dir);
+        } catch (e) {
+          // Not known to be durable: not stored (abort() only removes the temp file).
+          rmSync(finalPath, { force: true });
+          throw e;
+        }
       },
       abort() {
-        if (fd !== null) {
-          closeSync(fd);
-          fd = null;
+        const f = fd;
+        fd = null;
+        // A flush in flight still uses the descriptor: close it after.
+        if (f !== null) {
+          if (flushing) void flushing.finally(() => closeSync(f));
+          else closeSync(f);
         }
         rmSync(tmpPath, { force: true });
       },

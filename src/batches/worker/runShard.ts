@@ -3,7 +3,13 @@
 // result lines to the part files. Writes are flushed as soon as the current
 // turn of the event loop ends, so a line whose result is computed is on disk
 // (in the page cache, which survives a process kill) before more work waits.
-import { closeSync, openSync, writeSync } from "node:fs";
+// Before the shard reports "done" or "paused", its part files and their
+// directory entries are fsynced (the runner may finalize the batch as soon as
+// every shard is done): a batch never reaches a final state with result bytes
+// that an OS crash could still lose.
+import { closeSync, fstatSync, openSync, writeSync } from "node:fs";
+import { dirname } from "node:path";
+import { FSYNC_ENABLED, syncDir, syncFd } from "../../fsync";
 import { readLines } from "../../jsonl/lineReader";
 import type { FromWorker, PricedModel, RunTask, ShardTotals } from "../types";
 import { runBuiltin, runUpstream, stoppedLine, type BatchRequest, type LineResult, type ShardControl } from "./execute";
@@ -13,13 +19,26 @@ import { acquireSlot } from "./slots";
 import { countLine, takeWorkerMetrics } from "../../metrics/worker";
 
 const FLUSH_BYTES = 1 << 20;
+/** While a shard runs, each part file is flushed to disk (fdatasync, on the thread pool) every this many bytes, so the flush before "done" is small. */
+const SYNC_BYTES = 32 << 20;
 const PROGRESS_MS = 250;
 
 class PartWriter {
   private buf: string[] = [];
   private bytes = 0;
   private scheduled = false;
-  constructor(private readonly fd: number) {}
+  /** The file's size: what recovery kept plus what this run wrote. */
+  private size: number;
+  private nextSyncAt: number;
+  private syncing: Promise<void> | null = null;
+  private syncError: unknown = null;
+  constructor(
+    private readonly fd: number,
+    private readonly path: string,
+  ) {
+    this.size = fstatSync(fd).size;
+    this.nextSyncAt = this.size + SYNC_BYTES;
+  }
 
   push(line: string): void {
     this.buf.push(line);
@@ -37,20 +56,47 @@ class PartWriter {
     const data = this.buf.length === 1 ? this.buf[0]! : this.buf.join("");
     this.buf = [];
     this.bytes = 0;
-    writeSync(this.fd, data);
+    this.size += writeSync(this.fd, data);
+    if (this.size >= this.nextSyncAt && this.syncing === null && FSYNC_ENABLED) {
+      this.nextSyncAt = this.size + SYNC_BYTES;
+      this.syncing = syncFd(this.fd, this.path, this.size)
+        .catch((e) => void (this.syncError ??= e))
+        .finally(() => (this.syncing = null));
+    }
   }
 
-  close(): void {
+  /** Writes what is buffered, flushes the file to disk if `durable`, and closes it (also when the flush fails). */
+  async close(durable: boolean): Promise<void> {
     this.flush();
-    closeSync(this.fd);
+    try {
+      // A flush in flight uses the descriptor: wait for it before closing.
+      while (this.syncing) await this.syncing;
+      if (durable) {
+        if (this.syncError) throw this.syncError;
+        await syncFd(this.fd, this.path, this.size);
+      }
+    } finally {
+      closeSync(this.fd);
+    }
   }
+}
+
+/**
+ * fsync of the directories that hold the part files, and of the two above
+ * them: the part files' names, the batch directory's name and the batches
+ * directory's own name (the runner creates them with mkdir -p).
+ */
+async function syncPartDirs(paths: string[]): Promise<void> {
+  const dirs = new Set<string>();
+  for (const p of paths) for (let d = dirname(p), i = 0; i < 3; d = dirname(d), i++) dirs.add(d);
+  await Promise.all([...dirs].map(syncDir));
 }
 
 export async function runShard(task: RunTask, models: Map<string, PricedModel>, control: ShardControl, post: (m: FromWorker) => void): Promise<void> {
   const { done, totals } = await recoverParts(task.outPath, task.errPath);
   if (task.stopCode) control.stopCode ??= task.stopCode;
-  const out = new PartWriter(openSync(task.outPath, "a"));
-  const err = new PartWriter(openSync(task.errPath, "a"));
+  const out = new PartWriter(openSync(task.outPath, "a"), task.outPath);
+  const err = new PartWriter(openSync(task.errPath, "a"), task.errPath);
   const record = (r: LineResult, model: PricedModel | undefined, modelId = model?.id ?? "unknown") => {
     countLine(modelId, r.ok);
     unsent = true;
@@ -91,6 +137,7 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
   let failure: unknown = null;
   const nextCompletion = () => new Promise<void>((r) => (wake = r));
   let paused = false;
+  let finished = false;
   try {
     const stream = Bun.file(task.inputPath).slice(task.start, task.end).stream();
     outer: for await (const lines of readLines(stream)) {
@@ -146,16 +193,19 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
       // Give finished requests' writes and incoming control messages a turn.
       if (inFlight === 0) await new Promise((r) => setImmediate(r));
     }
+    finished = true;
   } finally {
     // The shard's last requests, also when the loop failed: they write to
     // these files when they finish; closing first could let a later shard
     // reuse the descriptor numbers and receive their lines.
     while (inFlight > 0) await nextCompletion();
     clearInterval(heldBack);
-    out.close();
-    err.close();
+    // A failed shard runs again from what its parts hold: no flush needed.
+    const durable = finished && !failure;
+    await Promise.all([out.close(durable), err.close(durable)]);
   }
   if (failure) throw failure;
+  await syncPartDirs([task.outPath, task.errPath]);
   post({ type: paused ? "paused" : "done", batchId: task.batchId, idx: task.idx, totals, metrics: takeWorkerMetrics() });
 }
 

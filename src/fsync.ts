@@ -1,0 +1,81 @@
+// Making bytes durable: fdatasync of files and fsync of directories, always
+// off the calling thread (Bun runs the callback and promise forms of node:fs
+// on its thread pool: checked with `strace -f`, the fdatasync/fsync calls
+// come from pool threads, never from the main thread or a Worker's), so the
+// event loop keeps answering while the disk works. Used by the upload writer
+// (src/storage/localDisk.ts), the batch part writer (src/batches/worker/
+// runShard.ts) and the database's commit sync (src/db/client.ts).
+//
+// A file is durable once its data is fdatasync'ed (which includes its size);
+// a new name (create, rename, mkdir) once its directory is fsync'ed. An fsync
+// that fails means the kernel may have dropped the dirty pages: the caller
+// must not acknowledge, so every function here rejects with the error.
+//
+// Two settings are read once, when this module loads, in every thread that
+// imports it (batch Workers get no Config object, and all threads must agree):
+//
+// - OFFPEAK_UNSAFE_NO_FSYNC=1 — skip every flush offpeak makes (SQLite keeps
+//   its own, at checkpoints). **For benchmarks only**
+//   (bench/upload.ts compares uploads with and without flushing): an OS crash
+//   or power loss can then lose acknowledged files and records.
+// - OFFPEAK_TEST_FSYNC_LOG=PATH (tests only) — append one JSON line per
+//   completed flush ({op, path, bytes?, thread, t}) to PATH, and
+//   OFFPEAK_TEST_FSYNC_DELAY_MS=N (main thread) and
+//   OFFPEAK_TEST_FSYNC_WORKER_DELAY_MS=N (Workers) — wait N ms before each
+//   flush. Together they let a test prove that an answer comes after the
+//   flushes it depends on (test/durability.test.ts): with the delay, an
+//   answer sent before its flush finished arrives before the flush's line is
+//   in the log.
+import { appendFileSync, closeSync, fdatasync, fsyncSync, openSync } from "node:fs";
+import { open } from "node:fs/promises";
+import { isMainThread } from "node:worker_threads";
+
+export const FSYNC_ENABLED = process.env.OFFPEAK_UNSAFE_NO_FSYNC !== "1";
+const TEST_LOG = process.env.OFFPEAK_TEST_FSYNC_LOG || null;
+const TEST_DELAY_MS = Number(isMainThread ? process.env.OFFPEAK_TEST_FSYNC_DELAY_MS : process.env.OFFPEAK_TEST_FSYNC_WORKER_DELAY_MS) || 0;
+
+/** Test seam: records a completed flush (or a step around one, e.g. a rename) when OFFPEAK_TEST_FSYNC_LOG is set. */
+export function noteDurable(op: "file" | "dir" | "rename" | "db", path: string, extra: Record<string, unknown> = {}): void {
+  if (!TEST_LOG) return;
+  appendFileSync(TEST_LOG, JSON.stringify({ op, path, ...extra, thread: isMainThread ? "main" : "worker", t: performance.timeOrigin + performance.now() }) + "\n");
+}
+
+/** Test seam: the wait OFFPEAK_TEST_FSYNC_DELAY_MS asks for before each flush (none otherwise). */
+export const flushDelayForTests = () => (TEST_DELAY_MS > 0 ? new Promise((r) => setTimeout(r, TEST_DELAY_MS)) : null);
+
+/**
+ * fdatasync(fd) on the thread pool. `path` and `bytes` only label the test
+ * log. The caller must not close `fd` before this settles (a reused
+ * descriptor number would be flushed instead).
+ */
+export async function syncFd(fd: number, path: string, bytes?: number): Promise<void> {
+  if (!FSYNC_ENABLED) return;
+  await flushDelayForTests();
+  await new Promise<void>((resolve, reject) => fdatasync(fd, (e) => (e ? reject(e) : resolve())));
+  noteDurable("file", path, bytes === undefined ? {} : { bytes });
+}
+
+/** fsync of a directory (its entries: files created, renamed or removed in it), on the thread pool. */
+export async function syncDir(path: string): Promise<void> {
+  if (!FSYNC_ENABLED) return;
+  await flushDelayForTests();
+  const dir = await open(path, "r");
+  try {
+    await dir.sync();
+  } finally {
+    await dir.close();
+  }
+  noteDurable("dir", path);
+}
+
+/** The same, blocking: only for start-up (once, before serving) and short CLI runs. */
+export function syncDirNow(path: string): void {
+  if (!FSYNC_ENABLED) return;
+  const fd = openSync(path, "r");
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  noteDurable("dir", path);
+}
