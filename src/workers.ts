@@ -5,3 +5,4 @@
 // path works both from source and from the binary.
 export const VALIDATE_WORKER = new URL("./jsonl/validate.worker.ts", import.meta.url);
 export const BATCH_WORKER = new URL("./batches/worker/entry.ts", import.meta.url);
+export const RETRY_WORKER = new URL("./batches/retry.worker.ts", import.meta.url);

@@ -83,7 +83,8 @@ describe("help", () => {
     for (const w of ["files upload", "batches create", "batch run", "OFFPEAK_BASE_URL", "OFFPEAK_API_KEY", "Exit codes"]) expect(top.stdout).toContain(w);
     for (const [group, words] of [
       ["files", ["upload", "list", "get", "download", "rm", "--base-url", "--api-key"]],
-      ["batches", ["create", "get", "list", "cancel", "wait", "Exit codes"]],
+      ["batches", ["create", "get", "list", "cancel", "retry", "wait", "Exit codes"]],
+      ["webhooks", ["create", "list", "rm", "whsec_", "Exit codes"]],
       ["batch", ["run", "--out", "--errors", "--endpoint", "Exit codes"]],
       ["healthcheck", ["--url"]],
     ] as const) {
@@ -214,6 +215,39 @@ describe("following a batch", () => {
     expect(await gets("/api/v1/batches/:id/events")).toBe(streams + 1);
     // With --interval 0.05 polling would have asked many times while 400 lines ran.
     expect(await gets("/api/v1/batches/:id")).toBe(polls);
+  });
+});
+
+describe("retry and webhooks", () => {
+  test("batches retry: a new batch of the failed lines, metadata retry_of", async () => {
+    const lines = [chatLine("rt-ok"), JSON.stringify({ custom_id: "rt-bad", method: "POST", url: "/v1/chat/completions", body: { model: "offpeak-echo", n: 0, messages: [{ role: "user", content: "x" }] } })];
+    const file = (await t.sdk().files.create({ file: new File([lines.join("\n")], "rt.jsonl"), purpose: "batch" })).id;
+    const batch = await t.sdk().batches.create({ input_file_id: file, endpoint: "/v1/chat/completions", completion_window: "24h" });
+    expectCode(await cli(["batches", "wait", batch.id]), 0);
+    const r = await cli(["batches", "retry", batch.id]);
+    expectCode(r, 0);
+    const again = JSON.parse(r.stdout);
+    expect(again.metadata).toEqual({ retry_of: batch.id });
+    expect(await (await t.sdk().files.content(again.input_file_id)).text()).toBe(lines[1] + "\n");
+    const refused = await cli(["batches", "retry", batch.id + "x"]);
+    expectCode(refused, 2);
+  });
+
+  test("webhooks create (secret shown once) → list → rm", async () => {
+    const made = await cli(["webhooks", "create", "http://127.0.0.1:9/hook", "--events", "batch.completed,batch.failed"]);
+    expectCode(made, 0);
+    const ep = JSON.parse(made.stdout);
+    expect(ep).toMatchObject({ object: "webhook_endpoint", url: "http://127.0.0.1:9/hook", events: ["batch.completed", "batch.failed"], project: "default" });
+    expect(ep.secret).toMatch(/^whsec_/);
+    const listed = await cli(["webhooks", "list"]);
+    expectCode(listed, 0);
+    expect(listed.stdout).toMatch(new RegExp(`${ep.id}\\s+default\\s+batch.completed,batch.failed`));
+    expect(listed.stdout).not.toContain("whsec_");
+    const gone = await cli(["webhooks", "rm", ep.id]);
+    expectCode(gone, 0);
+    expect(JSON.parse(gone.stdout)).toEqual({ id: ep.id, object: "webhook_endpoint", deleted: true });
+    expectCode(await cli(["webhooks", "rm", ep.id]), 2);
+    expectCode(await cli(["webhooks", "create", "ftp://nope"]), 2);
   });
 });
 

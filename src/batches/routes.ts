@@ -6,6 +6,7 @@ import { jsonOnly } from "../http/jsonBody";
 import { intParam } from "../http/query";
 import { batchView, cancelBatch, createBatch, getBatch, listBatches } from "./service";
 import { batchEventsOf } from "./events";
+import { retryBatch } from "./retry";
 
 const CreateBody = t.Object({
   input_file_id: t.String(),
@@ -41,6 +42,14 @@ export const batchesRoutes = (ctx: AppContext) =>
         summary: "Follow a batch (SSE)",
         description:
           "Server-sent events: `event: batch` with the batch record at once, again whenever its status or request_counts change (at most every 500 ms; a final state at once), `: keep-alive` after 15 s without an event; closed after a final state.",
+      },
+    })
+    .post("/:id/retry", async ({ request, params }) => batchView(await retryBatch(ctx, principalOf(request).project, params.id)), {
+      parse: "none",
+      detail: {
+        summary: "Retry the failed lines of a finished batch",
+        description:
+          "Creates a new input file from the original request lines of every line in the batch's error file, and a new batch on it with the same endpoint and window; metadata gets retry_of. 409 if the batch is not final or nothing failed.",
       },
     })
     .post(

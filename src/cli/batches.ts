@@ -15,10 +15,13 @@ Usage:
   offpeak batches get BATCH_ID
   offpeak batches list [--limit N] [--after BATCH_ID] [--json]
   offpeak batches cancel BATCH_ID
+  offpeak batches retry BATCH_ID
   offpeak batches wait BATCH_ID [--interval SECONDS] [--progress-interval SECONDS]
                                [--timeout SECONDS] [--quiet]
 
-create, get and cancel print the batch record (JSON). wait shows progress on
+create, get and cancel print the batch record (JSON). retry makes a new
+batch of the failed lines of a finished one (same endpoint and window,
+metadata retry_of) and prints it. wait shows progress on
 stderr (a bar on a terminal, a plain line every few seconds otherwise),
 then prints the final record; with --timeout it gives up after that many
 seconds (exit 3), printing the record as it is, and the batch keeps running.
@@ -37,8 +40,8 @@ export function batchesCommand(argv: string[]): Promise<number> {
   return dispatchVerb(argv, {
     name: "batches",
     help: BATCHES_HELP,
-    verbs: { create, get, list, ls: list, cancel, wait },
-    listed: "create, get, list, cancel, wait",
+    verbs: { create, get, list, ls: list, cancel, retry, wait },
+    listed: "create, get, list, cancel, retry, wait",
   });
 }
 
@@ -109,6 +112,14 @@ async function cancel(argv: string[]): Promise<number> {
   if (helped(p, BATCHES_HELP)) return 0;
   const [id] = positionals(p, ["BATCH_ID"], "offpeak batches cancel BATCH_ID");
   printJson(await new Client(connection(p)).json<Batch>("POST", `/batches/${encodeURIComponent(id!)}/cancel`));
+  return 0;
+}
+
+async function retry(argv: string[]): Promise<number> {
+  const p = parseArgs(argv, {});
+  if (helped(p, BATCHES_HELP)) return 0;
+  const [id] = positionals(p, ["BATCH_ID"], "offpeak batches retry BATCH_ID");
+  printJson(await new Client(connection(p)).json<Batch>("POST", `/batches/${encodeURIComponent(id!)}/retry`));
   return 0;
 }
 

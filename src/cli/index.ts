@@ -5,12 +5,14 @@ import { batchCommand } from "./run";
 import { batchesCommand } from "./batches";
 import { filesCommand } from "./files";
 import { healthcheckCommand } from "./health";
+import { webhooksCommand } from "./webhooks";
 
 export const CLIENT_COMMANDS: Record<string, (argv: string[]) => Promise<number>> = {
   files: filesCommand,
   batches: batchesCommand,
   batch: batchCommand,
   healthcheck: healthcheckCommand,
+  webhooks: webhooksCommand,
 };
 
 export { CliError } from "./args";
