@@ -131,6 +131,7 @@ async function finishUpload(ctx: AppContext, project: string, id: string, st: Up
     createdAt: nowSeconds(),
     expiresAt: null,
     lineCount,
+    parts: null,
   };
   if (expiresAt !== null) row.expiresAt = row.createdAt + expiresAt;
   const { seq: _seq, ...values } = row;
