@@ -20,6 +20,7 @@ import { statusRoutes } from "./status/routes";
 import { metricsRoutes } from "./metrics/routes";
 import { webhooksRoutes } from "./webhooks/routes";
 import { rateLimitHeadersNow } from "./inference/admission";
+import { ENDPOINT_KINDS } from "./endpoints";
 
 export const API_BASES = ["/api/v1", "/v1"] as const;
 
@@ -129,7 +130,8 @@ function toErrorResponse(ctx: AppContext, code: string | number, error: unknown,
   return answer(new ApiError("internal_error", `Internal server error (request ${requestId})`));
 }
 
-const INFERENCE_PATH = /^\/(?:api\/)?v1\/(?:chat\/completions|embeddings|chats\/[^/]+\/stream)$/;
+/** Every endpoint kind's route (src/endpoints), and chat-session streams. */
+const INFERENCE_PATH = new RegExp(`^/(?:api/)?v1(?:${ENDPOINT_KINDS.map((k) => k.path).join("|")}|/chats/[^/]+/stream)$`);
 
 /**
  * SPEC §7 puts the x-ratelimit-* headers on every inference response: an

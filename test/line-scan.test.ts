@@ -3,7 +3,7 @@
 // fuzzer mutates valid request lines (bytes flipped, inserted, deleted,
 // duplicated keys, escapes, odd UTF-8) and compares the two verdicts.
 import { describe, expect, test } from "bun:test";
-import { canonicalEndpoint } from "../src/jsonl/endpoints";
+import { kindOfUrl } from "../src/endpoints";
 import { scanRequestLine } from "../src/jsonl/lineScan";
 
 const enc = new TextEncoder();
@@ -19,7 +19,7 @@ function reference(bytes: Uint8Array): string | null {
   }
   if (typeof value !== "object" || value === null || Array.isArray(value)) return null;
   if (typeof value.custom_id !== "string" || value.custom_id === "") return null;
-  if (value.method !== "POST" || typeof value.url !== "string" || canonicalEndpoint(value.url) === undefined) return null;
+  if (value.method !== "POST" || typeof value.url !== "string" || kindOfUrl(value.url) === undefined) return null;
   const body = value.body;
   if (typeof body !== "object" || body === null || Array.isArray(body)) return null;
   if (typeof body.model !== "string" || body.model === "") return null;

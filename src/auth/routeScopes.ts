@@ -4,20 +4,23 @@
 // (SPEC §2: a valid key without the needed scope gets 403). This is the
 // only place a route's scope is decided (the auth tests check every route
 // with and without it).
+import { ENDPOINT_KINDS } from "../endpoints";
 import type { Scope } from "./scopes";
+
+/** The first path segment of every endpoint kind's route ("chat", "embeddings", …): scope inference. */
+const INFERENCE_RESOURCES = new Set(ENDPOINT_KINDS.map((k) => k.path.split("/")[1]!));
 
 /** `path` is the part after the API base, e.g. "/files/file-abc/content". null: any valid key. */
 export function routeScope(method: string, path: string): Scope | null {
   const end = path.indexOf("/", 1);
   const resource = end === -1 ? path.slice(1) : path.slice(1, end);
   const read = method === "GET" || method === "HEAD";
+  if (INFERENCE_RESOURCES.has(resource)) return "inference";
   switch (resource) {
     case "files":
       return read ? "files:read" : "files:write";
     case "batches":
       return read ? "batches:read" : "batches:write";
-    case "chat":
-    case "embeddings":
     case "models":
     case "chats":
       return "inference";

@@ -10,6 +10,8 @@ import { batches, batchShards, files } from "../db/schema";
 import { base62, nowSeconds } from "../ids";
 import type { ModelRegistry } from "../inference/registry";
 import { finalizeBatch } from "./finalize";
+import { kindOfUrl } from "../endpoints";
+import { serves } from "../endpoints/kind";
 import { recordBatchEvent } from "../webhooks/outbox";
 import { applyWorkerMetrics } from "../metrics";
 import { batchDir, partPath } from "./paths";
@@ -226,10 +228,9 @@ export class BatchRunner {
             .run();
       });
       mkdirSync(batchDir(this.ctx, b.id), { recursive: true });
-      const allowedModels = this.registry
-        .list()
-        .filter((m) => (b.endpoint === "/v1/embeddings" ? m.kind !== "echo" : m.kind !== "embed"))
-        .map((m) => m.id);
+      // The endpoint's module says which models answer it (upstream ones and its built-in).
+      const kind = kindOfUrl(b.endpoint);
+      const allowedModels = kind ? this.registry.list().filter((m) => serves(kind, m.kind)).map((m) => m.id) : [];
       const tasks: WorkerTask[] = cuts.map((c, idx) => ({ type: "validate", batchId: b.id, idx, inputPath: path, start: c.start, end: c.end, endpoint: b.endpoint, models: allowedModels }));
       const v: Validation = { batch: b, results: cuts.map(() => null), left: cuts.length, tasks };
       this.validations.set(b.id, v);

@@ -6,7 +6,7 @@ import { batches } from "../db/schema";
 import { ApiError, notFound } from "../errors";
 import { isId, newId, nowSeconds } from "../ids";
 import { addFileDeleteGuard, getFile } from "../files/service";
-import { canonicalEndpoint } from "../jsonl/endpoints";
+import { ENDPOINT_LIST, kindOfUrl } from "../endpoints";
 
 export type BatchRow = typeof batches.$inferSelect;
 export const FINAL_STATES = ["completed", "failed", "expired", "cancelled"] as const;
@@ -63,8 +63,8 @@ export function windowHours(window: string): number {
 }
 
 export function createBatch(ctx: AppContext, project: string, input: CreateBatchInput): BatchRow {
-  const endpoint = canonicalEndpoint(input.endpoint);
-  if (!endpoint) throw new ApiError("invalid_value", "endpoint must be /v1/chat/completions or /v1/embeddings", { param: "endpoint" });
+  const endpoint = kindOfUrl(input.endpoint)?.endpoint;
+  if (!endpoint) throw new ApiError("invalid_value", `endpoint must be one of ${ENDPOINT_LIST}`, { param: "endpoint" });
   const hours = windowHours(input.completion_window);
   const metadata = checkMetadata(input.metadata);
   let outputExpiresAfter: number | null = null;

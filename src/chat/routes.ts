@@ -3,6 +3,7 @@ import { principalOf } from "../auth/plugin";
 import type { AppContext } from "../context";
 import { jsonOnly } from "../http/jsonBody";
 import { requireModel } from "../inference/admission";
+import { chatCompletions as kind } from "../endpoints/chatCompletions";
 import { chatCompletions } from "./service";
 
 // Only what we must read is checked here; every other field passes through
@@ -10,8 +11,8 @@ import { chatCompletions } from "./service";
 const ChatBody = t.Object({ model: t.String(), messages: t.Array(t.Unknown()) }, { additionalProperties: true });
 
 export const chatRoutes = (ctx: AppContext) =>
-  new Elysia({ prefix: "/chat", detail: { tags: ["inference"] } })
-    .post("/completions", ({ request, body }) => chatCompletions(ctx, principalOf(request), body as Record<string, unknown>, request), {
+  new Elysia({ detail: { tags: ["inference"] } })
+    .post(kind.path, ({ request, body }) => chatCompletions(ctx, principalOf(request), body as Record<string, unknown>, request), {
       parse: jsonOnly,
       transform: requireModel,
       body: ChatBody,

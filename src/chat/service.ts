@@ -9,7 +9,8 @@ import { echoCompletion, echoUsage, planEcho } from "../inference/echo";
 import { echoChunks, pacedDelay } from "../inference/echoStream";
 import { sseResponse } from "../inference/sse";
 import { promptTokensOf } from "../inference/tokens";
-import { StreamUsage, callUpstream, checkLooksLikeJson, notJson, passThrough, upstreamFailure, upstreamText } from "../inference/upstream";
+import { proxyUpstream } from "../inference/proxy";
+import { chatCompletions as chatCompletionsKind } from "../endpoints/chatCompletions";
 
 const json = (body: unknown, headers: Record<string, string>) => new Response(JSON.stringify(body), { headers: { "content-type": "application/json", ...headers } });
 
@@ -20,7 +21,7 @@ const json = (body: unknown, headers: Record<string, string>) => new Response(JS
  * with plain JSON (and sent on to an upstream that might stream). null = not given.
  * stream_options without stream:true is refused, as OpenAI refuses it.
  */
-function checkStreamFields(body: Record<string, unknown>): boolean {
+export function checkStreamFields(body: Record<string, unknown>): boolean {
   const { stream, stream_options: opts } = body;
   if (stream !== undefined && stream !== null && typeof stream !== "boolean") throw new ApiError("invalid_value", "stream must be a boolean", { param: "stream" });
   if (opts !== undefined && opts !== null) {
@@ -35,7 +36,7 @@ function checkStreamFields(body: Record<string, unknown>): boolean {
 }
 
 export async function chatCompletions(ctx: AppContext, principal: Principal, body: Record<string, unknown>, request: Request): Promise<Response> {
-  const model = resolveModel(ctx, body.model, "chat");
+  const model = resolveModel(ctx, body.model, chatCompletionsKind);
   if (!Array.isArray(body.messages) || body.messages.length === 0) throw new ApiError("invalid_value", "messages must be a non-empty array", { param: "messages" });
   const stream = checkStreamFields(body);
   if (model.kind === "echo") {
@@ -62,46 +63,5 @@ export async function chatCompletions(ctx: AppContext, principal: Principal, bod
     }
   }
 
-  const { headers, release, metersTokens } = await admit(ctx, principal, model, promptTokensOf(body.messages), () => request.signal);
-  let handedOff = false;
-  try {
-    const res = await callUpstream({ model, path: "/chat/completions", body, clientSignal: () => request.signal });
-    if (!res.ok) {
-      const failure = await upstreamFailure(model, res);
-      if (failure instanceof ApiError) {
-        Object.assign(failure.headers, headers);
-        throw failure;
-      }
-      for (const [k, v] of Object.entries(headers)) failure.headers.set(k, v);
-      return failure;
-    }
-    if (stream && res.body) {
-      handedOff = true;
-      // Completion tokens count against tpm: as the stream reports them
-      // (include_usage), else as counted from its deltas (StreamUsage).
-      const usage = metersTokens ? new StreamUsage() : null;
-      const end = () => {
-        release();
-        usage?.finish();
-        if (usage?.completionTokens) ctx.rateLimiter.charge(principal.keyId, usage.completionTokens);
-      };
-      return new Response(passThrough(res, end, usage ? (c) => usage.push(c) : undefined), {
-        headers: { "content-type": res.headers.get("content-type") ?? "text/event-stream", "cache-control": "no-cache", ...headers },
-      });
-    }
-    const text = await upstreamText(res);
-    // Parsing the answer is only needed to charge its tokens.
-    if (metersTokens) {
-      let usage: { completion_tokens?: number } | undefined;
-      try {
-        usage = (JSON.parse(text) as { usage?: { completion_tokens?: number } }).usage;
-      } catch {
-        throw notJson(model);
-      }
-      if (usage?.completion_tokens) ctx.rateLimiter.charge(principal.keyId, usage.completion_tokens);
-    } else checkLooksLikeJson(model, text);
-    return new Response(text, { headers: { "content-type": "application/json", ...headers } });
-  } finally {
-    if (!handedOff) release();
-  }
+  return proxyUpstream(ctx, principal, { model, kind: chatCompletionsKind, body, stream, promptTokens: promptTokensOf(body.messages), request });
 }

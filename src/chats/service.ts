@@ -6,6 +6,7 @@ import { chatMessages, chats } from "../db/schema";
 import { ApiError, notFound } from "../errors";
 import { isId, newId, nowSeconds } from "../ids";
 import { resolveModel } from "../inference/admission";
+import { chatCompletions } from "../endpoints/chatCompletions";
 
 export type ChatRow = typeof chats.$inferSelect;
 
@@ -23,7 +24,7 @@ export function chatView(ctx: AppContext, row: ChatRow, withMessages = true) {
 }
 
 export function createChat(ctx: AppContext, project: string, input: { model: string; system?: string | null; metadata?: unknown }) {
-  resolveModel(ctx, input.model, "chat");
+  resolveModel(ctx, input.model, chatCompletions);
   const metadata = checkMetadata(input.metadata);
   const row = ctx.db
     .insert(chats)

@@ -6,6 +6,7 @@ import type { AppContext } from "../context";
 import { ApiError, notFound } from "../errors";
 import { newId, nowSeconds } from "../ids";
 import { admitInSteps, resolveModel } from "../inference/admission";
+import { chatCompletions } from "../endpoints/chatCompletions";
 import { planEcho } from "../inference/echo";
 import { echoChunks } from "../inference/echoStream";
 import { InBandError, SseDataReader, sseResponse } from "../inference/sse";
@@ -36,7 +37,7 @@ export async function streamReply(
   if (input.content.length === 0) throw new ApiError("invalid_value", "content must not be empty", { param: "content" });
   if (input.max_tokens !== undefined && input.max_tokens !== null && (!Number.isSafeInteger(input.max_tokens) || (input.max_tokens as number) < 1))
     throw new ApiError("invalid_value", "max_tokens must be a positive integer", { param: "max_tokens" });
-  const model = resolveModel(ctx, chat.model, "chat");
+  const model = resolveModel(ctx, chat.model, chatCompletions);
   const messages = [...history(ctx, chat), { role: "user", content: input.content }];
   const body: Record<string, unknown> = { model: chat.model, messages, stream: true };
   if (input.max_tokens !== undefined && input.max_tokens !== null) body.max_tokens = input.max_tokens;
@@ -172,7 +173,7 @@ function generatorSource(chunks: AsyncGenerator<Record<string, unknown>>): Reply
 
 /** Opens an upstream stream: its chunk objects (the `data` of its events), or the Response of an upstream 4xx. */
 async function upstreamReply(model: Parameters<typeof callUpstream>[0]["model"], body: Record<string, unknown>, signal: AbortSignal): Promise<ReplySource | Response> {
-  const res = await callUpstream({ model, path: "/chat/completions", body, clientSignal: () => signal });
+  const res = await callUpstream({ model, path: chatCompletions.path, body, clientSignal: () => signal });
   if (!res.ok) {
     const failure = await upstreamFailure(model, res);
     if (failure instanceof ApiError) throw failure;

@@ -5,19 +5,20 @@ import { admit, resolveModel } from "../inference/admission";
 import { embeddingInputs, embeddingsResponse, planEmbeddings } from "../inference/embed";
 import { countTokens } from "../inference/tokens";
 import { callUpstream, checkLooksLikeJson, upstreamFailure, upstreamText } from "../inference/upstream";
+import { embeddings } from "../endpoints/embeddings";
 
 export async function createEmbeddings(ctx: AppContext, principal: Principal, body: Record<string, unknown>, request: Request): Promise<Response> {
-  const model = resolveModel(ctx, body.model, "embeddings");
+  const model = resolveModel(ctx, body.model, embeddings);
   // Built-in: every field is checked before admission, so a bad request costs no quota.
-  const plan = model.kind === "embed" ? planEmbeddings(body) : null;
+  const plan = model.kind === embeddings.builtin ? planEmbeddings(body) : null;
   const texts = plan?.texts ?? embeddingInputs(body.input);
   const tokens = texts.reduce((n, t) => n + countTokens(t), 0);
   const { headers, release } = await admit(ctx, principal, model, tokens, () => request.signal);
   try {
-    if (model.kind === "embed") {
+    if (plan) {
       return new Response(JSON.stringify(embeddingsResponse(body, plan!)), { headers: { "content-type": "application/json", ...headers } });
     }
-    const res = await callUpstream({ model, path: "/embeddings", body, clientSignal: () => request.signal });
+    const res = await callUpstream({ model, path: embeddings.path, body, clientSignal: () => request.signal });
     if (!res.ok) {
       const failure = await upstreamFailure(model, res);
       if (failure instanceof ApiError) {

@@ -4,23 +4,22 @@
 import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
 import { ApiError } from "../errors";
+import { serves, type EndpointKind } from "../endpoints/kind";
 import type { ModelEntry } from "./registry";
 import type { Release } from "./scheduler";
 
-export type ModelUse = "chat" | "embeddings";
-
-export function resolveModel(ctx: AppContext, id: unknown, use: ModelUse): ModelEntry {
+/** The model a request names, if it exists and answers this endpoint kind (its module says which do). */
+export function resolveModel(ctx: AppContext, id: unknown, kind: EndpointKind): ModelEntry {
   if (typeof id !== "string" || id.length === 0) throw new ApiError("missing_field", "model is required", { param: "model" });
   const model = ctx.registry.get(id);
-  const fits = model && (model.kind === "upstream" || (use === "chat" ? model.kind === "echo" : model.kind === "embed"));
-  if (!model || !fits) throw new ApiError("model_not_found", `The model '${id.slice(0, 200)}' does not exist or does not serve ${use}`, { param: "model" });
+  if (!model || !serves(kind, model.kind)) throw new ApiError("model_not_found", `The model '${id.slice(0, 200)}' does not exist or does not serve ${kind.noun}`, { param: "model" });
   return model;
 }
 
 /**
  * Runs before the schema (a transform hook), whose generic answer to a
  * missing model is invalid_value: an absent (or null, SPEC §1) model is
- * missing_field, as the error table says. Used by /chat/completions and /embeddings.
+ * missing_field, as the error table says. Used by every inference route that takes a body.
  */
 export function requireModel({ body }: { body: unknown }): void {
   if (body && typeof body === "object" && !Array.isArray(body) && (body as { model?: unknown }).model == null)

@@ -9,12 +9,14 @@ import { countUpstreamError, countUpstreamRequest } from "../metrics";
 import { Deadline } from "./deadline";
 import type { ModelEntry } from "./registry";
 import { SseDataReader } from "./sse";
-import { countTokens } from "./tokens";
+import type { EndpointPath, StreamTally } from "../endpoints/kind";
+import { readChatStreamEvent } from "../endpoints/chatCompletions";
 import { report429, reportAnswer, retryAfterMs } from "./upstreamHealth";
 
 export interface UpstreamCall {
   model: ModelEntry;
-  path: "/chat/completions" | "/embeddings";
+  /** The endpoint module's path (under the upstream's base_url). */
+  path: EndpointPath;
   body: Record<string, unknown>;
   /** The client's signal, aborted when it goes away; read only when needed (see Deadline). */
   clientSignal: () => AbortSignal;
@@ -232,16 +234,20 @@ function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
  * The completion tokens of a streamed upstream answer, for tpm limits (only
  * made for keys with one). The stream is read event by event as it passes
  * (nothing is held back from the client): if the upstream reports usage (the
- * client asked for `stream_options.include_usage`) its `completion_tokens`
- * win; otherwise the tokens of the content and reasoning deltas are counted
- * the way the built-in models count them — an estimate, but a stream no
- * longer costs nothing against tpm just because usage was not asked for.
+ * client asked for `stream_options.include_usage`; a Responses stream always
+ * does, in its last event) that count wins; otherwise the tokens of the text
+ * deltas are counted the way the built-in models count them — an estimate,
+ * but a stream no longer costs nothing against tpm just because usage was not
+ * asked for. How an event is read is the endpoint module's business
+ * (`readStreamEvent`; chat chunks by default).
  */
-export class StreamUsage {
+export class StreamUsage implements StreamTally {
   /** One event larger than this is not a chat chunk: it is not buffered. */
   private readonly events = new SseDataReader(1 << 20);
-  private reported: number | null = null;
-  private estimated = 0;
+  reported: number | null = null;
+  estimated = 0;
+
+  constructor(private readonly read: (event: unknown, tally: StreamTally) => void = readChatStreamEvent) {}
 
   get completionTokens(): number {
     return this.reported ?? this.estimated;
@@ -258,29 +264,12 @@ export class StreamUsage {
 
   private event(data: string): void {
     if (!data || data === "[DONE]") return;
-    let chunk: { choices?: { delta?: Delta }[]; usage?: { completion_tokens?: unknown } | null };
+    let event: unknown;
     try {
-      chunk = JSON.parse(data);
+      event = JSON.parse(data);
     } catch {
       return;
     }
-    const reported = chunk?.usage?.completion_tokens;
-    if (typeof reported === "number" && reported >= 0) this.reported = reported;
-    for (const choice of Array.isArray(chunk?.choices) ? chunk.choices : []) {
-      const d = choice?.delta;
-      if (!d || typeof d !== "object") continue;
-      for (const text of [d.content, d.reasoning_content, d.reasoning, d.refusal, d.function_call?.arguments]) if (typeof text === "string") this.estimated += countTokens(text);
-      if (Array.isArray(d.tool_calls)) for (const call of d.tool_calls) if (typeof call?.function?.arguments === "string") this.estimated += countTokens(call.function.arguments);
-    }
+    this.read(event, this);
   }
-}
-
-/** What StreamUsage reads of a streamed delta (anything may be missing or of another type). */
-interface Delta {
-  content?: unknown;
-  reasoning_content?: unknown;
-  reasoning?: unknown;
-  refusal?: unknown;
-  function_call?: { arguments?: unknown };
-  tool_calls?: { function?: { arguments?: unknown } }[];
 }

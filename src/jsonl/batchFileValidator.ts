@@ -8,7 +8,7 @@
 // DuplicateFinder here, or (during an upload) a batcher that sends the ids
 // to a DuplicateFinder in another Worker (./duplicateFinder.ts).
 import { DuplicateFinder, type DuplicateReport, type IdSink, type Suspect } from "./duplicateFinder";
-import { canonicalEndpoint } from "./endpoints";
+import { ENDPOINT_LIST, kindOfUrl } from "../endpoints";
 import { scanRequestLine, type ScanResult } from "./lineScan";
 
 /** A single request line longer than this is rejected (a 10 MB line is not a request). */
@@ -145,8 +145,8 @@ export class BatchFileValidator {
     if (id === undefined || id === null) return this.fail(n, "missing_field", "custom_id", `line ${n}: custom_id is missing`);
     if (typeof id !== "string" || id.length === 0) return this.fail(n, "invalid_value", "custom_id", `line ${n}: custom_id must be a non-empty string`);
     if (req.method !== "POST") return this.fail(n, "invalid_value", "method", `line ${n}: method must be "POST"`);
-    if (typeof req.url !== "string" || canonicalEndpoint(req.url) === undefined)
-      return this.fail(n, "invalid_value", "url", `line ${n}: url must be /v1/chat/completions or /v1/embeddings`);
+    if (typeof req.url !== "string" || kindOfUrl(req.url) === undefined)
+      return this.fail(n, "invalid_value", "url", `line ${n}: url must be one of ${ENDPOINT_LIST}`);
     const body = req.body;
     if (typeof body !== "object" || body === null || Array.isArray(body)) return this.fail(n, "invalid_value", "body", `line ${n}: body must be a JSON object`);
     const model = (body as Record<string, unknown>).model;

@@ -9,7 +9,7 @@
 // repeated key, deep nesting, any error — answers "not sure", and the caller
 // runs the exact JSON.parse path, which alone words the error messages. So
 // this code can make validation faster but can never change its verdict.
-import { BATCH_URLS } from "./endpoints";
+import { BATCH_URLS } from "../endpoints";
 
 /** Where the custom_id's bytes are (between its quotes; it has no escapes). */
 export interface ScanResult {
@@ -30,7 +30,7 @@ const URL_ = enc.encode("url");
 const BODY = enc.encode("body");
 const MODEL = enc.encode("model");
 const POST = enc.encode("POST");
-const URLS = Object.keys(BATCH_URLS).map((u) => enc.encode(u));
+const URLS = [...BATCH_URLS.keys()].map((u) => enc.encode(u));
 
 /** Set by scanString: whether the string just scanned held a backslash escape. */
 let hadEscape = false;

@@ -6,9 +6,8 @@
 // makes lines wait, never fail.
 import { ApiError } from "../../errors";
 import { IdStream } from "../../ids";
-import { echoCompletion } from "../../inference/echo";
 import { Deadline } from "../../inference/deadline";
-import { embeddingsResponse } from "../../inference/embed";
+import { endpointKind, type EndpointKind } from "../../endpoints";
 import type { PricedModel, RunTask } from "../types";
 import { acquireSlot } from "./slots";
 import { countUpstreamAttempt } from "../../metrics/worker";
@@ -60,14 +59,11 @@ export function stoppedLine(customId: string, code: "batch_cancelled" | "batch_e
   return { ok: false, line: resultLine(customId, null, null, null, { code, message }), usage: null };
 }
 
-/** Built-in models: no I/O, so this runs inline in the line loop. */
-export function runBuiltin(req: BatchRequest, model: PricedModel, endpoint: string): LineResult {
+/** Built-in models: no I/O, so this runs inline in the line loop. The endpoint's module says how the built-in answers. */
+export function runBuiltin(req: BatchRequest, _model: PricedModel, kind: EndpointKind): LineResult {
   const requestId = ids.next("req_");
   try {
-    const body =
-      endpoint === "/v1/embeddings"
-        ? embeddingsResponse(req.body)
-        : echoCompletion(req.body, ids.next("chatcmpl-"), Math.floor(Date.now() / 1000));
+    const body = kind.answer(req.body, ids, Math.floor(Date.now() / 1000));
     return { ok: true, line: resultLine(req.custom_id, 200, requestId, body, null), usage: body.usage };
   } catch (e) {
     if (!(e instanceof ApiError)) throw e;
@@ -114,7 +110,7 @@ export interface ShardControl {
  */
 export async function runUpstream(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl): Promise<LineResult | null> {
   const stopState = (): StopState => (control.stopCode !== null ? "stop" : control.pausing ? "pause" : null);
-  const path = task.endpoint === "/v1/embeddings" ? "/embeddings" : "/chat/completions";
+  const path = endpointKind(task.endpoint).path;
   const payload = JSON.stringify({ ...req.body, model: model.upstreamModel ?? model.id, stream: false });
   const headers: Record<string, string> = { "content-type": "application/json" };
   if (model.apiKey) headers.authorization = `Bearer ${model.apiKey}`;

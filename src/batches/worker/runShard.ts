@@ -14,6 +14,7 @@ import { readLines } from "../../jsonl/lineReader";
 import type { FromWorker, PricedModel, RunTask, ShardTotals } from "../types";
 import { runBuiltin, runUpstream, stoppedLine, type BatchRequest, type LineResult, type ShardControl } from "./execute";
 import { recoverParts } from "./partFiles";
+import { endpointKind } from "../../endpoints";
 import { addUsage } from "./usage";
 import { acquireSlot } from "./slots";
 import { countLine, takeWorkerMetrics } from "../../metrics/worker";
@@ -94,6 +95,7 @@ async function syncPartDirs(paths: string[]): Promise<void> {
 
 export async function runShard(task: RunTask, models: Map<string, PricedModel>, control: ShardControl, post: (m: FromWorker) => void): Promise<void> {
   const { done, totals } = await recoverParts(task.outPath, task.errPath);
+  const kind = endpointKind(task.endpoint);
   if (task.stopCode) control.stopCode ??= task.stopCode;
   const out = new PartWriter(openSync(task.outPath, "a"), task.outPath);
   const err = new PartWriter(openSync(task.errPath, "a"), task.errPath);
@@ -107,7 +109,7 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
       totals.failed++;
       err.push(r.line);
     }
-    if (r.usage) addUsage(totals, r.usage, model);
+    if (r.usage) addUsage(totals, r.usage, model, kind);
   };
   // A progress message goes out with a result (an upstream one, or a chunk's
   // worth of built-in ones) if the last one is PROGRESS_MS old; a timer sends
@@ -146,7 +148,7 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
         const req = JSON.parse(text) as BatchRequest;
         if (done.has(req.custom_id)) {
           const usage = done.get(req.custom_id);
-          if (usage) addUsage(totals, usage, models.get(req.body.model as string));
+          if (usage) addUsage(totals, usage, models.get(req.body.model as string), kind);
           continue;
         }
         if (control.pausing) {
@@ -160,7 +162,7 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
         const model = models.get(req.body.model as string);
         if (!model) throw new Error(`model ${String(req.body.model)} vanished from the registry`);
         if (model.kind !== "upstream" && model.latencyMs === 0 && !model.limited) {
-          record(runBuiltin(req, model, task.endpoint), model);
+          record(runBuiltin(req, model, kind), model);
           continue;
         }
         // Upstream (or a built-in with simulated latency): bounded concurrency.
@@ -215,7 +217,7 @@ async function executeAsync(req: BatchRequest, model: PricedModel, task: RunTask
   const release = model.limited ? await acquireSlot(model.id) : null;
   try {
     await new Promise((r) => setTimeout(r, model.latencyMs));
-    return runBuiltin(req, model, task.endpoint);
+    return runBuiltin(req, model, endpointKind(task.endpoint));
   } finally {
     release?.();
   }

@@ -1,24 +1,18 @@
+import type { EndpointKind, TokenCounts } from "../../endpoints/kind";
 import type { PricedModel, ShardTotals } from "../types";
 
 /** Batch requests cost half of the interactive price (SPEC §5). */
 export const BATCH_DISCOUNT = 0.5;
 
-interface Usage {
-  prompt_tokens?: number;
-  completion_tokens?: number;
-  prompt_tokens_details?: { cached_tokens?: number } | null;
-  completion_tokens_details?: { reasoning_tokens?: number } | null;
-}
+/** Reused for every line: reading usage allocates nothing. */
+const counts: TokenCounts = { input: 0, output: 0, cached: 0, reasoning: 0 };
 
-export function addUsage(t: ShardTotals, raw: unknown, model: PricedModel | undefined): void {
-  const u = raw as Usage;
-  const input = num(u.prompt_tokens);
-  const output = num(u.completion_tokens);
-  t.inputTokens += input;
-  t.outputTokens += output;
-  t.cachedTokens += num(u.prompt_tokens_details?.cached_tokens);
-  t.reasoningTokens += num(u.completion_tokens_details?.reasoning_tokens);
-  if (model) t.costAmount += ((input * model.inputPerMillion + output * model.outputPerMillion) / 1e6) * BATCH_DISCOUNT;
+/** Adds one answer's usage, read the way its endpoint's module says (Responses: input_tokens…; the others: prompt_tokens…), to a shard's totals. */
+export function addUsage(t: ShardTotals, raw: unknown, model: PricedModel | undefined, kind: EndpointKind): void {
+  kind.readUsage(raw, counts);
+  t.inputTokens += counts.input;
+  t.outputTokens += counts.output;
+  t.cachedTokens += counts.cached;
+  t.reasoningTokens += counts.reasoning;
+  if (model) t.costAmount += ((counts.input * model.inputPerMillion + counts.output * model.outputPerMillion) / 1e6) * BATCH_DISCOUNT;
 }
-
-const num = (v: unknown) => (typeof v === "number" && Number.isFinite(v) ? v : 0);

@@ -1,7 +1,7 @@
 // The `validating` phase for one shard: every line's url must be the batch's
 // endpoint and its model one the server knows. (Syntax was already checked
 // at upload.) Line numbers are local to the shard; the runner adds offsets.
-import { canonicalEndpoint } from "../../jsonl/endpoints";
+import { kindOfUrl } from "../../endpoints";
 import { readLines } from "../../jsonl/lineReader";
 import type { ValidateResult, ValidateTask } from "../types";
 
@@ -20,7 +20,7 @@ export async function validateShard(task: ValidateTask): Promise<ValidateResult>
       const model = req.body.model;
       result.firstModel ??= model;
       if (result.errors.length >= MAX_ERRORS) continue;
-      if (canonicalEndpoint(req.url) !== task.endpoint)
+      if (kindOfUrl(req.url)?.endpoint !== task.endpoint)
         result.errors.push({ line: n, code: "invalid_url", param: "url", message: `Line ${n}: url '${req.url}' does not match the batch endpoint ${task.endpoint}` });
       else if (!known.has(model))
         result.errors.push({ line: n, code: "model_not_found", param: "body.model", message: `Line ${n}: model '${model}' is not available for ${task.endpoint}` });

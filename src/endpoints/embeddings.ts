@@ -1,0 +1,13 @@
+// /v1/embeddings: offpeak-embed answers (embed.ts); usage has prompt_tokens
+// only; never streamed.
+import { embeddingsResponse } from "../inference/embed";
+import { readChatUsage, type EndpointKind } from "./kind";
+
+export const embeddings: EndpointKind = {
+  endpoint: "/v1/embeddings",
+  path: "/embeddings",
+  builtin: "embed",
+  noun: "embeddings",
+  answer: (body) => embeddingsResponse(body),
+  readUsage: readChatUsage,
+};

@@ -1,0 +1,75 @@
+// An interactive request for an upstream model, passed through (SPEC §6,
+// §13): the same for every endpoint kind that answers with JSON or an SSE
+// stream (chat completions, responses, completions). The body goes upstream
+// untouched (but for the mapped model name); the answer comes back as the
+// upstream sent it: 4xx verbatim, 5xx/timeouts/unreachable as our errors
+// before the first byte, a stream event by event as it arrives (a client
+// disconnect cancels the upstream request). Output tokens count against the
+// key's tpm, read the way the endpoint's module says.
+import type { Principal } from "../auth/verify";
+import type { AppContext } from "../context";
+import type { EndpointKind, TokenCounts } from "../endpoints/kind";
+import { ApiError } from "../errors";
+import { admit } from "./admission";
+import type { ModelEntry } from "./registry";
+import { StreamUsage, callUpstream, checkLooksLikeJson, notJson, passThrough, upstreamFailure, upstreamText } from "./upstream";
+
+export interface ProxyRequest {
+  model: ModelEntry;
+  kind: EndpointKind;
+  body: Record<string, unknown>;
+  /** Whether the client asked for a stream (checked by the caller). */
+  stream: boolean;
+  /** The prompt's tokens as offpeak counts them (rate limits are checked before the call). */
+  promptTokens: number;
+  request: Request;
+}
+
+export async function proxyUpstream(ctx: AppContext, principal: Principal, { model, kind, body, stream, promptTokens, request }: ProxyRequest): Promise<Response> {
+  const { headers, release, metersTokens } = await admit(ctx, principal, model, promptTokens, () => request.signal);
+  let handedOff = false;
+  try {
+    const res = await callUpstream({ model, path: kind.path, body, clientSignal: () => request.signal });
+    if (!res.ok) {
+      const failure = await upstreamFailure(model, res);
+      if (failure instanceof ApiError) {
+        Object.assign(failure.headers, headers);
+        throw failure;
+      }
+      for (const [k, v] of Object.entries(headers)) failure.headers.set(k, v);
+      return failure;
+    }
+    if (stream && res.body) {
+      handedOff = true;
+      // Output tokens count against tpm: as the stream reports them (a usage
+      // event), else as counted from its deltas (StreamUsage).
+      const usage = metersTokens && kind.readStreamEvent ? new StreamUsage(kind.readStreamEvent) : null;
+      const end = () => {
+        release();
+        usage?.finish();
+        if (usage?.completionTokens) ctx.rateLimiter.charge(principal.keyId, usage.completionTokens);
+      };
+      return new Response(passThrough(res, end, usage ? (c) => usage.push(c) : undefined), {
+        headers: { "content-type": res.headers.get("content-type") ?? "text/event-stream", "cache-control": "no-cache", ...headers },
+      });
+    }
+    const text = await upstreamText(res);
+    // Parsing the answer is only needed to charge its tokens.
+    if (metersTokens) {
+      let parsed: { usage?: unknown };
+      try {
+        parsed = JSON.parse(text);
+      } catch {
+        throw notJson(model);
+      }
+      kind.readUsage(parsed?.usage, counts);
+      if (counts.output) ctx.rateLimiter.charge(principal.keyId, counts.output);
+    } else checkLooksLikeJson(model, text);
+    return new Response(text, { headers: { "content-type": "application/json", ...headers } });
+  } finally {
+    if (!handedOff) release();
+  }
+}
+
+/** Reused: read and used at once, never across an await. */
+const counts: TokenCounts = { input: 0, output: 0, cached: 0, reasoning: 0 };
