@@ -12,6 +12,8 @@ import { LocalDiskStore } from "./storage/localDisk";
 import { ModelRegistry } from "./inference/registry";
 import { UpstreamMonitor } from "./inference/upstreamMonitor";
 import { BatchRunner } from "./batches/runner";
+import { sweepBatchLeftovers } from "./batches/finalize";
+import { startEventLoopMonitor } from "./metrics/eventLoop";
 import { batchEventsOf } from "./batches/events";
 import { WebhookSender } from "./webhooks/sender";
 import { Scheduler } from "./inference/scheduler";
@@ -47,6 +49,9 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
     kickBatches: () => runner?.kick(),
   };
   runner = new BatchRunner(ctx, registry);
+  const leftovers = () => sweepBatchLeftovers(ctx).catch((e) => log.error("batch leftovers sweep failed", { error: String(e) }));
+  void leftovers();
+  const stopLoopMonitor = startEventLoopMonitor();
 
   let bootstrapKey: string | null = null;
   if (!config.adminKey && countKeys(db) === 0) {
@@ -74,6 +79,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
     }
     // Upstream health and model lists; a failure marks the upstream's models unhealthy.
     registry.discover().catch(() => {});
+    void leftovers();
   }, 60_000);
   sweep.unref?.();
 
@@ -89,6 +95,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
     bootstrapKey,
     async stop() {
       clearInterval(sweep);
+      stopLoopMonitor();
       health.stop();
       batchEventsOf(ctx).close();
       webhooks.stop();

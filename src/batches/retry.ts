@@ -15,12 +15,13 @@ import { newId, nowSeconds } from "../ids";
 import type { RetryFromWorker, RetryToWorker } from "./retry.worker";
 import { RETRY_WORKER } from "../workers";
 import { FINAL_STATES, createBatch, getBatch, type BatchRow } from "./service";
+import { fileStream } from "../files/content";
 
 type FileRow = typeof files.$inferSelect;
 
 /** The stored bytes of a file, as a stream (whatever the storage keeps them as). */
 function fileBytes(ctx: AppContext, row: FileRow): ReadableStream<Uint8Array> {
-  return ctx.store.open(row.id).stream();
+  return fileStream(ctx, row);
 }
 
 const conflict = (message: string) => new ApiError("invalid_state", message);

@@ -1,12 +1,17 @@
 // GET /files/{id}/content: the stored bytes, streamed from disk by Bun (the
 // body is a lazily read file blob), with Content-Length and single Range.
+// A composed file (a batch's output or error file: its parts in order, see
+// src/db/schema/fileParts.ts) is read as one body across its parts; bytes
+// inside one part go out as that part's file blob, like a plain file.
+import { eq } from "drizzle-orm";
 import type { AppContext } from "../context";
+import { fileParts } from "../db/schema";
 import { ApiError } from "../errors";
 import type { FileRow } from "./service";
 
 export function fileContentResponse(ctx: AppContext, row: FileRow, rangeHeader: string | null): Response {
-  const blob = ctx.store.open(row.id);
   const size = row.bytes;
+  const body = bodyOf(ctx, row);
   const headers: Record<string, string> = {
     "content-type": "application/octet-stream",
     "content-disposition": contentDisposition(row.filename),
@@ -20,10 +25,26 @@ export function fileContentResponse(ctx: AppContext, row: FileRow, rangeHeader: 
     const [start, end] = range;
     headers["content-range"] = `bytes ${start}-${end}/${size}`;
     headers["content-length"] = String(end - start + 1);
-    return new Response(blob.slice(start, end + 1), { status: 206, headers });
+    return new Response(body(start, end + 1), { status: 206, headers });
   }
   headers["content-length"] = String(size);
-  return new Response(blob, { status: 200, headers });
+  return new Response(body(0, size), { status: 200, headers });
+}
+
+/** The whole content of a stored file as one stream, plain or composed (e.g. to read a batch's error file). */
+export function fileStream(ctx: AppContext, row: FileRow): ReadableStream<Uint8Array> {
+  const body = bodyOf(ctx, row)(0, row.bytes);
+  return body instanceof Blob ? body.stream() : body;
+}
+
+/** Bytes [start, end) of the file, as a Response body. */
+function bodyOf(ctx: AppContext, row: FileRow): (start: number, end: number) => Blob | ReadableStream<Uint8Array> {
+  if (row.parts === null) {
+    const blob = ctx.store.open(row.id);
+    return (start, end) => (start === 0 && end === row.bytes ? blob : blob.slice(start, end));
+  }
+  const parts = ctx.db.select({ key: fileParts.key, bytes: fileParts.bytes }).from(fileParts).where(eq(fileParts.fileId, row.id)).orderBy(fileParts.idx).all();
+  return (start, end) => ctx.store.readComposed(parts, start, end);
 }
 
 /** One `bytes=a-b`, `bytes=a-` or `bytes=-n` range; anything else (multi-range, other units) is ignored → full body. */

@@ -45,6 +45,13 @@ export const m = {
   filesStored: registry.gauge("offpeak_files_stored", "Files in the database (including batch outputs), by purpose.", ["purpose"]),
   fileBytesStored: registry.gauge("offpeak_file_bytes_stored", "Bytes of stored files, by purpose.", ["purpose"]),
   storageFreeBytes: registry.gauge("offpeak_storage_free_bytes", "Free bytes on the data directory's filesystem."),
+  eventLoopDelay: registry.histogram(
+    "offpeak_event_loop_delay_seconds",
+    "How late the main thread's 10 ms timer ticks: time the event loop was held by one piece of work (src/metrics/eventLoop.ts).",
+    [],
+    [0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+  ),
+  eventLoopDelayMax: registry.gauge("offpeak_event_loop_delay_max_seconds", "The largest event-loop delay since the process started."),
 };
 
 m.startTime.set([], Math.floor(Date.now() / 1000));

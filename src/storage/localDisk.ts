@@ -2,7 +2,10 @@ import { closeSync, mkdirSync, openSync, readdirSync, rmSync, statSync, statfsSy
 import { rename } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { FSYNC_ENABLED, noteDurable, syncDir, syncDirNow, syncFd } from "../fsync";
-import type { BlobStore, BlobWriter } from "./blobStore";
+import type { BlobPart, BlobStore, BlobWriter } from "./blobStore";
+import { mkdir as mkdirAsync, rename as renameAsync, stat as statAsync } from "node:fs/promises";
+import { readParts } from "./composed";
+import { trashIn, type Trash } from "./trash";
 
 /** An upload is flushed to disk every this many bytes while it streams (see createWriter). */
 const SYNC_EVERY = 16 * 1024 * 1024;
@@ -16,12 +19,14 @@ const SYNC_EVERY = 16 * 1024 * 1024;
 export class LocalDiskStore implements BlobStore {
   private readonly dir: string;
   private readonly tmp: string;
+  private readonly trash: Trash;
 
   constructor(dataDir: string) {
     this.dir = join(dataDir, "files");
     this.tmp = join(dataDir, "tmp");
     mkdirSync(this.dir, { recursive: true });
     mkdirSync(this.tmp, { recursive: true });
+    this.trash = trashIn(dataDir);
     // The directories' own entries, once at start: a commit fsyncs files/ only.
     syncDirNow(dataDir);
     syncDirNow(dirname(dataDir));
@@ -110,8 +115,42 @@ export class LocalDiskStore implements BlobStore {
     }
   }
 
+  /** A composed blob's parts live in `files/<key>.parts/<idx>`. */
+  private partsDir(key: string): string {
+    return this.pathOf(`${key}.parts`);
+  }
+
   delete(key: string): void {
-    rmSync(this.pathOf(key), { force: true });
+    // Renamed into the trash now, removed on the thread pool (./trash.ts).
+    this.trash.discard(this.pathOf(key));
+    this.trash.discard(this.partsDir(key));
+  }
+
+  async adoptPart(key: string, idx: number, staged: string): Promise<BlobPart | null> {
+    const partKey = `${key}.parts/${idx}`;
+    const dest = this.pathOf(partKey);
+    const size = await sizeOrNull(staged);
+    if (size !== null && size > 0) {
+      await mkdirAsync(this.partsDir(key), { recursive: true });
+      await renameAsync(staged, dest);
+      return { key: partKey, bytes: size };
+    }
+    // Taken by an earlier run that a crash interrupted (or empty: not kept).
+    const taken = await sizeOrNull(dest);
+    return taken ? { key: partKey, bytes: taken } : null;
+  }
+
+  async syncParts(key: string): Promise<void> {
+    const dir = this.partsDir(key);
+    if ((await sizeOrNull(dir)) === null) return;
+    // The parts' names in their directory, and the directory's name in files/.
+    // (Their bytes were flushed by the Worker that wrote them.)
+    await syncDir(dir);
+    await syncDir(this.dir);
+  }
+
+  readComposed(parts: readonly BlobPart[], start: number, end: number): Blob | ReadableStream<Uint8Array> {
+    return readParts(parts, start, end, (p) => Bun.file(this.pathOf(p.key)));
   }
 
   freeBytes(): number | null {
@@ -124,6 +163,18 @@ export class LocalDiskStore implements BlobStore {
   }
 
   sweepTemporary(): void {
-    for (const name of readdirSync(this.tmp)) rmSync(join(this.tmp, name), { force: true });
+    // Into the trash (a rename each), removed in the background: a crash
+    // mid-upload may have left a multi-GB temp file.
+    this.trash.emptyAtStart();
+    for (const name of readdirSync(this.tmp)) this.trash.discard(join(this.tmp, name));
+  }
+}
+
+async function sizeOrNull(path: string): Promise<number | null> {
+  try {
+    return (await statAsync(path)).size;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") return null;
+    throw e;
   }
 }
