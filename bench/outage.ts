@@ -23,10 +23,13 @@
 //
 // Usage (never two benchmarks at once):
 //   flock /tmp/offpeak-bench.lock bun bench/outage.ts [--quick] [--lines N]
-//       [--outages 30,120] [--runs 3] [--latency-ms 10] [--before REV|none]
+//       [--outages 30,120] [--runs 3] [--latency-ms 10] [--before REV|none] [--after REV]
 //       [--outage-before] [--return-offset-ms 500] [--no-netns]
 //   --quick: 10,000 lines, outages of 3 and 6 s, one normal run per side.
 //   --outage-before: also run the outages on the "before" side (it fails lines).
+//   --after REV: a worktree of REV instead of this tree as it is (which may
+//     hold others' uncommitted work).
+//   --outages "": normal runs only.
 import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -91,6 +94,20 @@ function describeTree(root: string): string {
   return `${head.slice(0, 90)}${dirty ? " (+ uncommitted changes)" : ""}`;
 }
 
+/** A git worktree of `rev` in /tmp (made once, reused), sharing this tree's node_modules. */
+function worktree(rev: string): string {
+  const root = join(tmpdir(), `offpeak-bench-rev-${rev.slice(0, 12)}`);
+  if (!existsSync(join(root, "src", "main.ts"))) git(["worktree", "add", "--detach", root, rev]);
+  if (!existsSync(join(root, "node_modules"))) symlinkSync(join(ROOT, "node_modules"), join(root, "node_modules"));
+  return root;
+}
+
+/** The "after" tree: this one as it is, or a worktree of --after REV (to leave out others' later changes). */
+function afterTree(): string {
+  const asked = opt("after");
+  return asked ? worktree(git(["rev-parse", asked])) : ROOT;
+}
+
 /** The "before" tree: a worktree of REV (default: the parent of the first `Upstream health:` commit). */
 function beforeTree(): { root: string; rev: string; note: string } | null {
   const asked = opt("before");
@@ -111,12 +128,7 @@ function beforeTree(): { root: string; rev: string; note: string } | null {
       note = "the parent of the first `Upstream health:` commit";
     }
   }
-  const root = join(tmpdir(), `offpeak-bench-before-${rev.slice(0, 12)}`);
-  if (!existsSync(join(root, "src", "main.ts"))) {
-    git(["worktree", "add", "--detach", root, rev]);
-  }
-  if (!existsSync(join(root, "node_modules"))) symlinkSync(join(ROOT, "node_modules"), join(root, "node_modules"));
-  return { root, rev, note };
+  return { root: worktree(rev), rev, note };
 }
 
 // ── the engine ─────────────────────────────────────────────────────────────
@@ -309,10 +321,11 @@ try {
   await waitForHttp(`${control}/count`, engine.proc);
   engine.assertRuns("bench/outage-engine.ts");
   const before = beforeTree();
+  const AFTER = afterTree();
   const input = await inputFile();
   console.log(`outage bench: ${fmt(LINES)} lines, max_concurrency ${CONCURRENCY}, engine latency ${LATENCY_MS} ms, engine stopped after ${STOP_AT * 100}% of the lines, back ${RETURN_OFFSET_MS} ms after the outage's whole seconds`);
   console.log(`machine: ${machineNote()}; load ${loadAverage()}`);
-  console.log(`after : ${ROOT}: ${describeTree(ROOT)}`);
+  console.log(`after : ${AFTER}: ${describeTree(AFTER)}`);
   if (before) console.log(`before: ${before.root}: ${describeTree(before.root)} (${before.note})`);
   console.log(`refused connects counted ${privateNetns ? "exactly (private network namespace)" : "machine-wide (approximate)"}`);
 
@@ -321,7 +334,7 @@ try {
     // Alternate, and swap who goes first every other round.
     const order: ("before" | "after")[] = before ? (i % 2 === 0 ? ["before", "after"] : ["after", "before"]) : ["after"];
     for (const side of order) {
-      const r = await runBatch(side, side === "after" ? ROOT : before!.root, input, null);
+      const r = await runBatch(side, side === "after" ? AFTER : before!.root, input, null);
       normal.push(r);
       console.log(
         `normal ${side.padEnd(6)} run ${i + 1}: ${r.status}, ${fmt(r.completed)} completed, ${r.failed} failed, ${r.seconds.toFixed(2)} s: ${fmt(r.linesPerS)} lines/s, peak RSS ${r.peakRssMb.toFixed(0)} MB`,
@@ -334,7 +347,7 @@ try {
   const sides: ("before" | "after")[] = flag("outage-before") && before ? ["after", "before"] : ["after"];
   for (const s of OUTAGES)
     for (const side of sides) {
-      const r = await runBatch(side, side === "after" ? ROOT : before!.root, input, s);
+      const r = await runBatch(side, side === "after" ? AFTER : before!.root, input, s);
       outages.push(r);
       const opt = (x: number | null | undefined) => (x === null || x === undefined ? "n/a" : `${x.toFixed(2)} s`);
       console.log(
