@@ -12,7 +12,7 @@ import type { PricedModel, RunTask } from "../types";
 import { acquireSlot } from "./slots";
 import { countUpstreamAttempt } from "../../metrics/worker";
 import { epochOf, isDown, isUp, isWholeFailure, report429, reportAnswer, reportFailure, reportSuccess, retryAfterMs } from "../../inference/upstreamHealth";
-import { enterUpstream, healthMemory, settled, tellSuspect } from "./upstreamGate";
+import { claim, enterUpstream, healthMemory, nextTick, settled, tellSuspect } from "./upstreamGate";
 
 export interface LineResult {
   ok: boolean;
@@ -133,20 +133,37 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
     return requestFailures + wholeFailures.length;
   };
   for (let sent = 1; ; sent++) {
-    const gate = await enterUpstream(u, () => stopState() !== null);
-    if (!gate.go) {
+    // The upstream's gate (up, not paused, room in its window), then a
+    // scheduler slot (one per attempt, not per request: during a backoff the
+    // slot is free for others), then a last look at the gate.
+    let release: (() => void) | null = null;
+    let leave: (() => void) | null = null;
+    let stopped: { down: boolean } | null = null;
+    while (!leave) {
+      const gate = await enterUpstream(u, () => stopState() !== null);
+      if (!gate.go) {
+        stopped = gate;
+        break;
+      }
+      release = model.limited ? await acquireSlot(model.id) : null;
+      leave = claim(u);
+      if (leave) break;
+      release?.();
+      release = null;
+      await nextTick();
+    }
+    if (stopped) {
       if (stopState() === "pause") return null;
       // Stopped while the upstream was away: no answer of this request to report.
-      if (gate.down || !last) return stoppedLine(req.custom_id, control.stopCode!);
+      if (stopped.down || !last) return stoppedLine(req.custom_id, control.stopCode!);
       break;
     }
-    // A slot per attempt, not per request: during a backoff the slot is free for others.
-    const release = model.limited ? await acquireSlot(model.id) : null;
+    const gateLeave = leave!;
     // The wait for a slot can be long: a line that has not been sent yet and
     // whose batch was stopped meanwhile is not sent at all.
     if (sent === 1 && stopState() !== null) {
       release?.();
-      gate.leave();
+      gateLeave();
       return control.stopCode ? stoppedLine(req.custom_id, control.stopCode) : null;
     }
     const epoch = mem ? epochOf(mem, u) : 0;
@@ -215,7 +232,7 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
       if (mem && reportFailure(mem, u)) tellSuspect(u, lastError);
     } finally {
       release?.();
-      gate.leave();
+      gateLeave();
     }
     if (whole) wholeFailures.push(epoch);
     else requestFailures++;

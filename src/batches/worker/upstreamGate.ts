@@ -3,7 +3,7 @@
 // pause (retry-after) is over and its batch window has room. Waiting costs
 // one timer per Worker, not one per request: every waiter re-checks the
 // shared state on each tick, or at once when this Worker frees a place.
-import { SUSPECT, isDown, isUp, leaveWindow, pausedFor, stateOf, tryEnterWindow, type HealthMemory } from "../../inference/upstreamHealth";
+import { SUSPECT, isDown, isUp, leaveWindow, pausedFor, stateOf, tryEnterWindow, windowOf, type HealthMemory } from "../../inference/upstreamHealth";
 import type { FromWorker } from "../types";
 
 /** How often waiters look at the shared state: the delay between an upstream's return and the first request. */
@@ -52,37 +52,55 @@ function waitTick(): Promise<void> {
 }
 
 export type GateResult =
-  /** Go: call `leave` when the attempt is over. `waitedDown`: the upstream was down while this waited. */
-  | { go: true; leave: () => void; waitedDown: boolean }
+  /** The upstream looked ready. `waitedDown`: it was down while this waited. */
+  | { go: true; waitedDown: boolean }
   /** `stopped()` became true while waiting; `down`: the upstream is down now. */
   | { go: false; down: boolean };
 
+const windowHasRoom = (m: HealthMemory, u: number) => {
+  const w = windowOf(m, u);
+  return w.window === null || w.inFlight < w.window;
+};
+
 /**
- * Waits until a batch request may be sent to upstream `u` (up, not paused,
+ * Waits until upstream `u` looks ready for a batch request (up, not paused,
  * room in the window), or until `stopped()` — a cancel, an expiry, a
- * shutdown — says to give up.
+ * shutdown — says to give up. It takes nothing: the caller takes its
+ * scheduler slot, then claims its place with `claim` (which checks again).
  */
 export async function enterUpstream(u: number, stopped: () => boolean): Promise<GateResult> {
-  if (!mem || u < 0) return { go: true, leave: () => {}, waitedDown: false };
+  if (!mem || u < 0) return { go: true, waitedDown: false };
   const m = mem;
   let waitedDown = false;
   for (;;) {
     if (stopped()) return { go: false, down: isDown(m, u) };
     if (isDown(m, u)) waitedDown = true;
-    else if (isUp(m, u) && pausedFor(m, u) === 0 && tryEnterWindow(m, u)) {
-      let left = false;
-      return {
-        go: true,
-        waitedDown,
-        leave: () => {
-          if (left) return;
-          left = true;
-          leaveWindow(m, u);
-          // A place came free: this Worker's waiters may take it now (others' see it on their next tick).
-          queueMicrotask(wakeAll);
-        },
-      };
-    }
+    else if (isUp(m, u) && pausedFor(m, u) === 0 && windowHasRoom(m, u)) return { go: true, waitedDown };
     await waitTick();
   }
 }
+
+/**
+ * Right before sending (after the wait for a scheduler slot, which can be
+ * long): is the upstream still up and unpaused, and is there room in its
+ * window? Takes the place and returns how to give it back, or null: then the
+ * caller gives its slot back and waits at the gate again. (A line that
+ * passed the gate used to be sent after a 429 had paused the upstream while
+ * it waited for its slot.)
+ */
+export function claim(u: number): (() => void) | null {
+  if (!mem || u < 0) return () => {};
+  const m = mem;
+  if (!isUp(m, u) || pausedFor(m, u) > 0 || !tryEnterWindow(m, u)) return null;
+  let left = false;
+  return () => {
+    if (left) return;
+    left = true;
+    leaveWindow(m, u);
+    // A place came free: this Worker's waiters may take it now (others' see it on their next tick).
+    queueMicrotask(wakeAll);
+  };
+}
+
+/** Waits one poll tick (after a failed claim). */
+export const nextTick = (): Promise<void> => waitTick();
