@@ -19,6 +19,7 @@ import { chatsRoutes } from "./chats/routes";
 import { statusRoutes } from "./status/routes";
 import { metricsRoutes } from "./metrics/routes";
 import { webhooksRoutes } from "./webhooks/routes";
+import { meRoutes } from "./keys/me";
 import { rateLimitHeadersNow } from "./inference/admission";
 import { ENDPOINT_KINDS } from "./endpoints";
 
@@ -43,6 +44,7 @@ const apiRoutes = (ctx: AppContext, prefix: string) =>
     .use(statusRoutes(ctx))
     .use(metricsRoutes(ctx))
     .use(keysRoutes(ctx))
+    .use(meRoutes())
     .use(webhooksRoutes(ctx));
 
 export function buildApp(ctx: AppContext) {
