@@ -14,6 +14,8 @@ import { keysRoutes } from "./keys/routes";
 import { batchesRoutes } from "./batches/routes";
 import { chatRoutes } from "./chat/routes";
 import { embeddingsRoutes } from "./embeddings/routes";
+import { responsesRoutes } from "./responses/routes";
+import { completionsRoutes } from "./completions/routes";
 import { modelsRoutes } from "./models/routes";
 import { chatsRoutes } from "./chats/routes";
 import { statusRoutes } from "./status/routes";
@@ -39,6 +41,8 @@ const apiRoutes = (ctx: AppContext, prefix: string) =>
     .use(batchesRoutes(ctx))
     .use(chatRoutes(ctx))
     .use(embeddingsRoutes(ctx))
+    .use(responsesRoutes(ctx))
+    .use(completionsRoutes(ctx))
     .use(modelsRoutes(ctx))
     .use(chatsRoutes(ctx))
     .use(statusRoutes(ctx))

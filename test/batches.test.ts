@@ -442,8 +442,8 @@ describe("built-in models", () => {
 
     test("a bad endpoint or missing field → 400 (never 422)", async () => {
       const cases: unknown[] = [
-        { input_file_id: batchFile, endpoint: "/v1/completions", completion_window: "24h" },
-        { input_file_id: batchFile, endpoint: "/v1/responses", completion_window: "24h" },
+        { input_file_id: batchFile, endpoint: "/v1/moderations", completion_window: "24h" },
+        { input_file_id: batchFile, endpoint: "/v1/responses/", completion_window: "24h" },
         { endpoint: "/v1/chat/completions", completion_window: "24h" },
         { input_file_id: batchFile, completion_window: "24h" },
         { input_file_id: batchFile, endpoint: "/v1/chat/completions" },

@@ -1,5 +1,5 @@
 // SPEC §2, §3, §10 on every inference route (chat completions, embeddings,
-// models, chats, status), under both bases: 401 (with WWW-Authenticate:
+// responses, completions, models, chats, status), under both bases: 401 (with WWW-Authenticate:
 // Bearer) without a valid key — missing, malformed, unknown, revoked, or
 // only in the query string; 403 without the `inference` scope (GET /status
 // needs none); another project's chat answers 404 exactly like an unknown
@@ -30,6 +30,9 @@ const ROUTES: Route[] = [
   { method: "POST", path: "/chat/completions", scope: "inference", body: { model: "offpeak-echo", messages: [{ role: "user", content: "hi" }] } },
   { method: "POST", path: "/chat/completions", scope: "inference", body: { model: "offpeak-echo", messages: [{ role: "user", content: "hi" }], stream: true } },
   { method: "POST", path: "/embeddings", scope: "inference", body: { model: "offpeak-embed", input: "hi" } },
+  { method: "POST", path: "/responses", scope: "inference", body: { model: "offpeak-echo", input: "hi" } },
+  { method: "POST", path: "/responses", scope: "inference", body: { model: "offpeak-echo", input: "hi", stream: true } },
+  { method: "POST", path: "/completions", scope: "inference", body: { model: "offpeak-echo", prompt: "hi" } },
   { method: "GET", path: "/models", scope: "inference" },
   { method: "GET", path: "/models/offpeak-echo", scope: "inference" },
   { method: "POST", path: "/chats", scope: "inference", body: { model: "offpeak-echo", metadata: { made: "by-auth-test" } } },

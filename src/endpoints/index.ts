@@ -2,10 +2,12 @@
 // (see kind.ts). Order matters only for messages and for the upload
 // scanner, which tries the urls in this order (chat first: most lines).
 import { chatCompletions } from "./chatCompletions";
+import { completions } from "./completions";
 import { embeddings } from "./embeddings";
 import type { EndpointKind } from "./kind";
+import { responses } from "./responses";
 
-export const ENDPOINT_KINDS: readonly EndpointKind[] = [chatCompletions, embeddings];
+export const ENDPOINT_KINDS: readonly EndpointKind[] = [chatCompletions, embeddings, responses, completions];
 
 /** Every url a batch line may name (and every batch `endpoint`), mapped to its kind: "/v1/…" and "/api/v1/…". */
 export const BATCH_URLS: ReadonlyMap<string, EndpointKind> = new Map(ENDPOINT_KINDS.flatMap((k) => [[k.endpoint, k] as const, ["/api" + k.endpoint, k] as const]));

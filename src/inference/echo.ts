@@ -58,11 +58,7 @@ export function planEcho(body: Record<string, unknown>): EchoPlan {
   let reasoning: EchoPlan["reasoning"] = null;
   const effort = body.reasoning_effort;
   if (typeof effort === "string" && effort !== "none") {
-    const steps = REASONING_STEPS[effort]!; // checkSampling let only known values through
-    const words = countTokens(lastUser);
-    const lines = [`The user wrote ${words} token${words === 1 ? "" : "s"}.`, "The task is to repeat the message exactly."];
-    for (let i = 2; i < steps; i++) lines.push(`Check ${i - 1}: the reply matches the message.`);
-    const text = lines.slice(0, Math.max(1, steps)).join(" ");
+    const text = reasoningText(lastUser, effort); // checkSampling let only known values through
     const reasoningTokens = countTokens(text);
     reasoning = truncate(text, reasoningTokens, typeof maxRaw === "number" ? maxRaw : Infinity);
     // The limit was hit in the reasoning: the reply (perhaps empty) is cut too (SPEC §6: finish_reason length).
@@ -76,11 +72,22 @@ export function planEcho(body: Record<string, unknown>): EchoPlan {
   return { choices: Array.from({ length: n as number }, () => ({ text: cut.text, tokens: cut.tokens, finish })), reasoning, promptTokens };
 }
 
+/** The deterministic reasoning offpeak-echo does before it answers `lastUser`, at a known `effort` (minimal…high). */
+export function reasoningText(lastUser: string, effort: string): string {
+  const steps = REASONING_STEPS[effort]!;
+  const words = countTokens(lastUser);
+  const lines = [`The user wrote ${words} token${words === 1 ? "" : "s"}.`, "The task is to repeat the message exactly."];
+  for (let i = 2; i < steps; i++) lines.push(`Check ${i - 1}: the reply matches the message.`);
+  return lines.slice(0, Math.max(1, steps)).join(" ");
+}
+
+export const REASONING_EFFORTS = Object.keys(REASONING_STEPS);
+
 /**
  * The echo model ignores sampling, but a request OpenAI would refuse must not
  * succeed here (SPEC §10: bad types → 400 naming the param). null = not given.
  */
-function checkSampling(body: Record<string, unknown>): void {
+export function checkSampling(body: Record<string, unknown>): void {
   const range = (name: string, min: number, max: number) => {
     const v = body[name];
     if (v === undefined || v === null) return;
@@ -99,7 +106,7 @@ function checkSampling(body: Record<string, unknown>): void {
     throw new ApiError("invalid_value", `reasoning_effort must be one of none, ${Object.keys(REASONING_STEPS).join(", ")}`, { param: "reasoning_effort" });
 }
 
-function truncate(text: string, tokens: number, budget: number): { text: string; tokens: number } {
+export function truncate(text: string, tokens: number, budget: number): { text: string; tokens: number } {
   if (tokens <= budget) return { text, tokens };
   return { text: tokenize(text).slice(0, budget).join(""), tokens: budget };
 }

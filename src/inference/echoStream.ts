@@ -49,6 +49,13 @@ export async function* echoChunks(
 
 /** Non-streamed echo with the same simulated pace (latency + tokens at the rate). */
 export async function pacedDelay(plan: EchoPlan, pace: Pace, signal: AbortSignal): Promise<void> {
-  const tokens = (plan.reasoning?.tokens ?? 0) + Math.max(0, ...plan.choices.map((c) => c.tokens));
-  await sleep(pace.latencyMs + (pace.tokensPerSecond > 0 ? (tokens * 1000) / pace.tokensPerSecond : 0), signal);
+  await pacedWait((plan.reasoning?.tokens ?? 0) + Math.max(0, ...plan.choices.map((c) => c.tokens)), pace, signal);
 }
+
+/** The simulated time to produce `tokens` tokens: the latency, then the tokens at the rate. */
+export function pacedWait(tokens: number, pace: Pace, signal: AbortSignal): Promise<void> {
+  return sleep(pace.latencyMs + (pace.tokensPerSecond > 0 ? (tokens * 1000) / pace.tokensPerSecond : 0), signal);
+}
+
+/** Sleeps `ms` (at once if ≤ 0), waking early when `signal` aborts. */
+export { sleep as paceSleep };

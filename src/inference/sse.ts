@@ -18,7 +18,18 @@ export class InBandError extends Error {
 
 export function sseResponse(
   events: AsyncGenerator<unknown, void, unknown>,
-  opts: { headers?: Record<string, string>; keepAliveMs?: number; keepAliveFirst?: boolean; onClose?: () => void } = {},
+  opts: {
+    headers?: Record<string, string>;
+    keepAliveMs?: number;
+    keepAliveFirst?: boolean;
+    onClose?: () => void;
+    /**
+     * Named events, as the Responses API streams them: each payload's `type`
+     * goes out as its `event:` line, an error as `event: error`, and the stream
+     * ends without `data: [DONE]`.
+     */
+    named?: boolean;
+  } = {},
 ): Response {
   let timer: ReturnType<typeof setInterval> | null = null;
   let closed = false;
@@ -50,12 +61,12 @@ export function sseResponse(
         const { value, done } = await events.next();
         if (closed) return;
         if (done) {
-          send(controller, "data: [DONE]\n\n");
+          if (!opts.named) send(controller, "data: [DONE]\n\n");
           controller.close();
           close();
           return;
         }
-        send(controller, `data: ${JSON.stringify(value)}\n\n`);
+        send(controller, opts.named ? `event: ${(value as { type: string }).type}\ndata: ${JSON.stringify(value)}\n\n` : `data: ${JSON.stringify(value)}\n\n`);
       } catch (e) {
         if (closed) return;
         // After the first byte the status is sent: report in-band, then end.
@@ -67,7 +78,10 @@ export function sseResponse(
             : e instanceof ApiError
             ? e.body()
             : { error: { message: "The stream ended because of an internal error", type: "server_error", param: null, code: "stream_error" } };
-        send(controller, `data: ${JSON.stringify(body)}\n\n`);
+        // Named: OpenAI's `error` event ({type, code, message, param}), with the
+        // error object too, which the SDKs raise as an APIError.
+        const error = (body as { error?: Record<string, unknown> }).error;
+        send(controller, opts.named ? `event: error\ndata: ${JSON.stringify({ type: "error", ...error, error })}\n\n` : `data: ${JSON.stringify(body)}\n\n`);
         controller.close();
         close();
       }

@@ -1,7 +1,9 @@
 // A fake OpenAI-compatible engine: a real HTTP server on loopback (Bun.serve,
 // port 0) that offpeak can use as an upstream. It lists models on GET /models,
 // answers POST /chat/completions (the reply echoes the last user message)
-// and POST /embeddings in OpenAI shapes with usage, and can be told to fail:
+// and POST /embeddings in OpenAI shapes with usage (also POST /responses and
+// POST /completions, which echo the last user input / the prompt, streamed
+// as SSE when the body asks for stream:true), and can be told to fail:
 // per request, a plan sees the message content and how many times that
 // content was already received, and answers with an HTTP error (optionally
 // with retry-after) or closes the connection without an answer.
@@ -25,7 +27,7 @@ export type FakeFailure =
   | "close";
 
 export interface FakeRequestInfo {
-  /** "/chat/completions" or "/embeddings" (without /v1). */
+  /** "/chat/completions", "/embeddings", "/responses" or "/completions" (without /v1). */
   path: string;
   /** The message content the request is counted by. */
   content: string;
@@ -158,9 +160,20 @@ function textOf(content: unknown): string {
 
 function contentOf(path: string, body: Record<string, unknown>): string {
   if (path === "/embeddings") return typeof body.input === "string" ? body.input : JSON.stringify(body.input);
-  const messages = Array.isArray(body.messages) ? (body.messages as { role?: string; content?: unknown }[]) : [];
+  // Completions: the prompt; Responses: a string input, else its last user item's text.
+  if (path === "/completions") return typeof body.prompt === "string" ? body.prompt : JSON.stringify(body.prompt);
+  if (path === "/responses" && typeof body.input === "string") return body.input;
+  const messages = Array.isArray(path === "/responses" ? body.input : body.messages)
+    ? ((path === "/responses" ? body.input : body.messages) as { role?: string; content?: unknown }[])
+    : [];
+  if (path === "/responses") {
+    let last = "";
+    for (const m of messages) if (m && m.role === "user") last = textOf(m.content);
+    return last;
+  }
+  const chatMessages = Array.isArray(body.messages) ? (body.messages as { role?: string; content?: unknown }[]) : [];
   let last = "";
-  for (const m of messages) if (m && m.role === "user") last = textOf(m.content);
+  for (const m of chatMessages) if (m && m.role === "user") last = textOf(m.content);
   return last;
 }
 
@@ -211,6 +224,76 @@ function embeddings(body: Record<string, unknown>) {
   return { object: "list", data, model: String(body.model), usage: { prompt_tokens: tokens, total_tokens: tokens } };
 }
 
+/** A Responses API response object whose one message echoes `content`. */
+function responseObject(body: Record<string, unknown>, content: string, status: "in_progress" | "completed") {
+  const input = words(content) + 3;
+  const output = words(content);
+  return {
+    id: fakeId("resp_fake"),
+    object: "response",
+    created_at: Math.floor(Date.now() / 1000),
+    status,
+    error: null,
+    incomplete_details: null,
+    instructions: body.instructions ?? null,
+    model: String(body.model),
+    output:
+      status === "completed" ? [{ id: "msg_fake", type: "message", status: "completed", role: "assistant", content: [{ type: "output_text", text: content, annotations: [] }] }] : [],
+    parallel_tool_calls: true,
+    temperature: 1,
+    tool_choice: "auto",
+    tools: [],
+    top_p: 1,
+    usage:
+      status === "completed"
+        ? { input_tokens: input, input_tokens_details: { cached_tokens: 1 }, output_tokens: output, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: input + output }
+        : null,
+    metadata: {},
+  };
+}
+
+function textCompletion(body: Record<string, unknown>, content: string) {
+  const prompt = words(content);
+  return {
+    id: fakeId("cmpl-fake"),
+    object: "text_completion",
+    created: Math.floor(Date.now() / 1000),
+    model: String(body.model),
+    choices: [{ text: content, index: 0, logprobs: null, finish_reason: "stop" }],
+    usage: { prompt_tokens: prompt, completion_tokens: prompt, total_tokens: 2 * prompt },
+  };
+}
+
+/** The streamed answer of /responses (named events) or /completions (data chunks, then [DONE]), one word per delta. */
+function sseAnswer(path: string, body: Record<string, unknown>, content: string): Response {
+  const pieces = content.split(/(?=\s)/).filter((p) => p !== "");
+  let events: string[];
+  if (path === "/responses") {
+    const done = responseObject(body, content, "completed");
+    const item = (done.output as { content: unknown[] }[])[0]!;
+    let seq = 0;
+    const ev = (type: string, fields: Record<string, unknown>) => `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: seq++, ...fields })}\n\n`;
+    const at = { item_id: "msg_fake", output_index: 0, content_index: 0 };
+    const started = { ...done, status: "in_progress", output: [], usage: null };
+    events = [
+      ev("response.created", { response: started }),
+      ev("response.in_progress", { response: started }),
+      ev("response.output_item.added", { output_index: 0, item: { ...item, status: "in_progress", content: [] } }),
+      ev("response.content_part.added", { ...at, part: { type: "output_text", text: "", annotations: [] } }),
+      ...pieces.map((delta) => ev("response.output_text.delta", { ...at, delta })),
+      ev("response.output_text.done", { ...at, text: content }),
+      ev("response.content_part.done", { ...at, part: { type: "output_text", text: content, annotations: [] } }),
+      ev("response.output_item.done", { output_index: 0, item }),
+      ev("response.completed", { response: done }),
+    ];
+  } else {
+    const c = textCompletion(body, content);
+    const chunk = (text: string, finish: string | null) => `data: ${JSON.stringify({ ...c, choices: [{ text, index: 0, logprobs: null, finish_reason: finish }], usage: null })}\n\n`;
+    events = [...pieces.map((p) => chunk(p, null)), chunk("", "stop"), `data: ${JSON.stringify({ ...c, choices: [], usage: c.usage })}\n\n`, "data: [DONE]\n\n"];
+  }
+  return new Response(events.join(""), { headers: { "content-type": "text/event-stream", "x-request-id": fakeId("req_fake_") } });
+}
+
 /** How many of the sorted `times` fall in [from, to). */
 function countIn(times: number[], from: number, to: number): number {
   const lower = (x: number) => {
@@ -225,6 +308,8 @@ function countIn(times: number[], from: number, to: number): number {
   };
   return lower(to) - lower(from);
 }
+
+const ANSWERED = new Set(["/chat/completions", "/embeddings", "/responses", "/completions"]);
 
 export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise<FakeUpstream> {
   const stats: FakeStats = { requests: 0, inFlight: 0, maxInFlight: 0, byStatus: new Map(), probes: 0, requestTimes: [], probeTimes: [] };
@@ -267,7 +352,7 @@ export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise
       const id = decodeURIComponent(path.slice("/models/".length));
       return fake.models.includes(id) ? json({ id, object: "model", created: 1700000000, owned_by: "fake" }) : json(errorBody(404), 404);
     }
-    if (req.method !== "POST" || (path !== "/chat/completions" && path !== "/embeddings")) return json(errorBody(404), 404);
+    if (req.method !== "POST" || !ANSWERED.has(path)) return json(errorBody(404), 404);
 
     let body: Record<string, unknown>;
     try {
@@ -303,6 +388,9 @@ export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise
         return json({ error: { message: `The model '${String(body.model)}' does not exist`, type: "invalid_request_error", param: "model", code: "model_not_found" } }, 404);
       }
       bump(200);
+      if ((path === "/responses" || path === "/completions") && body.stream === true) return sseAnswer(path, body, content);
+      if (path === "/responses") return json(responseObject(body, content, "completed"));
+      if (path === "/completions") return json(textCompletion(body, content));
       return json(path === "/embeddings" ? embeddings(body) : chatCompletion(body, content));
     } finally {
       stats.inFlight--;
