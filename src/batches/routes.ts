@@ -7,6 +7,7 @@ import { intParam } from "../http/query";
 import { batchView, cancelBatch, createBatch, getBatch, listBatches } from "./service";
 import { batchEventsOf } from "./events";
 import { retryBatch } from "./retry";
+import { batchOutput } from "./output";
 
 const CreateBody = t.Object({
   input_file_id: t.String(),
@@ -42,6 +43,14 @@ export const batchesRoutes = (ctx: AppContext) =>
         summary: "Follow a batch (SSE)",
         description:
           "Server-sent events: `event: batch` with the batch record at once, again whenever its status or request_counts change (at most every 500 ms; a final state at once), `: keep-alive` after 15 s without an event; closed after a final state.",
+      },
+    })
+    .get("/:id/output", ({ request, params, query }) => batchOutput(ctx, principalOf(request).project, params.id, query.kind), {
+      query: t.Object({ kind: t.Optional(t.String()) }),
+      detail: {
+        summary: "Result lines so far (JSON Lines)",
+        description:
+          "kind=output (default) or error: the result lines written so far, streamed, also while the batch runs; none yet is an empty 200. After the batch ends, the same bytes as its output or error file.",
       },
     })
     .post("/:id/retry", async ({ request, params }) => batchView(await retryBatch(ctx, principalOf(request).project, params.id)), {
