@@ -22,6 +22,7 @@ import { statusRoutes } from "./status/routes";
 import { metricsRoutes } from "./metrics/routes";
 import { webhooksRoutes } from "./webhooks/routes";
 import { meRoutes } from "./keys/me";
+import { consoleRoutes } from "./console/routes";
 import { rateLimitHeadersNow } from "./inference/admission";
 import { ENDPOINT_KINDS } from "./endpoints";
 
@@ -78,6 +79,8 @@ export function buildApp(ctx: AppContext) {
       )
       .use(apiRoutes(ctx, "/api/v1"))
       .use(apiRoutes(ctx, "/v1"))
+      // The web console (SPEC §15) at "/" and its files at "/<name>".
+      .use(consoleRoutes())
   );
 }
 

@@ -128,6 +128,21 @@ test("the executable runs alone in an empty folder: upload, validate, download b
   expect((await fetch(`${url}/api/v1/files`)).status).toBe(401);
   expect((await fetch(`${url}/docs`)).status).toBe(200);
 
+  // The web console is inside too: its page, and every script and style it names (SPEC §15).
+  const page = await fetch(`${url}/`);
+  expect(page.status).toBe(200);
+  expect(page.headers.get("content-type")).toMatch(/^text\/html/);
+  const html = await page.text();
+  const assets = [...html.matchAll(/(?:src|href)="\.?\/([^"]+\.(?:js|css))"/g)].map((m) => m[1]!);
+  expect(assets.some((a) => a.endsWith(".js")) && assets.some((a) => a.endsWith(".css"))).toBe(true);
+  for (const a of assets) {
+    const res = await fetch(`${url}/${a}`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get("content-type")).toMatch(a.endsWith(".js") ? /^text\/javascript/ : /^text\/css/);
+    if (a.endsWith(".js")) expect(await res.text()).toContain("offpeak.key");
+  }
+  expect((await fetch(`${url}/api/v1/me`, { headers: auth })).status).toBe(200);
+
   // The keys CLI of the same binary works on the running server's data dir.
   const cli = Bun.spawn([binary, "keys", "create", "--name", "from-binary", "--scopes", "files:read"], { cwd: runDir, env: cleanEnv(), stdout: "pipe", stderr: "pipe" });
   const [secretOut, , cliCode] = await Promise.all([new Response(cli.stdout).text(), new Response(cli.stderr).text(), cli.exited]);

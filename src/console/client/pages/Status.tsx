@@ -1,0 +1,138 @@
+// Status and models (GET /status needs only a valid key): overall health,
+// upstreams, and each model's health and load. Refreshed every 5 s.
+import { useEffect, useState } from "preact/hooks";
+import { api } from "../api";
+import { ErrorNote, PageTitle, Time } from "../components";
+import { fmtBytes, fmtDuration, fmtInt } from "../format";
+import type { Status } from "../types";
+
+const Health = ({ ok, up = "healthy", down = "unhealthy" }: { ok: boolean; up?: string; down?: string }) => (
+  <span class={`badge ${ok ? "badge-completed" : "badge-failed"}`}>{ok ? up : down}</span>
+);
+
+export function StatusPage() {
+  const [s, setS] = useState<Status | null>(null);
+  const [error, setError] = useState<unknown>(null);
+  useEffect(() => {
+    let timer: ReturnType<typeof setTimeout>;
+    let stopped = false;
+    const load = async () => {
+      try {
+        const next = await api<Status>("/status");
+        if (stopped) return;
+        setS(next);
+        setError(null);
+      } catch (e) {
+        if (!stopped) setError(e);
+      }
+      if (!stopped) timer = setTimeout(load, 5000);
+    };
+    load();
+    return () => {
+      stopped = true;
+      clearTimeout(timer);
+    };
+  }, []);
+  return (
+    <section>
+      <div class="title-row">
+        <PageTitle text="Status" />
+        {s && <Health ok={s.status === "ok"} up="ok" down="degraded" />}
+      </div>
+      <ErrorNote error={error} />
+      {!s && !error && <p class="loading">Loading…</p>}
+      {s && (
+        <>
+          <dl class="facts card">
+            <div>
+              <dt>Version</dt>
+              <dd>{s.version}</dd>
+            </div>
+            <div>
+              <dt>Up for</dt>
+              <dd>{fmtDuration(s.uptime_s)}</dd>
+            </div>
+            <div>
+              <dt>Database</dt>
+              <dd>
+                <Health ok={s.database.ok} up="ok" down="failing" />
+              </dd>
+            </div>
+            <div>
+              <dt>Storage</dt>
+              <dd>
+                <Health ok={s.storage.ok} up="ok" down="failing" /> <span class="muted">{fmtBytes(s.storage.free_bytes)} free</span>
+              </dd>
+            </div>
+            <div>
+              <dt>Batches running</dt>
+              <dd>
+                {fmtInt(s.batches.in_progress)} <span class="muted">· {fmtInt(s.batches.validating)} validating · {fmtInt(s.batches.finalizing)} finalizing</span>
+              </dd>
+            </div>
+          </dl>
+
+          <h2>Upstreams</h2>
+          {!s.upstreams || s.upstreams.length === 0 ? (
+            <p class="muted">None configured: requests run on the built-in models.</p>
+          ) : (
+            <table class="list">
+              <caption class="sr-only">Upstream engines and their health</caption>
+              <thead>
+                <tr>
+                  <th scope="col">Upstream</th>
+                  <th scope="col">Health</th>
+                  <th scope="col">Since</th>
+                  <th scope="col">Last error</th>
+                </tr>
+              </thead>
+              <tbody>
+                {s.upstreams.map((u) => (
+                  <tr key={u.name}>
+                    <td data-label="Upstream">{u.name}</td>
+                    <td data-label="Health">
+                      <Health ok={u.healthy} up="up" down="down" />
+                    </td>
+                    <td data-label="Since">
+                      <Time s={u.since} relative />
+                    </td>
+                    <td data-label="Last error">{u.last_error ?? "—"}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          )}
+
+          <h2>Models</h2>
+          <table class="list">
+            <caption class="sr-only">Models, their health and load</caption>
+            <thead>
+              <tr>
+                <th scope="col">Model</th>
+                <th scope="col">Owned by</th>
+                <th scope="col">Health</th>
+                <th scope="col">In flight</th>
+                <th scope="col">Queued</th>
+              </tr>
+            </thead>
+            <tbody>
+              {s.models.map((m) => (
+                <tr key={m.id}>
+                  <td data-label="Model" class="mono">
+                    {m.id}
+                  </td>
+                  <td data-label="Owned by">{m.owned_by}</td>
+                  <td data-label="Health">
+                    <Health ok={m.healthy} />
+                  </td>
+                  <td data-label="In flight">{fmtInt(m.in_flight)}</td>
+                  <td data-label="Queued">{fmtInt(m.queued)}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </>
+      )}
+    </section>
+  );
+}
