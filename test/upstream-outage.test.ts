@@ -251,18 +251,10 @@ describe("an engine answering 503 to 30% of attempts", () => {
   }, 60_000);
 });
 
-// BUG (at "Upstream health:" 5087e36): 96 requests in the phase (old code:
-// 186; bound 38). In runUpstream (src/batches/worker/execute.ts) a line
-// passes the upstream gate (enterUpstream: up, not paused, room in the
-// window) and only then waits for a scheduler slot (acquireSlot); when a 429
-// answer frees a slot, a line already past the gate takes it and is sent
-// without looking at the pause the 429 just set. Arrivals at the fake: 64
-// requests in the first 85 ms of the phase (the 16 in flight answered 429 at
-// 5–14 ms, and each freed slot went straight to another line: 4 waves of 16),
-// then 16 + 16 at 1.10 s and 1.15 s, 16 at 2.19 s. And the window's halving
-// base counts the lines holding a window place while they wait for a slot
-// (offpeak_upstream_batch_window went 32 → 16 → 8 with max_concurrency 16,
-// 2 Workers), so it binds below max_concurrency only after the third burst.
+// At 5087e36 this sent 96 requests in the phase (old code 186): a line past
+// the upstream gate waited for a scheduler slot and was then sent without a
+// look at the pause a 429 had set meanwhile. Since 2cd7af6: 12 (8 at 1.03 s,
+// 4 at 2.07 s).
 describe("a 3 s phase of 429 with retry-after: 1", () => {
   const N = 600;
   const PHASE_MS = 3000;
