@@ -173,7 +173,7 @@ export function KeysPage({ me }: { me: Me }) {
                     <td data-label="Scopes">{k.scopes.join(", ")}</td>
                     <td data-label="Limits">
                       {k.rate_limits.rpm || k.rate_limits.tpm
-                        ? [k.rate_limits.rpm && `${k.rate_limits.rpm} rpm`, k.rate_limits.tpm && `${k.rate_limits.tpm} tpm`].filter(Boolean).join(" · ")
+                        ? [k.rate_limits.rpm && `${k.rate_limits.rpm.toLocaleString()} rpm`, k.rate_limits.tpm && `${k.rate_limits.tpm.toLocaleString()} tpm`].filter(Boolean).join(" · ")
                         : "default"}
                     </td>
                     <td data-label="Created">
