@@ -98,7 +98,8 @@ function fileSink(ctx: AppContext, st: UploadState, id: string): PartSink {
         await validator.write(chunk);
       }
     },
-    end() {},
+    // The file's last byte is in: its final flush overlaps the validation's end.
+    end: () => writer.finish?.(),
   };
 }
 

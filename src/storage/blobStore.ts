@@ -4,6 +4,8 @@ export interface BlobWriter {
   /** Bytes written so far. */
   readonly bytes: number;
   write(chunk: Uint8Array): void;
+  /** No more writes will come: start making the bytes durable now, so that commit() waits less (a hint; optional). */
+  finish?(): void;
   /** Streams back what has been written so far (before commit). */
   readBack(): ReadableStream<Uint8Array>;
   /** Makes the blob visible under its key, durably: resolves only once its bytes and its name are on disk (fsynced). */

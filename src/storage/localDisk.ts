@@ -44,15 +44,27 @@ export class LocalDiskStore implements BlobStore {
     let bytes = 0;
     // Durable before acknowledged (docs/OPERATING.md): the bytes are flushed
     // while they stream in, one fdatasync at a time on the thread pool, each
-    // covering everything written so far, so the flush at commit covers at
-    // most the last SYNC_EVERY bytes plus what arrived during the last flush.
+    // covering everything written before it began, so the flush at commit
+    // covers at most the last SYNC_EVERY bytes plus what arrived during the
+    // last flush; after finish() the tail is flushed at once (while the
+    // caller still validates), and commit() only waits for it.
     let flushing: Promise<void> | null = null;
     let flushError: unknown = null;
     let nextSyncAt = SYNC_EVERY;
+    let flushedUpTo = 0;
+    let finished = false;
     const startFlush = (f: number) => {
-      flushing = syncFd(f, tmpPath, bytes)
-        .catch((e) => void (flushError ??= e))
-        .finally(() => (flushing = null));
+      const upTo = bytes;
+      flushing = syncFd(f, tmpPath, upTo)
+        .then(
+          () => void (flushedUpTo = upTo),
+          (e) => void (flushError ??= e),
+        )
+        .finally(() => {
+          flushing = null;
+          // The tail that came in during this flush, once no more is coming.
+          if (finished && fd === f && flushError === null && flushedUpTo < bytes) startFlush(f);
+        });
     };
     return {
       get bytes() {
@@ -69,6 +81,10 @@ export class LocalDiskStore implements BlobStore {
           startFlush(fd!);
         }
       },
+      finish() {
+        finished = true;
+        if (fd !== null && flushing === null && FSYNC_ENABLED && flushedUpTo < bytes) startFlush(fd);
+      },
       readBack() {
         return Bun.file(tmpPath).stream();
       },
@@ -77,7 +93,8 @@ export class LocalDiskStore implements BlobStore {
         // does the caller write the record and answer.
         while (flushing) await flushing;
         if (flushError) throw flushError;
-        await syncFd(fd!, tmpPath, bytes);
+        // Skipped if a flush that began after the last write already covers it all.
+        if (flushedUpTo < bytes) await syncFd(fd!, tmpPath, bytes);
         closeSync(fd!);
         fd = null;
         await rename(tmpPath, finalPath);
