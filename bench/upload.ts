@@ -15,8 +15,16 @@
 // Targets: offpeak ≥ 150 MB/s, ≥ 0.6× baseline, server peak RSS ≤ 200 MB.
 // Exits non-zero only if an upload fails (not on performance figures).
 //
+// --fsync: the cost of "durable before acknowledged" (issue 11) instead:
+// offpeak as it runs (the upload fdatasync'ed every 16 MiB while it streams,
+// then the last bytes, the rename's directory and the record's WAL commit)
+// against the same server started with OFFPEAK_UNSAFE_NO_FSYNC=1 (no flush at
+// all: a benchmark-only switch), alternating, for purpose=batch and (unless
+// --no-user-data) purpose=user_data, whose ≈1 GB/s with curl shows the
+// flushes' cost best. Target: with ≥ 0.9× without.
+//
 // Usage: bun bench/upload.ts [--lines N] [--file PATH] [--runs N]
-//                            [--client both|curl|fetch] [--no-user-data]
+//                            [--client both|curl|fetch] [--no-user-data] [--fsync]
 import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
@@ -39,6 +47,8 @@ const lines = Number(opt("lines") ?? DEFAULT_LINES);
 const file = opt("file") ?? (lines === DEFAULT_LINES ? DEFAULT_PATH : `bench/data/batch-${lines}.jsonl`);
 const runs = Number(opt("runs") ?? 3);
 const withUserData = !flag("no-user-data");
+const fsyncMode = flag("fsync");
+const TARGET_FSYNC_RATIO = 0.9;
 type Client = "curl" | "fetch";
 const clientOpt = opt("client") ?? (which("curl") ? "both" : "fetch");
 if (!["both", "curl", "fetch"].includes(clientOpt)) throw new Error("--client must be both, curl or fetch");
@@ -101,12 +111,13 @@ interface Target {
   idleRssMb: number;
 }
 
-async function startOffpeak(purpose: "batch" | "user_data"): Promise<Target> {
+async function startOffpeak(purpose: "batch" | "user_data", opts: { noFsync?: boolean } = {}): Promise<Target> {
   const dataDir = mkdtempSync(join(tmpdir(), "offpeak-bench-upload-"));
   const port = freePort();
-  const child = spawnBun(["src/main.ts", "serve", "--port", String(port), "--data-dir", dataDir], {
-    env: { OFFPEAK_ADMIN_KEY: ADMIN_KEY, OFFPEAK_LOG_LEVEL: "warn" },
-  });
+  const env: Record<string, string> = { OFFPEAK_ADMIN_KEY: ADMIN_KEY, OFFPEAK_LOG_LEVEL: "warn" };
+  // The child inherits our environment: say explicitly which side this is.
+  env.OFFPEAK_UNSAFE_NO_FSYNC = opts.noFsync ? "1" : "";
+  const child = spawnBun(["src/main.ts", "serve", "--port", String(port), "--data-dir", dataDir], { env });
   try {
     await waitForHttp(`http://127.0.0.1:${port}/healthz`, child.proc);
     child.assertRuns("src/main.ts");
@@ -118,7 +129,7 @@ async function startOffpeak(purpose: "batch" | "user_data"): Promise<Target> {
   const base = `http://127.0.0.1:${port}/api/v1`;
   const auth = { authorization: `Bearer ${ADMIN_KEY}` };
   return {
-    name: purpose === "batch" ? "offpeak (purpose=batch)" : "offpeak (purpose=user_data)",
+    name: `offpeak (purpose=${purpose}${opts.noFsync ? ", no fsync" : ""})`,
     child,
     mbps: { curl: [], fetch: [] },
     idleRssMb: rssMb(child.pid),
@@ -183,16 +194,13 @@ console.log(`clients: ${clients.join(", ")}; ${runs} runs per server and client,
 
 const targets: Target[] = [];
 let failures = 0;
-try {
-  targets.push(await startBaseline());
-  targets.push(await startOffpeak("batch"));
-  if (withUserData) targets.push(await startOffpeak("user_data"));
-  const [baseline, offpeak, plain = null] = targets as [Target, Target, Target?];
+
+/** One round per client: every target once, the order reversed every other round. */
+async function measure(list: Target[]): Promise<void> {
   for (const client of clients) {
     console.log(`client ${client}:`);
     for (let round = 0; round < runs; round++) {
-      // Alternate the order each round so neither side always goes first.
-      const order = round % 2 === 0 ? targets : [...targets].reverse();
+      const order = round % 2 === 0 ? list : [...list].reverse();
       for (const t of order) {
         const r = await t.run(client);
         if (!r.ok) {
@@ -202,11 +210,61 @@ try {
         }
         const mbps = fileBytes / MB / r.seconds;
         t.mbps[client].push(mbps);
-        console.log(`  run ${round + 1} ${t.name.padEnd(34)} ${fmt(r.seconds, 2)} s  ${fmt(mbps).padStart(6)} MB/s`);
+        console.log(`  run ${round + 1} ${t.name.padEnd(40)} ${fmt(r.seconds, 2)} s  ${fmt(mbps).padStart(6)} MB/s`);
         await Bun.sleep(300);
       }
     }
   }
+}
+
+if (fsyncMode) {
+  try {
+    const pairs: [Target, Target][] = [];
+    for (const purpose of withUserData ? (["batch", "user_data"] as const) : (["batch"] as const)) {
+      const on = await startOffpeak(purpose);
+      targets.push(on);
+      const off = await startOffpeak(purpose, { noFsync: true });
+      targets.push(off);
+      pairs.push([on, off]);
+    }
+    await measure(targets);
+    const rss = new Map(targets.map((t) => [t, peakRssMb(t.child.pid)]));
+    const med = (t: Target, c: Client) => median(t.mbps[c]);
+    const best = (t: Target, c: Client) => (t.mbps[c].length ? Math.max(...t.mbps[c]) : NaN);
+    const out: Record<string, unknown> = {};
+    for (const c of clients) {
+      console.log(`\nclient ${c}:`);
+      for (const [on, off] of pairs) {
+        const ratio = med(on, c) / med(off, c);
+        console.log(`  ${on.name.padEnd(40)} ${fmt(med(on, c)).padStart(6)} MB/s [${fmt(best(on, c))}]`);
+        console.log(`  ${off.name.padEnd(40)} ${fmt(med(off, c)).padStart(6)} MB/s [${fmt(best(off, c))}]`);
+        console.log(`  ratio with/without flushes: ${fmt(ratio, 2)}× (target ≥ ${TARGET_FSYNC_RATIO}: ${ratio >= TARGET_FSYNC_RATIO ? "ok" : "BELOW TARGET"})`);
+        out[`${c}_${on.name.includes("batch") ? "batch" : "user_data"}`] = { fsync_mbps: +fmt(med(on, c)), no_fsync_mbps: +fmt(med(off, c)), ratio: +fmt(ratio, 2) };
+      }
+    }
+    console.log("");
+    for (const t of targets) console.log(`${t.name.padEnd(40)} peak RSS ${fmt(rss.get(t)!, 0)} MB (idle ${fmt(t.idleRssMb, 0)} MB)`);
+    console.log("result: " + JSON.stringify({ mode: "fsync", file_mb: +fmt(fileBytes / MB), runs, ...out, peak_rss_mb: Object.fromEntries(targets.map((t) => [t.name, +fmt(rss.get(t)!, 0)])), failures }));
+  } finally {
+    for (const t of targets) {
+      await t.child.stop();
+      t.cleanup();
+    }
+  }
+  if (failures > 0) {
+    console.error(`upload bench: ${failures} upload(s) failed`);
+    process.exit(1);
+  }
+  process.exit(0);
+}
+
+try {
+  targets.push(await startBaseline());
+  targets.push(await startOffpeak("batch"));
+  if (withUserData) targets.push(await startOffpeak("user_data"));
+  const [baseline, offpeak, plain = null] = targets as [Target, Target, Target?];
+  // Alternating rounds, so neither side always goes first.
+  await measure(targets);
 
   const rss = new Map(targets.map((t) => [t, peakRssMb(t.child.pid)]));
   const med = (t: Target, c: Client) => median(t.mbps[c]);
