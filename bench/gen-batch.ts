@@ -6,8 +6,13 @@
 // `<path>.meta.json` marker recording the line count and size; a later call
 // reuses the file when the marker matches, unless forced.
 //
-// Usage: bun bench/gen-batch.ts [--lines N] [--out PATH] [--force]
-// Library: generateBatchFile(path, lines?, { force? })
+// With --kind responses (or completions) the same requests, from the same
+// seed, go to /v1/responses ({model, instructions, input, max_output_tokens})
+// or /v1/completions ({model, prompt, max_tokens}): the same texts, so the
+// endpoints' batches can be compared.
+//
+// Usage: bun bench/gen-batch.ts [--lines N] [--out PATH] [--kind chat|responses|completions] [--force]
+// Library: generateBatchFile(path, lines?, { force?, kind? })
 import { closeSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 
@@ -26,11 +31,15 @@ export interface GeneratedFile {
   seconds: number;
 }
 
+export type LineKind = "chat" | "responses" | "completions";
+
 interface Marker {
   version: number;
   seed: number;
   lines: number;
   bytes: number;
+  /** Absent in markers written before kinds existed: chat. */
+  kind?: LineKind;
 }
 
 const SYSTEM_PROMPTS = [
@@ -88,8 +97,17 @@ function userText(rand: () => number): string {
 }
 
 /** One request line (without the newline). */
-export function batchLine(i: number, rand: () => number): string {
+export function batchLine(i: number, rand: () => number, kind: LineKind = "chat"): string {
   const system = SYSTEM_PROMPTS[Math.floor(rand() * SYSTEM_PROMPTS.length)]!;
+  if (kind === "responses")
+    return JSON.stringify({
+      custom_id: `req-${i}`,
+      method: "POST",
+      url: "/v1/responses",
+      body: { model: "offpeak-echo", instructions: system, input: userText(rand), max_output_tokens: 64 },
+    });
+  if (kind === "completions")
+    return JSON.stringify({ custom_id: `req-${i}`, method: "POST", url: "/v1/completions", body: { model: "offpeak-echo", prompt: `${system}\n${userText(rand)}`, max_tokens: 64 } });
   return JSON.stringify({
     custom_id: `req-${i}`,
     method: "POST",
@@ -116,9 +134,9 @@ function readMarker(path: string): Marker | null {
 }
 
 /** True if `path` holds a complete file from this generator with `lines` lines. */
-export function isUpToDate(path: string, lines: number): boolean {
+export function isUpToDate(path: string, lines: number, kind: LineKind = "chat"): boolean {
   const m = readMarker(path);
-  if (!m || m.version !== GENERATOR_VERSION || m.seed !== SEED || m.lines !== lines) return false;
+  if (!m || m.version !== GENERATOR_VERSION || m.seed !== SEED || m.lines !== lines || (m.kind ?? "chat") !== kind) return false;
   try {
     return statSync(path).size === m.bytes;
   } catch {
@@ -126,10 +144,11 @@ export function isUpToDate(path: string, lines: number): boolean {
   }
 }
 
-export async function generateBatchFile(path: string = DEFAULT_PATH, lines: number = DEFAULT_LINES, opts: { force?: boolean } = {}): Promise<GeneratedFile> {
+export async function generateBatchFile(path: string = DEFAULT_PATH, lines: number = DEFAULT_LINES, opts: { force?: boolean; kind?: LineKind } = {}): Promise<GeneratedFile> {
   if (!Number.isInteger(lines) || lines < 1) throw new Error(`lines must be a positive integer, got ${lines}`);
+  const kind = opts.kind ?? "chat";
   const t0 = performance.now();
-  if (!opts.force && isUpToDate(path, lines)) {
+  if (!opts.force && isUpToDate(path, lines, kind)) {
     return { path, lines, bytes: statSync(path).size, generated: false, seconds: (performance.now() - t0) / 1000 };
   }
   mkdirSync(dirname(path), { recursive: true });
@@ -142,7 +161,7 @@ export async function generateBatchFile(path: string = DEFAULT_PATH, lines: numb
   try {
     let block = "";
     for (let i = 1; i <= lines; i++) {
-      block += batchLine(i, rand) + "\n";
+      block += batchLine(i, rand, kind) + "\n";
       if (block.length >= 1 << 20 || i === lines) {
         const buf = encoder.encode(block);
         let off = 0;
@@ -155,31 +174,36 @@ export async function generateBatchFile(path: string = DEFAULT_PATH, lines: numb
     closeSync(fd);
   }
   renameSync(tmp, path);
-  const marker: Marker = { version: GENERATOR_VERSION, seed: SEED, lines, bytes };
+  const marker: Marker = kind === "chat" ? { version: GENERATOR_VERSION, seed: SEED, lines, bytes } : { version: GENERATOR_VERSION, seed: SEED, lines, bytes, kind };
   writeFileSync(markerPath(path), JSON.stringify(marker) + "\n");
   return { path, lines, bytes, generated: true, seconds: (performance.now() - t0) / 1000 };
 }
 
-function parseArgs(argv: string[]): { lines: number; out: string; force: boolean } {
+function parseArgs(argv: string[]): { lines: number; out: string; force: boolean; kind: LineKind } {
   let lines = DEFAULT_LINES;
   let out = DEFAULT_PATH;
   let force = false;
+  let kind: LineKind = "chat";
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     if (a === "--force") force = true;
     else if (a === "--lines") lines = Number(argv[++i]);
     else if (a === "--out") out = argv[++i]!;
+    else if (a === "--kind") {
+      kind = argv[++i] as LineKind;
+      if (!["chat", "responses", "completions"].includes(kind)) throw new Error(`--kind must be chat, responses or completions`);
+    }
     else if (a === "--help" || a === "-h") {
-      process.stdout.write("Usage: bun bench/gen-batch.ts [--lines N] [--out PATH] [--force]\n");
+      process.stdout.write("Usage: bun bench/gen-batch.ts [--lines N] [--out PATH] [--kind chat|responses|completions] [--force]\n");
       process.exit(0);
     } else throw new Error(`unknown argument '${a}'`);
   }
-  return { lines, out, force };
+  return { lines, out, force, kind };
 }
 
 if (import.meta.main) {
-  const { lines, out, force } = parseArgs(process.argv.slice(2));
-  const r = await generateBatchFile(out, lines, { force });
+  const { lines, out, force, kind } = parseArgs(process.argv.slice(2));
+  const r = await generateBatchFile(out, lines, { force, kind });
   const mb = (r.bytes / 1e6).toFixed(1);
   if (r.generated) console.log(`gen-batch: wrote ${r.lines} lines, ${mb} MB to ${r.path} in ${r.seconds.toFixed(1)} s`);
   else console.log(`gen-batch: ${r.path} is up to date (${r.lines} lines, ${mb} MB); --force to regenerate`);

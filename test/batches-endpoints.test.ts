@@ -174,7 +174,7 @@ describe("validation", () => {
     await expectError(res, 400, { param: "endpoint" });
     const created = await t.api("/batches", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ input_file_id: file.id, endpoint: "/api/v1/completions", completion_window: "24h" }) });
     expect(created.status).toBe(200);
-    expect((await created.json()).endpoint).toBe("/v1/completions");
+    expect(((await created.json()) as { endpoint: string }).endpoint).toBe("/v1/completions");
   });
 
   test("a line whose url is not the batch's endpoint, or whose model does not serve it, fails the batch at validation", async () => {

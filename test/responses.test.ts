@@ -77,13 +77,45 @@ describe("offpeak-echo, plain", () => {
     expect(msg).toEqual({ id: expect.stringMatching(MSG_ID), type: "message", status: "completed", role: "assistant", content: [{ type: "output_text", text: "Hello there, responses!", annotations: [], logprobs: [] }] });
     // A string input is one user message: its tokens plus 3 of framing.
     const out = tokens("Hello there, responses!");
-    expect(r.usage).toEqual({ input_tokens: out + 3, input_tokens_details: { cached_tokens: 0 }, output_tokens: out, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 2 * out + 3 });
+    expect(r.usage).toEqual({ input_tokens: out + 3, input_tokens_details: { cached_tokens: 0, cache_write_tokens: 0 }, output_tokens: out, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 2 * out + 3 });
     expect(typeof r.created_at).toBe("number");
     expect(Number.isInteger(r.created_at)).toBe(true);
     // Nothing is stored, and a field without a value is null, not missing.
     const raw = await json(await post({ model: "offpeak-echo", input: "x", store: true }));
     expect(raw.store).toBe(false);
     for (const k of ["instructions", "max_output_tokens", "previous_response_id", "user", "incomplete_details", "error"]) expect(raw[k]).toBeNull();
+  });
+
+  test("the whole object: every field, in OpenAI's order; the request's own values echoed back; text that needs escaping", async () => {
+    const plain = await json(await post({ model: "offpeak-echo", input: 'quote " backslash \\ newline \n tab \t emoji 😀 nul \u0000 end' }));
+    expect(Object.keys(plain)).toEqual([
+      "id", "object", "created_at", "status", "background", "completed_at", "error", "incomplete_details", "instructions", "max_output_tokens", "model", "output",
+      "parallel_tool_calls", "previous_response_id", "reasoning", "store", "temperature", "text", "tool_choice", "tools", "top_p", "truncation", "usage", "user", "metadata",
+    ]);
+    expect(plain).toMatchObject({
+      background: false, error: null, incomplete_details: null, instructions: null, max_output_tokens: null, parallel_tool_calls: true, previous_response_id: null,
+      reasoning: { effort: null, summary: null }, store: false, temperature: 1, text: { format: { type: "text" } }, tool_choice: "auto", tools: [], top_p: 1,
+      truncation: "disabled", user: null, metadata: {},
+    });
+    expect(plain.completed_at).toBeGreaterThanOrEqual(plain.created_at);
+    expect(plain.output[0].content[0].text).toBe('quote " backslash \\ newline \n tab \t emoji 😀 nul \u0000 end');
+    const set = {
+      instructions: "say \"it\"",
+      max_output_tokens: 100,
+      parallel_tool_calls: false,
+      reasoning: { effort: "minimal", summary: "auto" },
+      temperature: 0,
+      text: { format: { type: "json_schema", name: "x", schema: { type: "object" } }, verbosity: "low" },
+      tool_choice: { type: "function", name: "f" },
+      tools: [{ type: "function", name: "f", parameters: { type: "object", properties: {} } }],
+      top_p: 0.5,
+      truncation: "auto",
+      user: "u-1",
+      metadata: { a: "b" },
+    };
+    const echoed = await json(await post({ model: "offpeak-echo", input: "x", ...set }));
+    expect(echoed).toMatchObject(set);
+    expect(echoed.output.map((o: any) => o.type)).toEqual(["reasoning", "message"]);
   });
 
   test("items: the last user message answers, text parts join with a newline, instructions and every message count as input", async () => {
@@ -310,7 +342,7 @@ describe("upstream models: passed through", () => {
     const r = await client.responses.create({ model: "fake-model", input: "from the engine", instructions: "be an engine" });
     expect(r.id).toMatch(/^resp_fake/);
     expect(r.output_text).toBe("from the engine");
-    expect(r.usage).toEqual({ input_tokens: 6, input_tokens_details: { cached_tokens: 1 }, output_tokens: 3, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 9 });
+    expect(r.usage).toEqual({ input_tokens: 6, input_tokens_details: { cached_tokens: 1, cache_write_tokens: 0 }, output_tokens: 3, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 9 });
     expect(fake.counts.get("from the engine")).toBe(1);
   });
 

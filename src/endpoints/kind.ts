@@ -29,6 +29,18 @@ export interface StreamTally {
   estimated: number;
 }
 
+/**
+ * A built-in answer given as its JSON text (one line, no newline), for a kind
+ * that writes its answers by hand (responses): the batch line takes the text
+ * as it is instead of serialising an object.
+ */
+export class SerializedAnswer {
+  constructor(
+    readonly json: string,
+    readonly usage: unknown,
+  ) {}
+}
+
 export interface EndpointKind {
   /** The batch `endpoint` and line `url`, e.g. "/v1/responses" ("/api/v1/…" is accepted too). */
   readonly endpoint: string;
@@ -43,7 +55,7 @@ export interface EndpointKind {
    * with its `usage`. Checks the body first: a bad one throws an ApiError
    * naming the field (a batch records it as that line's 400).
    */
-  answer(body: Record<string, unknown>, ids: IdStream, created: number): { usage: unknown };
+  answer(body: Record<string, unknown>, ids: IdStream, created: number): { usage: unknown } | SerializedAnswer;
   /** Reads an answer's `usage` (anything, even missing) into `into`; absent counts are 0. */
   readUsage(usage: unknown, into: TokenCounts): void;
   /** Reads one parsed event of a streamed upstream answer into `tally` (absent: the kind does not stream). */

@@ -2,9 +2,9 @@
 // in the Responses shape (input_tokens, output_tokens and their details),
 // mapped onto the batch's totals; a streamed upstream answer reports its
 // usage in its last event (response.completed / .incomplete / .failed).
-import { echoResponse, planResponse, responseIds } from "../inference/echoResponses";
+import { echoResponseJson, planResponse, responseIds, responseUsage } from "../inference/echoResponses";
 import { countTokens } from "../inference/tokens";
-import { num, type EndpointKind, type StreamTally, type TokenCounts } from "./kind";
+import { SerializedAnswer, num, type EndpointKind, type StreamTally, type TokenCounts } from "./kind";
 
 export const responses: EndpointKind = {
   endpoint: "/v1/responses",
@@ -13,7 +13,8 @@ export const responses: EndpointKind = {
   noun: "responses",
   answer(body, ids, created) {
     const plan = planResponse(body);
-    return echoResponse(body, responseIds(ids, plan, created), plan);
+    const usage = responseUsage(plan);
+    return new SerializedAnswer(echoResponseJson(body, responseIds(ids, plan, created), plan, usage), usage);
   },
   readUsage: readResponsesUsage,
   readStreamEvent: readResponsesStreamEvent,

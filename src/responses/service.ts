@@ -5,14 +5,13 @@ import type { AppContext } from "../context";
 import { responses } from "../endpoints/responses";
 import { IdStream, nowSeconds } from "../ids";
 import { admit, resolveModel } from "../inference/admission";
-import { echoResponse, planResponse, responseEvents, responseIds, responseInputTokens, responseUsage } from "../inference/echoResponses";
+import { echoResponseJson, planResponse, responseEvents, responseIds, responseInputTokens, responseUsage } from "../inference/echoResponses";
 import { pacedWait } from "../inference/echoStream";
 import { proxyUpstream } from "../inference/proxy";
 import { sseResponse } from "../inference/sse";
 import { checkStreamFields } from "../chat/service";
 
 const ids = new IdStream();
-const json = (body: unknown, headers: Record<string, string>) => new Response(JSON.stringify(body), { headers: { "content-type": "application/json", ...headers } });
 
 export async function createResponse(ctx: AppContext, principal: Principal, body: Record<string, unknown>, request: Request): Promise<Response> {
   const model = resolveModel(ctx, body.model, responses);
@@ -37,7 +36,7 @@ export async function createResponse(ctx: AppContext, principal: Principal, body
   }
   try {
     await pacedWait(plan.tokens + (plan.reasoning?.tokens ?? 0), pace, request.signal);
-    return json(echoResponse(body, r, plan), headers);
+    return new Response(echoResponseJson(body, r, plan), { headers: { "content-type": "application/json", ...headers } });
   } finally {
     release();
   }

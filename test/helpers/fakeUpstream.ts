@@ -246,7 +246,7 @@ function responseObject(body: Record<string, unknown>, content: string, status: 
     top_p: 1,
     usage:
       status === "completed"
-        ? { input_tokens: input, input_tokens_details: { cached_tokens: 1 }, output_tokens: output, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: input + output }
+        ? { input_tokens: input, input_tokens_details: { cached_tokens: 1, cache_write_tokens: 0 }, output_tokens: output, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: input + output }
         : null,
     metadata: {},
   };

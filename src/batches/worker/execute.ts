@@ -8,6 +8,7 @@ import { ApiError } from "../../errors";
 import { IdStream } from "../../ids";
 import { Deadline } from "../../inference/deadline";
 import { endpointKind, type EndpointKind } from "../../endpoints";
+import { SerializedAnswer } from "../../endpoints/kind";
 import type { PricedModel, RunTask } from "../types";
 import { acquireSlot } from "./slots";
 import { countUpstreamAttempt } from "../../metrics/worker";
@@ -47,6 +48,11 @@ function resultLine(customId: string, status: number | null, requestId: string |
  */
 function upstreamLine(customId: string, status: number, requestId: string | null, text: string, parsed: unknown): string {
   if (text.includes("\n") || text.includes("\r")) return resultLine(customId, status, requestId, parsed, null);
+  return splicedLine(customId, status, requestId, text);
+}
+
+/** A result line around a body that is JSON text on one line already. */
+function splicedLine(customId: string, status: number, requestId: string | null, text: string): string {
   const head = JSON.stringify({ id: ids.next("batch_req_"), custom_id: customId, response: { status_code: status, request_id: requestId, body: 0 } });
   // head ends with `"body":0}}`: put the answer where the 0 is.
   return head.slice(0, -3) + text + "},\"error\":null}\n";
@@ -64,7 +70,8 @@ export function runBuiltin(req: BatchRequest, _model: PricedModel, kind: Endpoin
   const requestId = ids.next("req_");
   try {
     const body = kind.answer(req.body, ids, Math.floor(Date.now() / 1000));
-    return { ok: true, line: resultLine(req.custom_id, 200, requestId, body, null), usage: body.usage };
+    const line = body instanceof SerializedAnswer ? splicedLine(req.custom_id, 200, requestId, body.json) : resultLine(req.custom_id, 200, requestId, body, null);
+    return { ok: true, line, usage: body.usage };
   } catch (e) {
     if (!(e instanceof ApiError)) throw e;
     return { ok: false, line: resultLine(req.custom_id, e.status, requestId, e.body(), null), usage: null };
