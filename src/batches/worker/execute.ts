@@ -13,7 +13,7 @@ import type { PricedModel, RunTask } from "../types";
 import { acquireSlot } from "./slots";
 import { countUpstreamAttempt } from "../../metrics/worker";
 import { epochOf, isDown, isUp, isWholeFailure, report429, reportAnswer, reportFailure, reportSuccess, retryAfterMs } from "../../inference/upstreamHealth";
-import { claim, enterUpstream, healthMemory, nextTick, settled, tellSuspect } from "./upstreamGate";
+import { READY, claim, enterUpstream, healthMemory, nextTick, ready, settled, tellSuspect } from "./upstreamGate";
 
 export interface LineResult {
   ok: boolean;
@@ -147,7 +147,7 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
     let leave: (() => void) | null = null;
     let stopped: { down: boolean } | null = null;
     while (!leave) {
-      const gate = await enterUpstream(u, () => stopState() !== null);
+      const gate = ready(u) && stopState() === null ? READY : await enterUpstream(u, () => stopState() !== null);
       if (!gate.go) {
         stopped = gate;
         break;

@@ -68,6 +68,15 @@ const windowHasRoom = (m: HealthMemory, u: number) => {
  * shutdown — says to give up. It takes nothing: the caller takes its
  * scheduler slot, then claims its place with `claim` (which checks again).
  */
+/** The gate's answer when nothing had to wait (the common case: no promise, no allocation). */
+export const READY: GateResult = { go: true, waitedDown: false };
+
+/** True when a batch request may go to upstream `u` now (checked again by `claim`). */
+export function ready(u: number): boolean {
+  if (!mem || u < 0) return true;
+  return isUp(mem, u) && pausedFor(mem, u) === 0 && windowHasRoom(mem, u);
+}
+
 export async function enterUpstream(u: number, stopped: () => boolean): Promise<GateResult> {
   if (!mem || u < 0) return { go: true, waitedDown: false };
   const m = mem;
@@ -98,7 +107,7 @@ export function claim(u: number): (() => void) | null {
     left = true;
     leaveWindow(m, u);
     // A place came free: this Worker's waiters may take it now (others' see it on their next tick).
-    queueMicrotask(wakeAll);
+    if (waiters.size > 0) queueMicrotask(wakeAll);
   };
 }
 
