@@ -6,6 +6,7 @@ import { connection, dispatchVerb, helped, keyValues, parseArgs, positionals, us
 import { createBatch, FINAL_STATES, reportEnd, TIMED_OUT_EXIT, timedOutMessage, WAIT_FLAGS, waitForBatch, waitSettings, withProgress } from "./batches";
 import { uploadWithProgress } from "./files";
 import { Client } from "./http";
+import { ENDPOINT_LIST } from "../endpoints";
 import { formatDuration, Progress } from "./progress";
 
 export const BATCH_HELP = `offpeak batch run — upload a JSONL file, run it as a batch, download the results
@@ -115,7 +116,7 @@ async function run(argv: string[]): Promise<number> {
   checkWritable(errs, "--errors");
   if (!existsSync(input!)) throw usageError(`cannot read ${input}: no such file`);
   const endpoint = p.flags.endpoint ?? endpointOf(input!);
-  if (!endpoint) throw usageError(`cannot tell the endpoint from the first line of ${input}: give --endpoint /v1/chat/completions or /v1/embeddings`);
+  if (!endpoint) throw usageError(`cannot tell the endpoint from the first line of ${input}: give --endpoint (one of ${ENDPOINT_LIST})`);
   const metadata = keyValues(p, "metadata");
   // Checked before anything is uploaded: a typo must not leave a batch running.
   const wait = waitSettings(p);
