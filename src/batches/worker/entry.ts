@@ -1,6 +1,7 @@
 // A batch Worker: runs validate/run tasks for shards, one at a time, so the
 // per-line CPU work (parse, build, run a built-in model, serialize) stays off
 // the HTTP thread.
+import { setPriority } from "node:os";
 import type { FromWorker, PricedModel, ToWorker } from "../types";
 import type { ShardControl } from "./execute";
 import { runShard } from "./runShard";
@@ -9,6 +10,21 @@ import { initSlots, onGrants, setSharedSlots } from "./slots";
 import { initGate } from "./upstreamGate";
 
 declare const self: Worker;
+
+const WORKER_NICE = 10;
+
+// This thread runs at a lower CPU priority than the HTTP thread (nice 10;
+// on Linux the nice value is per thread, so only this Worker's thread
+// changes). With as many busy Workers as cores, the HTTP thread's late
+// ticks during a batch were waits for a core, not work: 15–105 ms in its
+// run queue (/proc/thread-self/schedstat) for ~1 ms of CPU, and every API
+// call and interactive chat waited with it (bench/stall.ts). A niced Worker
+// yields the core when the HTTP thread wakes, and loses nothing while the
+// HTTP thread is idle. It cannot help against other processes on a busy
+// machine (BENCHMARKS.md "Stall").
+try {
+  setPriority(WORKER_NICE);
+} catch {}
 
 let models = new Map<string, PricedModel>();
 let current: { batchId: string; control: ShardControl } | null = null;
