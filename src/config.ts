@@ -58,6 +58,7 @@ export const ConfigFile = Type.Object(
         {
           max_file_bytes: Type.Optional(Type.Integer({ minimum: 1 })),
           max_batch_lines: Type.Optional(Type.Integer({ minimum: 1 })),
+          duplicate_check_bytes: Type.Optional(Type.Integer({ minimum: 8192 })),
           rpm: Type.Optional(Type.Integer({ minimum: 1 })),
           tpm: Type.Optional(Type.Integer({ minimum: 1 })),
         },
@@ -93,6 +94,8 @@ export interface Config {
   configPath: string | null;
   maxFileBytes: number;
   maxBatchLines: number;
+  /** Memory an upload's custom_id duplicate check may use before it spills fingerprints to <dataDir>/tmp (src/jsonl/duplicateFinder.ts). */
+  duplicateCheckBytes: number;
   logLevel: LogLevel;
   /** Quiet time after which a chat-session SSE stream sends a `: keep-alive` comment (proxies drop idle streams). */
   sseKeepAliveMs: number;
@@ -194,6 +197,8 @@ const DEFAULTS = {
   dataDir: "./data",
   maxFileBytes: 8 * 1024 ** 3,
   maxBatchLines: 10_000_000,
+  /** 4 MiB: up to 367K ids checked in memory, more spill to <dataDir>/tmp (src/jsonl/duplicateFinder.ts; BENCHMARKS.md "Upload"). */
+  duplicateCheckBytes: 4 << 20,
 };
 
 export function resolveConfig(argv: string[], env: Record<string, string | undefined> = process.env): Config {
@@ -226,6 +231,8 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
     maxBatchLines:
       pick(intOf("--max-batch-lines", flags["max-batch-lines"], 1), intOf("OFFPEAK_MAX_BATCH_LINES", env.OFFPEAK_MAX_BATCH_LINES, 1), file.limits?.max_batch_lines) ??
       DEFAULTS.maxBatchLines,
+    duplicateCheckBytes:
+      pick(intOf("OFFPEAK_DUPLICATE_CHECK_BYTES", env.OFFPEAK_DUPLICATE_CHECK_BYTES, 8192), file.limits?.duplicate_check_bytes) ?? DEFAULTS.duplicateCheckBytes,
     logLevel,
     sseKeepAliveMs: pick(intOf("OFFPEAK_SSE_KEEPALIVE_MS", env.OFFPEAK_SSE_KEEPALIVE_MS, 100, 300_000), file.server?.sse_keepalive_ms) ?? 15_000,
     adminKey: env.OFFPEAK_ADMIN_KEY || null,

@@ -87,7 +87,7 @@ function fileSink(ctx: AppContext, st: UploadState, id: string): PartSink {
   // "batch", skip validation; if unknown yet, validate speculatively and
   // decide at the end.
   const purpose = st.fields.get("purpose");
-  const validator = (st.validator = purpose === undefined || purpose === "batch" ? new ValidatorClient(ctx.config.maxBatchLines) : null);
+  const validator = (st.validator = purpose === undefined || purpose === "batch" ? new ValidatorClient(ctx.config.maxBatchLines, { duplicateCheckBytes: ctx.config.duplicateCheckBytes, dataDir: ctx.config.dataDir }) : null);
   return {
     async write(chunk) {
       if (writer.bytes + chunk.length > ctx.config.maxFileBytes) throw tooLarge(ctx.config.maxFileBytes);

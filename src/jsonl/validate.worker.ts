@@ -10,11 +10,17 @@
 // (transferred Uint8Arrays) → {finish}; replies {ack, block} per chunk,
 // giving the block back for reuse (and backpressure), {failed} once on the
 // first bad line (so the upload can stop early), and {result} at the end.
-// Finder protocol: {init-finder, port}; then only the port speaks (id
-// batches, then {end}); replies {failed} once when it gives up on too many
-// suspects, and {report} after {end}.
+// Confirmation protocol (a Worker of its own, see confirmInWorker in
+// validatorClient.ts): {confirm, suspects} → chunks of the stored file →
+// {confirm-end}; replies {confirm-ack, bytes} per chunk and {confirmed,
+// result} once decided (possibly before the end).
+// Finder protocol: {init-finder, port, options}; then only the port speaks
+// (id batches, then {end}; each batch goes back over the port once hashed,
+// for the scanner to fill again); replies {failed} once when it gives up on
+// too many suspects, and {report} after {end}.
 import { BatchFileValidator } from "./batchFileValidator";
-import { DuplicateFinder, IdBatcher, transferablesOf, type IdBatch } from "./duplicateFinder";
+import { DuplicateConfirmer } from "./confirm";
+import { DuplicateFinder, IdBatcher, transferablesOf, type FinderOptions, type IdBatch } from "./duplicateFinder";
 
 declare const self: Worker;
 
@@ -29,9 +35,22 @@ function sendIds(): void {
   if (batch) port!.postMessage(batch, transferablesOf(batch));
 }
 
+let confirmer: DuplicateConfirmer | null = null;
+let confirmed = false;
+
+function reportConfirmed(): void {
+  if (confirmed || !confirmer?.done) return;
+  confirmed = true;
+  self.postMessage({ type: "confirmed", result: confirmer.result });
+}
+
 self.onmessage = (event: MessageEvent) => {
   const msg = event.data;
-  if (msg instanceof Uint8Array) {
+  if (msg instanceof Uint8Array && confirmer) {
+    confirmer.push(msg);
+    self.postMessage({ type: "confirm-ack", bytes: msg.byteLength });
+    reportConfirmed();
+  } else if (msg instanceof Uint8Array) {
     validator!.push(msg);
     sendIds();
     self.postMessage({ type: "ack", block: msg }, [msg.buffer as ArrayBuffer]);
@@ -41,7 +60,9 @@ self.onmessage = (event: MessageEvent) => {
     }
   } else if (msg.type === "init") {
     port = msg.port as MessagePort;
-    batcher = new IdBatcher();
+    const ids = (batcher = new IdBatcher());
+    // Batches the finder is done with (the last may come after this upload's end: then it is dropped with its batcher).
+    port.onmessage = (e) => ids.recycle(e.data as IdBatch);
     validator = new BatchFileValidator(msg.maxRequests, batcher);
     reportedFailure = false;
   } else if (msg.type === "finish") {
@@ -55,24 +76,39 @@ self.onmessage = (event: MessageEvent) => {
     batcher = null;
     port = null;
     Bun.gc(false);
+  } else if (msg.type === "confirm") {
+    confirmer = new DuplicateConfirmer(msg.suspects);
+    reportConfirmed();
+  } else if (msg.type === "confirm-end") {
+    confirmer!.end();
+    reportConfirmed();
   } else if (msg.type === "init-finder") {
-    runFinder(msg.port as MessagePort);
+    runFinder(msg.port as MessagePort, msg.options as FinderOptions);
   }
 };
 
-function runFinder(ids: MessagePort): void {
-  let finder: DuplicateFinder | null = new DuplicateFinder();
+function runFinder(ids: MessagePort, options: FinderOptions): void {
+  let finder: DuplicateFinder | null = new DuplicateFinder(options);
   let failed = false;
   ids.onmessage = (event) => {
     const msg = event.data as IdBatch | { type: "end" };
     if ("type" in msg) {
-      self.postMessage({ type: "report", report: finder!.report() });
+      let report;
+      try {
+        report = finder!.report();
+      } catch (e) {
+        // A spill file that cannot be read back (disk full, removed): the upload fails, the Worker is not reused.
+        finder!.discard();
+        throw e;
+      }
+      self.postMessage({ type: "report", report });
       ids.close();
       finder = null; // kept Workers must not hold the last upload's set
       Bun.gc(false);
       return;
     }
     finder!.addBatch(msg);
+    ids.postMessage(msg, transferablesOf(msg));
     if (finder!.tooManyAt !== null && !failed) {
       failed = true;
       self.postMessage({ type: "failed" });

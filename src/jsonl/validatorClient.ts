@@ -5,8 +5,11 @@
 // the upload instead of growing memory. The scanner transfers each block back
 // with its ack and the block is filled again: an upload of any size cycles
 // through the same ~9 blocks instead of leaving hundreds for the GC.
+import { rmSync } from "node:fs";
+import { join } from "node:path";
 import { withDuplicates, type ValidationResult } from "./batchFileValidator";
-import type { DuplicateReport } from "./duplicateFinder";
+import type { ConfirmedDuplicate } from "./confirm";
+import { SPILL_PARTITIONS, type DuplicateReport, type FinderOptions, type Suspect } from "./duplicateFinder";
 import { VALIDATE_WORKER } from "../workers";
 
 const BLOCK = 1 << 20;
@@ -38,6 +41,13 @@ function giveBack(w: Worker): void {
   idle.push(w);
 }
 
+export interface ValidatorOptions {
+  /** Bytes the duplicate check may keep in memory before it spills (see duplicateFinder.ts). */
+  duplicateCheckBytes?: number;
+  /** The data directory: spill files go to <dataDir>/tmp, which the store sweeps at start (a crash leaves none for long). Without it, never spill. */
+  dataDir?: string;
+}
+
 export class ValidatorClient {
   /** Checks the lines; sends the custom_ids to `finder`. */
   private readonly scanner: Worker;
@@ -52,8 +62,11 @@ export class ValidatorClient {
   private closed = false;
   /** True as soon as either Worker has seen a bad line (or too many suspect duplicates). */
   failed = false;
+  /** Prefix of this upload's spill files, removed here if the finder is terminated before it removes them. */
+  private readonly spillPath: string | null;
 
-  constructor(maxRequests: number) {
+  constructor(maxRequests: number, opts: ValidatorOptions = {}) {
+    this.spillPath = opts.dataDir ? join(opts.dataDir, "tmp", `dupcheck-${crypto.randomUUID()}`) : null;
     this.scanner = takeWorker();
     this.finder = takeWorker();
     const scanned = Promise.withResolvers<ValidationResult>();
@@ -91,7 +104,8 @@ export class ValidatorClient {
     this.scanner.onerror = onError;
     this.finder.onerror = onError;
     const ids = new MessageChannel();
-    this.finder.postMessage({ type: "init-finder", port: ids.port2 }, [ids.port2]);
+    const options: FinderOptions = { memoryBytes: opts.duplicateCheckBytes, spillPath: this.spillPath };
+    this.finder.postMessage({ type: "init-finder", port: ids.port2, options }, [ids.port2]);
     this.scanner.postMessage({ type: "init", maxRequests, port: ids.port1 }, [ids.port1]);
   }
 
@@ -144,5 +158,75 @@ export class ValidatorClient {
     this.scanner.terminate();
     this.finder.terminate();
     this.drained?.();
+    if (this.spillPath) {
+      // A few unlinks, now and once the Worker is surely gone (an append
+      // may have been under way); a crash leaves them to the sweep of
+      // <dataDir>/tmp at start.
+      const path = this.spillPath;
+      const remove = () => {
+        for (let p = 0; p < SPILL_PARTITIONS; p++) rmSync(`${path}.${p}`, { force: true });
+      };
+      remove();
+      setTimeout(remove, 1000).unref();
+    }
+  }
+}
+
+/**
+ * Confirms duplicate suspects against the stored file (src/jsonl/confirm.ts)
+ * in a Worker of its own: the main thread only moves the file's chunks (at
+ * most MAX_IN_FLIGHT bytes waiting), and stops reading as soon as the
+ * Worker has decided. Parsing up to 10M lines on the main thread would stall
+ * every request for seconds. The Worker is not kept (this path is rare: a
+ * real duplicate or a fingerprint collision).
+ */
+export async function confirmInWorker(stream: ReadableStream<Uint8Array>, suspects: readonly Suspect[]): Promise<ConfirmedDuplicate | null> {
+  const w = new Worker(VALIDATE_WORKER);
+  const decided = Promise.withResolvers<ConfirmedDuplicate | null>();
+  decided.promise.catch(() => {});
+  let inFlight = 0;
+  let finished = false;
+  let wake: (() => void) | null = null;
+  const wakeUp = () => {
+    const f = wake;
+    wake = null;
+    f?.();
+  };
+  w.onmessage = (e: MessageEvent) => {
+    const m = e.data;
+    if (m.type === "confirm-ack") {
+      inFlight -= m.bytes;
+      if (inFlight <= MAX_IN_FLIGHT / 2) wakeUp();
+    } else if (m.type === "confirmed") {
+      finished = true;
+      decided.resolve(m.result);
+      wakeUp();
+    }
+  };
+  w.onerror = (e: ErrorEvent) => {
+    finished = true;
+    decided.reject(new Error(`duplicate confirmation failed: ${e.message}`));
+    wakeUp();
+  };
+  w.postMessage({ type: "confirm", suspects });
+  const reader = stream.getReader();
+  try {
+    while (!finished) {
+      const { value, done } = await reader.read();
+      if (done) {
+        w.postMessage({ type: "confirm-end" });
+        break;
+      }
+      if (finished) break;
+      // Transfer the chunk when it owns its whole buffer, else a copy.
+      const chunk = value.byteOffset === 0 && value.byteLength === value.buffer.byteLength ? value : value.slice();
+      inFlight += chunk.byteLength;
+      w.postMessage(chunk, [chunk.buffer as ArrayBuffer]);
+      if (inFlight > MAX_IN_FLIGHT && !finished) await new Promise<void>((r) => (wake = r));
+    }
+    return await decided.promise;
+  } finally {
+    reader.cancel().catch(() => {});
+    w.terminate();
   }
 }
