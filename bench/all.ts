@@ -6,6 +6,8 @@ const benches: [string, string[]][] = [
   ["batch on offpeak-echo (1M lines)", ["bench/batch-echo.ts"]],
   ["batch against an upstream", ["bench/batch-upstream.ts", "200000"]],
   ["chat completions through a proxy", ["bench/chat-proxy.ts"]],
+  ["responses through a proxy, beside chat", ["bench/responses-proxy.ts"]],
+  ["responses batch beside a chat batch (1M lines)", ["bench/responses-batch.ts"]],
   ["off-peak priority", ["bench/priority.ts"]],
 ];
 let failed = 0;

@@ -5,8 +5,14 @@
 // which goes first. A Responses answer is a bigger object (≈2× the JSON of
 // a chat.completion) and takes three ids, so this is what the endpoint
 // module's per-line work costs. Target: responses ≤ 1.2× chat.
+// Each batch starts after a `sync` (the previous one's output written back).
+// Wall time on this shared 2-core machine swings by 2× between runs of the
+// same batch, so each batch also reports the server's CPU time (utime +
+// stime of all its threads, Workers included, from /proc).
 // Usage: bun bench/responses-batch.ts [lines=1000000] [rounds=2]
 import { DEFAULT_LINES, DEFAULT_PATH, generateBatchFile } from "./gen-batch";
+import { median as med, settleDisk } from "./lib";
+import { readFileSync } from "node:fs";
 import { auth, startBenchServer, uploadBatchFile } from "./server";
 
 const lines = Number(process.argv[2] ?? 1_000_000);
@@ -18,7 +24,16 @@ await generateBatchFile(respPath, lines, { kind: "responses" });
 
 const server = await startBenchServer();
 
-async function runBatch(fileId: string, endpoint: string): Promise<{ seconds: number; outBytes: number; usage: { input_tokens: number; output_tokens: number } }> {
+/** utime + stime of the server process (all threads), in seconds (clock ticks of 10 ms). */
+function cpuSeconds(): number {
+  const f = readFileSync(`/proc/${server.pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+  return (Number(f[11]) + Number(f[12])) / 100;
+}
+
+async function runBatch(fileId: string, endpoint: string): Promise<{ seconds: number; cpu: number; outBytes: number; usage: { input_tokens: number; output_tokens: number } }> {
+  // The previous batch's output (up to 1.1 GB) is still being written back: let it finish first.
+  settleDisk();
+  const cpu0 = cpuSeconds();
   const t0 = performance.now();
   const created = (await fetch(`${server.base}/batches`, {
     method: "POST",
@@ -32,9 +47,10 @@ async function runBatch(fileId: string, endpoint: string): Promise<{ seconds: nu
     await Bun.sleep(20);
   }
   const seconds = (performance.now() - t0) / 1000;
+  const cpu = cpuSeconds() - cpu0;
   if (b.status !== "completed" || b.request_counts.completed !== lines) throw new Error(`${endpoint} batch ended ${b.status} with ${b.request_counts.completed} completed`);
   const out = await fetch(`${server.base}/files/${b.output_file_id}`, { headers: auth }).then((r) => r.json() as Promise<{ bytes: number }>);
-  return { seconds, outBytes: out.bytes, usage: b.usage };
+  return { seconds, cpu, outBytes: out.bytes, usage: b.usage };
 }
 
 try {
@@ -42,21 +58,25 @@ try {
   const respFile = await uploadBatchFile(server.base, respPath);
   const chat: number[] = [];
   const resp: number[] = [];
+  const cpu = { chat: [] as number[], responses: [] as number[] };
   for (let r = 0; r < rounds; r++) {
     const order = r % 2 === 0 ? (["chat", "responses"] as const) : (["responses", "chat"] as const);
     for (const which of order) {
       const res = which === "chat" ? await runBatch(chatFile.id, "/v1/chat/completions") : await runBatch(respFile.id, "/v1/responses");
       (which === "chat" ? chat : resp).push(res.seconds);
+      cpu[which].push(res.cpu);
       console.log(
-        `  round ${r + 1} ${which.padEnd(9)}: ${lines} lines in ${res.seconds.toFixed(2)} s, output ${(res.outBytes / 1e6).toFixed(0)} MB, usage ${res.usage.input_tokens} in / ${res.usage.output_tokens} out`,
+        `  round ${r + 1} ${which.padEnd(9)}: ${lines} lines in ${res.seconds.toFixed(2)} s (server CPU ${res.cpu.toFixed(2)} s), output ${(res.outBytes / 1e6).toFixed(0)} MB, usage ${res.usage.input_tokens} in / ${res.usage.output_tokens} out`,
       );
     }
   }
-  const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
   const ratios = chat.map((c, i) => resp[i]! / c);
   console.log(`chat      : median ${med(chat).toFixed(2)} s (${chat.map((s) => s.toFixed(2)).join(", ")})`);
   console.log(`responses : median ${med(resp).toFixed(2)} s (${resp.map((s) => s.toFixed(2)).join(", ")})`);
-  console.log(`ratio     : responses / chat per round ${ratios.map((x) => x.toFixed(2)).join(", ")}; median ${med(ratios).toFixed(2)}× (target ≤ 1.2×)`);
+  console.log(`ratio     : responses / chat per round ${ratios.map((x) => x.toFixed(2)).join(", ")}; median ${med(ratios).toFixed(2)}×, of the medians ${(med(resp) / med(chat)).toFixed(2)}× (target ≤ 1.2×)`);
+  console.log(
+    `server CPU: chat median ${med(cpu.chat).toFixed(2)} s, responses ${med(cpu.responses).toFixed(2)} s = ${(med(cpu.responses) / med(cpu.chat)).toFixed(2)}× (per round ${cpu.responses.map((c, i) => (c / cpu.chat[i]!).toFixed(2)).join(", ")})`,
+  );
   console.log(`peak RSS  : ${server.peakRssMb().toFixed(0)} MB`);
 } finally {
   await server.stop();

@@ -215,6 +215,9 @@ describe("offpeak-echo, streamed", () => {
     const created = events[0].response;
     expect(created.status).toBe("in_progress");
     expect(created.output).toEqual([]);
+    expect(created.usage).toBeNull();
+    // The start object (built apart from the finished one's JSON text) has the same fields, in order.
+    expect(Object.keys(created)).toEqual(Object.keys(events.at(-1).response));
     const final = events.at(-1).response;
     expect(final.id).toBe(created.id);
     expect(final.status).toBe("completed");

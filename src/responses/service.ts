@@ -36,7 +36,7 @@ export async function createResponse(ctx: AppContext, principal: Principal, body
   }
   try {
     await pacedWait(plan.tokens + (plan.reasoning?.tokens ?? 0), pace, request.signal);
-    return new Response(echoResponseJson(body, r, plan), { headers: { "content-type": "application/json", ...headers } });
+    return new Response(echoResponseJson(body, r, plan, undefined, nowSeconds()), { headers: { "content-type": "application/json", ...headers } });
   } finally {
     release();
   }
