@@ -12,7 +12,10 @@
 // (VmHWM, all threads) from start through upload, batch and download. Then
 // it downloads the output and checks that every custom_id is there once.
 //
-// Usage: bun bench/stall.ts [--lines N] [--floor | --no-floor] [--every MS] [--log PATH]
+// Usage: bun bench/stall.ts [--lines N] [--floor | --no-floor] [--every MS] [--log PATH] [--server-root DIR]
+//   --server-root runs the server from another checkout (e.g. `git archive REV`
+//   unpacked with node_modules linked) for a before/after on the same machine;
+//   an older server without the event-loop metric reports NaN for it.
 //   --lines 10000000 is the large mode (2.9 GB in, ≈6.4 GB out; the input is
 //   generated once): the floor is skipped unless --floor (it writes the whole
 //   output to /tmp again).
@@ -60,8 +63,9 @@ const dataDir = mkdtempSync(join(tmpdir(), "offpeak-stall-"));
 const port = freePort();
 // The server's log (request lines included) goes to a file; --log PATH keeps it.
 const logPath = opt("--log") ?? join(dataDir, "server.log");
+const serverRoot = opt("--server-root") ?? ROOT;
 const proc = Bun.spawn([process.execPath, "src/main.ts", "serve", "--port", String(port), "--host", "127.0.0.1", "--data-dir", dataDir], {
-  cwd: ROOT,
+  cwd: serverRoot,
   env: { ...process.env, OFFPEAK_ADMIN_KEY: KEY },
   stdin: "ignore",
   stdout: "ignore",
@@ -207,7 +211,8 @@ try {
   report(poller);
   report(chatter);
   const delayMax = maxBucketBetween(before, after);
-  console.log(
+  if (Number.isNaN(after.count)) console.log("loop    : n/a (this server has no offpeak_event_loop_delay_seconds)");
+  else console.log(
     `loop    : event-loop delay during the batch ≤ ${delayMax.le} s (histogram bucket; ${delayMax.over50ms} ticks over 50 ms, ${after.count - before.count} ticks); largest since start ${f(after.max * 1000)} ms  [target ≤ 50 ms: ${delayMax.over50ms === 0 ? "met" : "NOT met"}]`,
   );
   console.log(`memory  : server peak RSS ${peakRss.toFixed(0)} MB (after upload ${rssAfterUpload.toFixed(0)}, largest RSS sampled during the batch ${rssMaxDuring.toFixed(0)})  [target ≤ 256 MB: ${peakRss <= 256 ? "met" : "NOT met"}]`);
