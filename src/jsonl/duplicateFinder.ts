@@ -55,10 +55,10 @@ export interface FinderOptions {
 /**
  * The default memoryBytes (the server's default is config.ts's, the same):
  * up to 367K ids stay in memory, and a spill is checked in one pass per
- * partition up to ≈23M ids. Spilling is not slower: at 1M ids the finder
- * took 0.25–0.29 s streaming + 0.04–0.06 s checking with a 4 MiB bound,
- * 0.32–0.37 s all in a 16 MiB set (cache misses); at 10M, 2.6 + 0.4 s
- * against 3.5 + 0.5 s (bench/finder-bench.ts).
+ * partition up to ≈23M ids. Spilling is not slower than a big set, whose
+ * every insert is a cache miss (bench/finder-bench.ts, best of 2–3):
+ * 10M ids 2.25 s with this bound (peak RSS 83 MB), 2.30 s with 16 MiB,
+ * 5.35 s all in memory (302 MB); 1M ids 0.43 s against 0.68 s.
  */
 export const DEFAULT_DUPLICATE_CHECK_BYTES = 4 << 20;
 /** The set's smallest allowed bound (1024 slots): smaller settings are for tests that force the spill. */
