@@ -5,6 +5,7 @@ import { Type, type Static } from "@sinclair/typebox";
 import { Value } from "@sinclair/typebox/value";
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
+import type { S3Settings } from "./storage/locator";
 
 const Pricing = Type.Object(
   {
@@ -76,6 +77,7 @@ export const ConfigFile = Type.Object(
         { additionalProperties: false },
       ),
     ),
+    storage: Type.Optional(Type.Object({ url: Type.Optional(Type.String()) }, { additionalProperties: false })),
     upstreams: Type.Optional(Type.Array(UpstreamFile)),
     models: Type.Optional(Type.Record(Type.String(), ModelFile)),
   },
@@ -87,11 +89,15 @@ export type ModelConfig = Static<typeof ModelFile>;
 
 export type LogLevel = "debug" | "info" | "warn" | "error";
 
+/** Where file bytes live (storage.url): `file:` = <data_dir>/files; `s3://BUCKET[/PREFIX]` = objects in a bucket. */
+export type StorageConfig = { kind: "file" } | { kind: "s3"; url: string; s3: S3Settings; prefix: string };
+
 export interface Config {
   port: number;
   host: string;
   dataDir: string;
   configPath: string | null;
+  storage: StorageConfig;
   maxFileBytes: number;
   maxBatchLines: number;
   /** Memory an upload's custom_id duplicate check may use before it spills fingerprints to <dataDir>/tmp (src/jsonl/duplicateFinder.ts). */
@@ -146,7 +152,7 @@ export function parseFlags(argv: string[]): { flags: Flags; positional: string[]
 }
 
 /** The flags `serve` takes (and `keys`, which opens the same data dir). */
-export const SERVER_FLAGS = ["config", "data-dir", "host", "log-level", "max-batch-lines", "max-file-bytes", "port"] as const;
+export const SERVER_FLAGS = ["config", "data-dir", "host", "log-level", "max-batch-lines", "max-file-bytes", "port", "storage-url"] as const;
 
 /**
  * Refuses a flag the command does not know (a typo like --prot used to be
@@ -191,6 +197,33 @@ export function readConfigFile(path: string): ConfigFile {
   return json as ConfigFile;
 }
 
+/**
+ * storage.url → where bytes go. For S3 the endpoint, region and credentials
+ * are read here, once, under the names Bun's S3 client reads (S3_* first,
+ * then AWS_*), so Workers and tests get them from the Config, never from
+ * the environment.
+ */
+export function storageOf(url: string, env: Record<string, string | undefined>): StorageConfig {
+  const u = url.trim();
+  if (u === "file:" || u === "file://" || u === "file") return { kind: "file" };
+  const m = /^s3:\/\/([^/]+)(?:\/(.*))?$/.exec(u);
+  if (!m) throw new ConfigError(`storage url must be file: or s3://BUCKET[/PREFIX], got "${url}"`);
+  const prefix = (m[2] ?? "").replace(/^\/+|\/+$/g, "");
+  const first = (...names: string[]) => names.map((n) => env[n]).find((v) => v !== undefined && v !== "");
+  const s3: S3Settings = { bucket: m[1]! };
+  const endpoint = first("S3_ENDPOINT", "AWS_ENDPOINT");
+  const region = first("S3_REGION", "AWS_REGION");
+  const accessKeyId = first("S3_ACCESS_KEY_ID", "AWS_ACCESS_KEY_ID");
+  const secretAccessKey = first("S3_SECRET_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY");
+  const sessionToken = first("S3_SESSION_TOKEN", "AWS_SESSION_TOKEN");
+  if (endpoint) s3.endpoint = endpoint;
+  if (region) s3.region = region;
+  if (accessKeyId) s3.accessKeyId = accessKeyId;
+  if (secretAccessKey) s3.secretAccessKey = secretAccessKey;
+  if (sessionToken) s3.sessionToken = sessionToken;
+  return { kind: "s3", url: `s3://${s3.bucket}${prefix ? `/${prefix}` : ""}`, s3, prefix };
+}
+
 const DEFAULTS = {
   port: 8080,
   host: "127.0.0.1",
@@ -225,6 +258,7 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
     host: pick(flags["host"], env.HOST, file.server?.host) ?? DEFAULTS.host,
     dataDir: resolve(dataDir),
     configPath,
+    storage: storageOf(pick(flags["storage-url"], env.OFFPEAK_STORAGE_URL, file.storage?.url) ?? "file:", env),
     maxFileBytes:
       pick(intOf("--max-file-bytes", flags["max-file-bytes"], 1), intOf("OFFPEAK_MAX_FILE_BYTES", env.OFFPEAK_MAX_FILE_BYTES, 1), file.limits?.max_file_bytes) ??
       DEFAULTS.maxFileBytes,

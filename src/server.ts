@@ -9,6 +9,8 @@ import { sweepExpiredFiles } from "./files/service";
 import { createKey, countKeys } from "./keys/service";
 import { createLogger } from "./log";
 import { LocalDiskStore } from "./storage/localDisk";
+import { S3Store } from "./storage/s3";
+import type { BlobStore } from "./storage/blobStore";
 import { ModelRegistry } from "./inference/registry";
 import { UpstreamMonitor } from "./inference/upstreamMonitor";
 import { BatchRunner } from "./batches/runner";
@@ -31,8 +33,12 @@ export interface RunningServer {
 export async function startServer(config: Config, opts: { quiet?: boolean } = {}): Promise<RunningServer> {
   const log = createLogger(config.logLevel);
   const db = openDb(config.dataDir);
-  const store = new LocalDiskStore(config.dataDir);
+  const st = config.storage;
+  const store: BlobStore =
+    st.kind === "s3" ? new S3Store(st.s3, st.prefix, config.dataDir, { maxBlobBytes: config.maxFileBytes, log }) : new LocalDiskStore(config.dataDir);
   store.sweepTemporary();
+  // A bucket that does not answer is reported, not fatal: interactive routes work without it (GET /status shows it).
+  if (st.kind === "s3" && !(await store.probe())) log.error("the storage bucket does not answer at start", { storage: st.url });
   const health = new UpstreamMonitor(config.upstreams, log);
   const registry = new ModelRegistry(config, log, health);
   await registry.discover();
@@ -87,7 +93,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
   const webhooks = new WebhookSender(ctx);
   webhooks.start();
   const url = `http://${config.host}:${server.port}`;
-  log.info("listening", { url, data_dir: config.dataDir });
+  log.info("listening", { url, data_dir: config.dataDir, storage: st.kind === "s3" ? st.url : "file:" });
   return {
     ctx,
     port: server.port!,
@@ -103,6 +109,11 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
       const closing = server.stop(true);
       await runner!.stop();
       await closing;
+      // On S3, removals and aborted uploads started before the stop are
+      // requests to the bucket: let them finish, for at most a few seconds
+      // (what is cut short is done at the next start). On disk, the trash is
+      // emptied at the next start anyway.
+      if (st.kind === "s3") await Promise.race([store.settled(), new Promise((r) => setTimeout(r, 5000).unref?.())]);
       db.$client.close();
       // Request lines are buffered (src/log.ts): every one of them goes out before stop() returns.
       log.flush();

@@ -62,11 +62,13 @@ async function adoptParts(ctx: AppContext, batchId: string, fileId: string, kind
   return adopted.filter((a) => a !== null);
 }
 
+/** The ids of a batch's output and error files: derived from its id, so that a finalize run again (or a Worker uploading a part) names the same files. */
+export const resultFileIds = (batchId: string) => ({ out: derivedId("file-", `${batchId}:output`), err: derivedId("file-", `${batchId}:error`) });
+
 export async function finalizeBatch(ctx: AppContext, batch: BatchRow): Promise<void> {
   const shards = ctx.db.select().from(batchShards).where(eq(batchShards.batchId, batch.id)).orderBy(batchShards.idx).all();
   const idxs = shards.map((s) => s.idx);
-  const outId = derivedId("file-", `${batch.id}:output`);
-  const errId = derivedId("file-", `${batch.id}:error`);
+  const { out: outId, err: errId } = resultFileIds(batch.id);
   const outParts = await adoptParts(ctx, batch.id, outId, "out", idxs);
   const errParts = await adoptParts(ctx, batch.id, errId, "err", idxs);
   // The moved parts' names are on disk before any record points at them.

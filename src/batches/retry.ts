@@ -39,6 +39,8 @@ export async function retryBatch(ctx: AppContext, project: string, id: string): 
   const writer = ctx.store.createWriter(fileId);
   const worker = new Worker(RETRY_WORKER);
   const readers = { err: fileBytes(ctx, errRow).getReader(), in: fileBytes(ctx, inRow).getReader() };
+  // The writer's last wait (S3: parts still being sent): the next read waits for it, so memory stays bounded.
+  let sending: Promise<void> | void;
   try {
     const result = await new Promise<{ lines: number; missing: number }>((resolve, reject) => {
       worker.onerror = (e) => reject(new Error(`retry worker: ${e.message}`));
@@ -46,13 +48,15 @@ export async function retryBatch(ctx: AppContext, project: string, id: string): 
         const m = e.data;
         switch (m.type) {
           case "pull":
-            readers[m.which].read().then(({ value, done }) => {
-              const data = done ? null : value;
-              worker.postMessage({ type: "chunk", which: m.which, data } satisfies RetryToWorker);
-            }, reject);
+            Promise.resolve(sending)
+              .then(() => readers[m.which].read())
+              .then(({ value, done }) => {
+                const data = done ? null : value;
+                worker.postMessage({ type: "chunk", which: m.which, data } satisfies RetryToWorker);
+              }, reject);
             return;
           case "out":
-            writer.write(m.data);
+            sending = writer.write(m.data) ?? sending;
             return;
           case "done":
             return resolve(m);

@@ -9,7 +9,7 @@ import type { AppContext } from "../context";
 import { batches, batchShards, files } from "../db/schema";
 import { base62, nowSeconds } from "../ids";
 import type { ModelRegistry } from "../inference/registry";
-import { finalizeBatch } from "./finalize";
+import { finalizeBatch, resultFileIds } from "./finalize";
 import { kindOfUrl } from "../endpoints";
 import { serves } from "../endpoints/kind";
 import { recordBatchEvent } from "../webhooks/outbox";
@@ -218,8 +218,8 @@ export class BatchRunner {
         this.failBatch(b, [{ code: "invalid_file", message: "The input file no longer exists", param: "input_file_id", line: null }]);
         continue;
       }
-      const path = this.ctx.store.pathOf(file.id);
-      const cuts = await shardBoundaries(path, file.bytes);
+      const input = this.ctx.store.locate(file.id);
+      const cuts = await shardBoundaries(this.ctx.store.open(file.id), file.bytes);
       this.ctx.db.transaction((tx) => {
         tx.delete(batchShards).where(eq(batchShards.batchId, b.id)).run();
         for (let i = 0; i < cuts.length; i += 500)
@@ -231,7 +231,7 @@ export class BatchRunner {
       // The endpoint's module says which models answer it (upstream ones and its built-in).
       const kind = kindOfUrl(b.endpoint);
       const allowedModels = kind ? this.registry.list().filter((m) => serves(kind, m.kind)).map((m) => m.id) : [];
-      const tasks: WorkerTask[] = cuts.map((c, idx) => ({ type: "validate", batchId: b.id, idx, inputPath: path, start: c.start, end: c.end, endpoint: b.endpoint, models: allowedModels }));
+      const tasks: WorkerTask[] = cuts.map((c, idx) => ({ type: "validate", batchId: b.id, idx, input, start: c.start, end: c.end, endpoint: b.endpoint, models: allowedModels }));
       const v: Validation = { batch: b, results: cuts.map(() => null), left: cuts.length, tasks };
       this.validations.set(b.id, v);
       this.ctx.log.info("batch validating", { batch_id: b.id, status: b.status, shards: cuts.length });
@@ -314,19 +314,22 @@ export class BatchRunner {
         .returning({ idx: batchShards.idx })
         .all();
       if (claimed.length === 0) continue;
-      const file = this.ctx.store.pathOf(batch.inputFileId);
+      const ids = resultFileIds(batch.id);
+      const out = this.ctx.store.partTarget(ids.out, shard.idx);
+      const err = this.ctx.store.partTarget(ids.err, shard.idx);
       this.live.set(`${shard.batchId}/${shard.idx}`, { batchId: shard.batchId, idx: shard.idx, totals: zeroTotals() });
       mkdirSync(batchDir(this.ctx, batch.id), { recursive: true });
       pool.dispatch({
         type: "run",
         batchId: batch.id,
         idx: shard.idx,
-        inputPath: file,
+        input: this.ctx.store.locate(batch.inputFileId),
         start: shard.startByte,
         end: shard.endByte,
         endpoint: batch.endpoint,
         outPath: partPath(this.ctx, batch.id, "out", shard.idx),
         errPath: partPath(this.ctx, batch.id, "err", shard.idx),
+        partTargets: out && err ? { out, err } : null,
         stopCode: stopCodeOf(batch.stopReason),
         deadline: batch.expiresAt * 1000,
         maxAttempts: this.ctx.config.batches.maxAttempts,

@@ -2,6 +2,7 @@
 import type { ModelSpec } from "../inference/registry";
 import type { WorkerMetricsDelta } from "../metrics/worker";
 import type { HealthMemory } from "../inference/upstreamHealth";
+import type { BlobLocator } from "../storage/locator";
 
 export interface PricedModel extends ModelSpec {
   inputPerMillion: number;
@@ -15,7 +16,8 @@ export interface PricedModel extends ModelSpec {
 export interface ShardRef {
   batchId: string;
   idx: number;
-  inputPath: string;
+  /** The input file (a local path or an object in the bucket): the Worker reads its byte range itself. */
+  input: BlobLocator;
   start: number;
   end: number;
   endpoint: string;
@@ -31,6 +33,8 @@ export interface RunTask extends ShardRef {
   type: "run";
   outPath: string;
   errPath: string;
+  /** Where the finished part files go (objects in the bucket), uploaded by the Worker before it reports "done"; null: they stay on this disk until finalize takes them. */
+  partTargets: { out: BlobLocator; err: BlobLocator } | null;
   /** null: execute; else write every unfinished line as an error with this code. */
   stopCode: "batch_cancelled" | "batch_expired" | null;
   /** ms since epoch: no new attempt starts after it. */

@@ -1,5 +1,6 @@
 // GET /files/{id}/content: the stored bytes, streamed from disk by Bun (the
-// body is a lazily read file blob), with Content-Length and single Range.
+// body is a lazily read file blob), with Content-Length and single Range; on
+// S3 streamed through this node (BlobStore.read).
 // A composed file (a batch's output or error file: its parts in order, see
 // src/db/schema/fileParts.ts) is read as one body across its parts; bytes
 // inside one part go out as that part's file blob, like a plain file.
@@ -39,10 +40,7 @@ export function fileStream(ctx: AppContext, row: FileRow): ReadableStream<Uint8A
 
 /** Bytes [start, end) of the file, as a Response body. */
 function bodyOf(ctx: AppContext, row: FileRow): (start: number, end: number) => Blob | ReadableStream<Uint8Array> {
-  if (row.parts === null) {
-    const blob = ctx.store.open(row.id);
-    return (start, end) => (start === 0 && end === row.bytes ? blob : blob.slice(start, end));
-  }
+  if (row.parts === null) return (start, end) => (start === 0 && end === row.bytes ? ctx.store.read(row.id) : ctx.store.read(row.id, { start, end }));
   const parts = ctx.db.select({ key: fileParts.key, bytes: fileParts.bytes }).from(fileParts).where(eq(fileParts.fileId, row.id)).orderBy(fileParts.idx).all();
   return (start, end) => ctx.store.readComposed(parts, start, end);
 }

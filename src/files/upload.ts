@@ -91,7 +91,9 @@ function fileSink(ctx: AppContext, st: UploadState, id: string): PartSink {
   return {
     async write(chunk) {
       if (writer.bytes + chunk.length > ctx.config.maxFileBytes) throw tooLarge(ctx.config.maxFileBytes);
-      writer.write(chunk);
+      // On S3 a promise while the upload's queue of parts is full: reading waits for it.
+      const sent = writer.write(chunk);
+      if (sent) await sent;
       if (validator) {
         // Known to be a batch file and already bad: stop reading now.
         if (validator.failed && st.fields.get("purpose") === "batch") throw new EarlyReject();

@@ -25,7 +25,8 @@ export async function statusReport(ctx: AppContext) {
     dbOk = false;
   }
   const free = ctx.store.freeBytes();
-  let storageOk = free !== null;
+  // The disk has room information; a bucket answers a listing.
+  let storageOk = await ctx.store.probe();
   try {
     accessSync(ctx.config.dataDir, constants.W_OK);
   } catch {

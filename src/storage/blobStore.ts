@@ -1,14 +1,25 @@
-// File bytes go only through this interface, so a shared object store (S3 via
-// Bun.s3) can replace the local disk later without touching the services.
+// File bytes go only through this interface: the local disk (./localDisk.ts)
+// or an S3-compatible bucket (./s3.ts), chosen by storage.url, without the
+// services knowing which.
+import type { BlobLocator } from "./locator";
+
+export type { BlobLocator };
+
 export interface BlobWriter {
   /** Bytes written so far. */
   readonly bytes: number;
-  write(chunk: Uint8Array): void;
+  /**
+   * Takes the chunk (copied or written before this returns: the caller may
+   * reuse its buffer). A promise: wait for it before writing more (the bytes
+   * ahead of it are still being sent: memory stays bounded). It never
+   * rejects: a failure shows at the next write() or at commit().
+   */
+  write(chunk: Uint8Array): void | Promise<void>;
   /** No more writes will come: start making the bytes durable now, so that commit() waits less (a hint; optional). */
   finish?(): void;
   /** Streams back what has been written so far (before commit). */
   readBack(): ReadableStream<Uint8Array>;
-  /** Makes the blob visible under its key, durably: resolves only once its bytes and its name are on disk (fsynced). */
+  /** Makes the blob visible under its key, durably: resolves only once its bytes and its name are on disk (fsynced), or once the bucket answered the upload's completion. */
   commit(): Promise<void>;
   /** Removes everything written; safe to call more than once. */
   abort(): void;
@@ -30,9 +41,15 @@ export interface BlobPart {
  */
 export interface BlobStore {
   createWriter(key: string): BlobWriter;
-  /** A lazily read blob (Bun.file) — slice() it for ranges, stream() it for content. */
+  /** A lazily read blob (Bun.file, an S3File) — slice() it for ranges, stream() it for content; never a Response body (see read()). */
   open(key: string): Blob;
-  size(key: string): number | null;
+  /**
+   * The blob, or its bytes [start, end), as a Response body: on disk a lazily read
+   * file Blob (Bun sends it natively, with Content-Length); on S3 a stream
+   * through this node (an S3File as a body would answer with a redirect to a
+   * presigned URL, which clients of a cluster may not be able to follow).
+   */
+  read(key: string, range?: { start: number; end: number }): Blob | ReadableStream<Uint8Array>;
   /**
    * Removes the blob under `key` and, if it is composed, every part of it.
    * The key is free when this returns; the bytes are removed off the calling
@@ -43,12 +60,19 @@ export interface BlobStore {
    * Takes a finished staged file (a batch shard's part file, written by a
    * Worker at a local path) into the store as part `idx` of the composed
    * blob `key`, without copying its bytes: on disk a rename into the blob's
-   * part directory; an object store keeps the object where it was written
-   * and only names it. Idempotent: after a crash, a part already taken is
-   * found where it went. null: nothing to take (no staged file, or an empty
-   * one: empty parts are not kept).
+   * part directory; an object store keeps the object where the Worker
+   * uploaded it (partTarget) and only checks it, uploading the staged file
+   * only if the Worker's upload is missing. Idempotent: after a crash, a
+   * part already taken is found where it went. null: nothing to take (no
+   * staged file, or an empty one: empty parts are not kept).
    */
   adoptPart(key: string, idx: number, staged: string): Promise<BlobPart | null>;
+  /**
+   * Where the Worker that wrote part `idx` of the composed blob `key` puts it
+   * itself once the part is finished (an object in the bucket), or null: the
+   * part stays where it was written until adoptPart takes it (local disk).
+   */
+  partTarget(key: string, idx: number): BlobLocator | null;
   /** Makes the parts taken so far for `key` durable (on disk: fsync of the directories that gained entries). */
   syncParts(key: string): Promise<void>;
   /**
@@ -57,9 +81,14 @@ export interface BlobStore {
    * Content-Length), else one stream across the parts (see ./composed.ts).
    */
   readComposed(parts: readonly BlobPart[], start: number, end: number): Blob | ReadableStream<Uint8Array>;
-  /** Local path for readers that stream in Workers. */
-  pathOf(key: string): string;
+  /** Where the blob is, for readers in other threads (batch Workers open it themselves: openLocator). */
+  locate(key: string): BlobLocator;
+  /** Free bytes where blobs are stored; null when unknown (an object store has no such limit). */
   freeBytes(): number | null;
+  /** Whether the store answers (GET /status): the disk has room information; the bucket answers a listing. */
+  probe(): Promise<boolean>;
   /** At start: removes temporary files left by a crash mid-upload, and deletions a crash interrupted (in the background). */
   sweepTemporary(): void;
+  /** Waits for background work (removals, aborted uploads) started so far: a clean stop. */
+  settled(): Promise<void>;
 }

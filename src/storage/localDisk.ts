@@ -2,7 +2,7 @@ import { closeSync, mkdirSync, openSync, readdirSync, rmSync, statSync, statfsSy
 import { rename } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { FSYNC_ENABLED, noteDurable, syncDir, syncDirNow, syncFd } from "../fsync";
-import type { BlobPart, BlobStore, BlobWriter } from "./blobStore";
+import type { BlobLocator, BlobPart, BlobStore, BlobWriter } from "./blobStore";
 import { mkdir as mkdirAsync, rename as renameAsync, stat as statAsync } from "node:fs/promises";
 import { readParts } from "./composed";
 import { trashIn, type Trash } from "./trash";
@@ -34,6 +34,10 @@ export class LocalDiskStore implements BlobStore {
 
   pathOf(key: string): string {
     return join(this.dir, key);
+  }
+
+  locate(key: string): BlobLocator {
+    return { path: this.pathOf(key) };
   }
 
   createWriter(key: string): BlobWriter {
@@ -124,6 +128,11 @@ export class LocalDiskStore implements BlobStore {
     return Bun.file(this.pathOf(key));
   }
 
+  read(key: string, range?: { start: number; end: number }): Blob {
+    const blob = Bun.file(this.pathOf(key));
+    return range ? blob.slice(range.start, range.end) : blob;
+  }
+
   size(key: string): number | null {
     try {
       return statSync(this.pathOf(key)).size;
@@ -157,6 +166,11 @@ export class LocalDiskStore implements BlobStore {
     return taken ? { key: partKey, bytes: taken } : null;
   }
 
+  partTarget(): null {
+    // A part file is renamed into the store at finalize: it never moves through a Worker.
+    return null;
+  }
+
   async syncParts(key: string): Promise<void> {
     const dir = this.partsDir(key);
     if ((await sizeOrNull(dir)) === null) return;
@@ -177,6 +191,14 @@ export class LocalDiskStore implements BlobStore {
     } catch {
       return null;
     }
+  }
+
+  async probe(): Promise<boolean> {
+    return this.freeBytes() !== null;
+  }
+
+  settled(): Promise<void> {
+    return this.trash.settled();
   }
 
   sweepTemporary(): void {

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import OpenAI from "openai";
 import { resolveConfig } from "../../src/config";
 import { startServer, type RunningServer } from "../../src/server";
+import { s3Storage, type TestS3 } from "./s3";
 
 export const ADMIN_KEY = "sk-op-test-admin-key-0000000000000000000000";
 
@@ -14,6 +15,8 @@ export interface TestServer {
   /** `${url}/api/v1` */
   base: string;
   dataDir: string;
+  /** Where its files are when they are in a bucket (OFFPEAK_TEST_STORAGE=s3 or `storage: "s3"`): null on local disk. */
+  storage: { url: string; prefix: string; env: Record<string, string>; s3: TestS3 } | null;
   server: RunningServer;
   admin: string;
   /** An official SDK client for `key` (admin by default). */
@@ -29,11 +32,20 @@ export function freshDataDir(): string {
   return mkdtempSync(join(tmpdir(), "offpeak-test-"));
 }
 
-export async function startTestServer(opts: { env?: Record<string, string>; argv?: string[]; dataDir?: string } = {}): Promise<TestServer> {
+/**
+ * `storage`: "s3" puts the server's files in a fresh prefix of a bucket on a
+ * real S3-compatible server (./s3.ts); the default is the local disk, or S3
+ * when the environment says OFFPEAK_TEST_STORAGE=s3 (to run a whole suite
+ * against the bucket). An explicit `--storage-url` in `argv` wins.
+ */
+export async function startTestServer(opts: { env?: Record<string, string>; argv?: string[]; dataDir?: string; storage?: "file" | "s3" } = {}): Promise<TestServer> {
   const dataDir = opts.dataDir ?? freshDataDir();
-  const config = resolveConfig(["--port", "0", "--data-dir", dataDir, ...(opts.argv ?? [])], {
+  const wantS3 = (opts.storage ?? (process.env.OFFPEAK_TEST_STORAGE === "s3" ? "s3" : "file")) === "s3";
+  const storage = wantS3 && !(opts.argv ?? []).some((a) => a.startsWith("--storage-url")) ? await s3Storage() : null;
+  const config = resolveConfig(["--port", "0", "--data-dir", dataDir, ...(storage ? ["--storage-url", storage.url] : []), ...(opts.argv ?? [])], {
     OFFPEAK_ADMIN_KEY: ADMIN_KEY,
     OFFPEAK_LOG_LEVEL: "error",
+    ...storage?.env,
     ...opts.env,
   });
   const server = await startServer(config, { quiet: true });
@@ -49,6 +61,7 @@ export async function startTestServer(opts: { env?: Record<string, string>; argv
     url,
     base,
     dataDir,
+    storage,
     server,
     admin: ADMIN_KEY,
     sdk: (key = ADMIN_KEY) => new OpenAI({ apiKey: key, baseURL: base, maxRetries: 0 }),

@@ -6,8 +6,12 @@
 // Before the shard reports "done" or "paused", its part files and their
 // directory entries are fsynced (the runner may finalize the batch as soon as
 // every shard is done): a batch never reaches a final state with result bytes
-// that an OS crash could still lose.
+// that an OS crash could still lose. With the files on S3, a finished shard's
+// part files are then uploaded by this Worker, each as its own object (the
+// parts of the output and error files), before "done": finalize only names
+// them, and the main thread never moves their bytes.
 import { closeSync, fstatSync, openSync, writeSync } from "node:fs";
+import { stat } from "node:fs/promises";
 import { dirname } from "node:path";
 import { FSYNC_ENABLED, syncDir, syncFd } from "../../fsync";
 import { readLines } from "../../jsonl/lineReader";
@@ -18,6 +22,7 @@ import { endpointKind } from "../../endpoints";
 import { addUsage } from "./usage";
 import { acquireSlot } from "./slots";
 import { countLine, takeWorkerMetrics } from "../../metrics/worker";
+import { openLocator, s3FileOf } from "../../storage/locator";
 
 const FLUSH_BYTES = 1 << 20;
 /** While a shard runs, each part file is flushed to disk (fdatasync, on the thread pool) every this many bytes, so the flush before "done" is small. */
@@ -141,7 +146,7 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
   let paused = false;
   let finished = false;
   try {
-    const stream = Bun.file(task.inputPath).slice(task.start, task.end).stream();
+    const stream = openLocator(task.input).slice(task.start, task.end).stream();
     outer: for await (const lines of readLines(stream)) {
       for (const { text } of lines) {
         if (isBlank(text)) continue;
@@ -208,7 +213,20 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
   }
   if (failure) throw failure;
   await syncPartDirs([task.outPath, task.errPath]);
+  if (!paused) await uploadParts(task);
   post({ type: paused ? "paused" : "done", batchId: task.batchId, idx: task.idx, totals, metrics: takeWorkerMetrics() });
+}
+
+/** A finished shard's non-empty part files, each to its object in the bucket (a no-op on local disk). */
+async function uploadParts(task: RunTask): Promise<void> {
+  const targets = task.partTargets;
+  if (!targets) return;
+  const up = async (path: string, target: (typeof targets)["out"]) => {
+    if ((await stat(path)).size === 0) return;
+    if ("path" in target) throw new Error("a part target must be an object in a bucket");
+    await s3FileOf(target).write(Bun.file(path));
+  };
+  await Promise.all([up(task.outPath, targets.out), up(task.errPath, targets.err)]);
 }
 
 async function executeAsync(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl): Promise<LineResult | null> {

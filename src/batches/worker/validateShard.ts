@@ -3,6 +3,7 @@
 // at upload.) Line numbers are local to the shard; the runner adds offsets.
 import { kindOfUrl } from "../../endpoints";
 import { readLines } from "../../jsonl/lineReader";
+import { openLocator } from "../../storage/locator";
 import type { ValidateResult, ValidateTask } from "../types";
 
 const MAX_ERRORS = 100;
@@ -10,7 +11,7 @@ const MAX_ERRORS = 100;
 export async function validateShard(task: ValidateTask): Promise<ValidateResult> {
   const known = new Set(task.models);
   const result: ValidateResult = { lines: 0, requests: 0, errors: [], firstModel: null };
-  const stream = Bun.file(task.inputPath).slice(task.start, task.end).stream();
+  const stream = openLocator(task.input).slice(task.start, task.end).stream();
   for await (const lines of readLines(stream)) {
     for (const { n, text } of lines) {
       result.lines = n;
