@@ -17,6 +17,7 @@ const HELP = `offpeak — OpenAI-compatible Files + Batch API server
 Server (works on the data directory):
   offpeak [serve] [--port N] [--host H] [--data-dir D] [--config FILE]
                   [--max-file-bytes N] [--max-batch-lines N] [--log-level L]
+                  [--storage-url file:|s3://BUCKET[/PREFIX]]
   offpeak keys create --name N [--scopes a,b] [--project P] [--data-dir D]
   offpeak keys list [--data-dir D]
   offpeak keys revoke ID [--data-dir D]
@@ -32,7 +33,8 @@ Client (talks to a running server; --base-url, --api-key):
 
 Environment: PORT, HOST, OFFPEAK_DATA_DIR, OFFPEAK_CONFIG, OFFPEAK_ADMIN_KEY,
 OFFPEAK_MAX_FILE_BYTES, OFFPEAK_MAX_BATCH_LINES, OFFPEAK_LOG_LEVEL,
-OFFPEAK_UPSTREAM_URL, OFFPEAK_UPSTREAM_KEY; for the client: OFFPEAK_BASE_URL
+OFFPEAK_UPSTREAM_URL, OFFPEAK_UPSTREAM_KEY, OFFPEAK_STORAGE_URL (with S3_ENDPOINT,
+S3_REGION, S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY or AWS_*); for the client: OFFPEAK_BASE_URL
 (default http://127.0.0.1:$PORT/v1, 8080 without PORT), OFFPEAK_API_KEY.
 
 Exit codes: 0 success; 1 a batch failed, expired or was cancelled (batch run,
