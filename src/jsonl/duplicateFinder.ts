@@ -174,6 +174,8 @@ class Spill {
   }
 
   add(hi: number, lo: number, line: number): void {
+    // As HashSet64 stores it (0,0 marks its empty slots): one fingerprint, one partition.
+    if (hi === 0 && lo === 0) lo = 1;
     const p = this.mix(hi, lo) >>> (32 - PARTITION_BITS);
     const buf = this.bufs[p]!;
     const k = this.buffered[p]! * 3;
