@@ -263,13 +263,7 @@ export class BatchRunner {
     if (errors.length > 0 && !b.stopReason) return this.failBatch(b, errors);
     const now = nowSeconds();
     this.ctx.db.transaction((tx) => {
-      (v.results as ValidateResult[]).forEach((r, idx) =>
-        tx
-          .update(batchShards)
-          .set({ status: "pending", firstLine: firstLines[idx]!, requests: r.requests })
-          .where(and(eq(batchShards.batchId, batchId), eq(batchShards.idx, idx)))
-          .run(),
-      );
+      (v.results as ValidateResult[]).forEach((r, idx) => this.q.shardValidated.run({ batchId, idx, firstLine: firstLines[idx]!, requests: r.requests }));
       tx.update(batches)
         .set(
           b.status === "cancelling"

@@ -31,6 +31,13 @@ export function prepareTickQueries(db: Db, owner: string) {
       .where(eq(batches.leaseOwner, owner))
       .prepare(),
 
+    /** A shard validated: ready to run (one prepared statement for all of a batch's shards: built per row, 690 updates held the HTTP thread 83 ms at 10M lines). */
+    shardValidated: db
+      .update(s)
+      .set({ status: "pending", firstLine: sql`${sql.placeholder("firstLine")}`, requests: sql`${sql.placeholder("requests")}` })
+      .where(and(eq(s.batchId, sql.placeholder("batchId")), eq(s.idx, sql.placeholder("idx"))))
+      .prepare(),
+
     runningShards: db
       .select({ batchId: s.batchId, idx: s.idx, owner: s.leaseOwner, exp: s.leaseExpiresAt })
       .from(s)
