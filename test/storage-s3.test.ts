@@ -17,7 +17,8 @@ import { ConfigError, resolveConfig } from "../src/config";
 import { fileParts, files } from "../src/db/schema";
 import { chatReq, createBatch, expectExactlyOnce, pollUntil, readResults, waitBatch } from "./helpers/batches";
 import { sharedS3, type TestS3 } from "./helpers/s3";
-import { freshDataDir, startTestServer, uploadRaw, type TestServer } from "./helpers/server";
+import OpenAI from "openai";
+import { ADMIN_KEY, freshDataDir, startTestServer, uploadRaw, type TestServer } from "./helpers/server";
 
 const MiB = 1 << 20;
 
@@ -275,6 +276,66 @@ describe("restart on the same data dir and bucket", () => {
       await second?.stop();
       if (!second) await first.stop().catch(() => {});
       rmSync(dataDir, { recursive: true, force: true });
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("SIGKILL mid-batch", () => {
+  test("a restart on the same data dir and bucket finishes the batch exactly once; its parts are in the bucket", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "offpeak-s3-kill-"));
+    const config = join(dir, "config.json");
+    // 32 lines at a time, 20 ms each: 2,000 lines take ≈1.3 s.
+    writeFileSync(config, JSON.stringify({ models: { "offpeak-echo": { latency_ms: 20, max_concurrency: 32 } } }));
+    const dataDir = join(dir, "data");
+    const prefix = `kill${Date.now().toString(36)}`;
+    const env: Record<string, string> = { ...process.env, ...s3.env, OFFPEAK_STORAGE_URL: `s3://${s3.bucket}/${prefix}`, OFFPEAK_ADMIN_KEY: ADMIN_KEY, OFFPEAK_LOG_LEVEL: "warn", OFFPEAK_BATCH_WORKERS: "2" };
+    const start = async () => {
+      const proc = Bun.spawn([process.execPath, join(import.meta.dir, "..", "src", "main.ts"), "serve", "--port", "0", "--data-dir", dataDir, "--config", config], {
+        env,
+        stdin: "ignore",
+        stdout: "pipe",
+        stderr: "inherit",
+      });
+      let out = "";
+      const reader = proc.stdout.getReader();
+      while (!/listening on (http:\/\/\S+)/.test(out)) {
+        const { value, done } = await reader.read();
+        if (done) throw new Error(`the server exited: ${out}`);
+        out += new TextDecoder().decode(value);
+      }
+      reader.releaseLock();
+      void proc.stdout.pipeTo(new WritableStream()).catch(() => {});
+      const url = /listening on (http:\/\/\S+)/.exec(out)![1]!;
+      return { proc, client: new OpenAI({ apiKey: ADMIN_KEY, baseURL: `${url}/api/v1`, maxRetries: 0 }) };
+    };
+    let live: Awaited<ReturnType<typeof start>> | null = null;
+    try {
+      live = await start();
+      // ≈2.3 kB a line: ≈4.6 MB, two shards.
+      const pad = "pad ".repeat(560);
+      const keep = Array.from({ length: 2000 }, (_, i) => `k-${i}`);
+      const { batch } = await createBatch(
+        live.client,
+        keep.map((id) => chatReq(id, `${id} ${pad}`)),
+      );
+      await pollUntil(() => live!.client.batches.retrieve(batch.id), (b) => (b.request_counts?.completed ?? 0) >= 400, 20_000, 10, "some progress");
+      live.proc.kill("SIGKILL");
+      await live.proc.exited;
+      live = await start();
+      const done = await waitBatch(live.client, batch.id, undefined, 30_000);
+      expect(done.status).toBe("completed");
+      const out = await readResults(live.client, done.output_file_id);
+      const err = await readResults(live.client, done.error_file_id);
+      expectExactlyOnce(keep, out, err);
+      expect(err).toEqual([]);
+      const partKeys = (await s3.keys(`${prefix}/${done.output_file_id}.parts/`)).length;
+      expect(partKeys).toBe(2);
+    } finally {
+      if (live) {
+        live.proc.kill("SIGTERM");
+        await live.proc.exited;
+      }
       rmSync(dir, { recursive: true, force: true });
     }
   });
