@@ -84,6 +84,8 @@ export class BufferedFdSink implements LineSink {
   private broken = false;
   /** Lines dropped because the descriptor did not take bytes for too long (reported in a line once it does). */
   dropped = 0;
+  /** Index in `lines` where that report goes (-1: none pending). */
+  private dropMark = -1;
   private readonly encoder = new TextEncoder();
 
   constructor(
@@ -94,12 +96,18 @@ export class BufferedFdSink implements LineSink {
   write(line: string): void {
     if (this.broken) return;
     if (this.pending + (this.rest?.length ?? 0) > MAX_PENDING) {
+      // A place for the line that will say how many were dropped here.
+      if (this.dropMark < 0) {
+        this.dropMark = this.lines.length;
+        this.lines.push("");
+      }
       this.dropped++;
       return;
     }
     this.lines.push(line);
     this.pending += line.length;
-    if (this.pending >= FLUSH_BYTES) this.tryFlush();
+    // While the descriptor refuses bytes, the timer retries (not every line).
+    if (this.pending >= FLUSH_BYTES && this.rest === null) this.tryFlush();
     else this.arm(FLUSH_MS);
   }
 
@@ -122,40 +130,42 @@ export class BufferedFdSink implements LineSink {
   /** One non-blocking attempt; true if nothing is left. */
   private tryFlush(): boolean {
     if (this.broken) return true;
-    if (this.dropped > 0 && this.rest === null) {
-      const note = JSON.stringify({ time: new Date().toISOString(), level: "warn", msg: "log lines dropped: stderr did not take them", count: this.dropped }) + "\n";
-      this.dropped = 0;
-      this.lines.unshift(note);
-    }
-    let buf = this.rest;
-    if (this.lines.length > 0) {
-      const text = this.encoder.encode(this.lines.length === 1 ? this.lines[0]! : this.lines.join(""));
-      this.lines = [];
-      this.pending = 0;
-      if (buf) {
-        const both = new Uint8Array(buf.length + text.length);
-        both.set(buf);
-        both.set(text, buf.length);
-        buf = both;
-      } else buf = text;
-    }
-    this.rest = null;
-    if (!buf) return true;
-    let off = 0;
-    try {
-      while (off < buf.length) off += this.writeFn(this.fd, buf, off, buf.length - off);
-    } catch (e) {
-      const code = (e as { code?: string }).code;
-      if (code !== "EAGAIN" && code !== "EWOULDBLOCK" && code !== "EINTR") {
-        // Closed or unusable (EPIPE, EBADF): nowhere left to write.
-        this.broken = true;
-        return true;
+    for (;;) {
+      if (this.rest === null) {
+        if (this.dropMark >= 0) {
+          // Where the lines went missing, what the reader missed.
+          this.lines[this.dropMark] = JSON.stringify({ time: isoNow(), level: "warn", msg: "log lines dropped: stderr did not take them", count: this.dropped }) + "\n";
+          this.dropped = 0;
+          this.dropMark = -1;
+        }
+        if (this.lines.length === 0) return true;
+        this.rest = this.encoder.encode(this.lines.length === 1 ? this.lines[0]! : this.lines.join(""));
+        this.lines = [];
+        this.pending = 0;
       }
+      const buf = this.rest;
+      let off = 0;
+      try {
+        while (off < buf.length) off += this.writeFn(this.fd, buf, off, buf.length - off);
+      } catch (e) {
+        const code = (e as { code?: string }).code;
+        if (code !== "EAGAIN" && code !== "EWOULDBLOCK" && code !== "EINTR") {
+          // Closed or unusable (EPIPE, EBADF): nowhere left to write.
+          this.broken = true;
+          this.rest = null;
+          this.lines = [];
+          this.dropMark = -1;
+          return true;
+        }
+      }
+      if (off < buf.length) {
+        // Written first next time, before anything newer.
+        this.rest = buf.subarray(off);
+        this.arm(FLUSH_MS);
+        return false;
+      }
+      this.rest = null;
     }
-    if (off === buf.length) return true;
-    this.rest = buf.subarray(off);
-    this.arm(FLUSH_MS);
-    return false;
   }
 }
 

@@ -140,7 +140,7 @@ describe("BufferedFdSink", () => {
     const write = (_fd: number, buf: Uint8Array, off: number, len: number) => {
       const n = Math.min(len, take(calls++));
       if (n === 0) throw Object.assign(new Error("EAGAIN"), { code: "EAGAIN" });
-      chunks.push(buf.slice(off, off + n));
+      chunks.push(Uint8Array.prototype.slice.call(buf, off, off + n)); // a copy: the sink reuses its buffer
       return n;
     };
     const text = () => Buffer.concat(chunks).toString("utf8");
@@ -177,6 +177,26 @@ describe("BufferedFdSink", () => {
     expect(fd.calls()).toBe(0);
     await Bun.sleep(50);
     expect(parseLines(fd.text()).map((l) => l.msg)).toEqual(["one"]);
+  });
+
+  test("a reader that stops reading: up to 8 MB wait, later lines are dropped and counted, then reported in order", () => {
+    let open = false;
+    const fd = fakeFd(() => (open ? Infinity : 0));
+    const log = createLogger("info", new BufferedFdSink(99, fd.write));
+    const pad = "x".repeat(1000);
+    for (let i = 0; i < 10_000; i++) log.info("request", { i, pad }); // ≈10 MB
+    open = true;
+    log.flush();
+    log.info("after");
+    log.flush();
+    const lines = parseLines(fd.text());
+    const kept = lines.filter((l) => l.msg === "request").map((l) => l.i as number);
+    expect(kept).toEqual(Array.from({ length: kept.length }, (_, i) => i)); // a prefix, in order
+    expect(kept.length).toBeGreaterThan(7_000);
+    const note = lines.find((l) => l.msg === "log lines dropped: stderr did not take them")!;
+    expect(note.count).toBe(10_000 - kept.length);
+    expect(lines.indexOf(note)).toBe(kept.length);
+    expect(lines.at(-1)!.msg).toBe("after");
   });
 
   test("a closed descriptor (EPIPE) drops lines instead of throwing into the caller", () => {
