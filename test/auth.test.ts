@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { ADMIN_KEY, chatLine, startTestServer, uploadRaw, type TestServer } from "./helpers/server";
+import { ADMIN_KEY, chatLine, startTestServer, storedBlobs, uploadRaw, type TestServer } from "./helpers/server";
 
 /** Response.json() typed loosely, for assertions. */
 const json = (res: Response): Promise<any> => res.json();
@@ -270,10 +270,10 @@ describe("403 when the key lacks the scope", () => {
 
   test("a rejected upload (403) stores nothing", async () => {
     const key = await t.createKey({ name: "reader2", scopes: ["files:read"] });
-    const before = readdirSync(join(t.dataDir, "files")).sort();
+    const before = await storedBlobs(t);
     const res = await uploadRaw(t, chatLine("x") + "\n", "batch", "x.jsonl", key);
     expect(res.status).toBe(403);
-    expect(readdirSync(join(t.dataDir, "files")).sort()).toEqual(before);
+    expect(await storedBlobs(t)).toEqual(before);
     expect(readdirSync(join(t.dataDir, "tmp"))).toEqual([]);
     await expectUntouched();
   });

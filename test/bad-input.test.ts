@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, readdirSync } from "node:fs";
 import { connect } from "node:net";
 import { join } from "node:path";
-import { ADMIN_KEY, chatLine, startTestServer, uploadRaw, type TestServer } from "./helpers/server";
+import { ADMIN_KEY, chatLine, startTestServer, storedBlobs, uploadRaw, type TestServer } from "./helpers/server";
 
 /** Response.json() typed loosely, for assertions. */
 const json = (res: Response): Promise<any> => res.json();
@@ -58,7 +58,8 @@ async function snapshot(s: TestServer): Promise<Snapshot> {
   const res = await s.api("/files?order=asc");
   expect(res.status).toBe(200);
   const ids = ((await json(res)) as { data: { id: string }[] }).data.map((f) => f.id);
-  return { ids, files: readdirSync(join(s.dataDir, "files")).sort(), tmp: readdirSync(join(s.dataDir, "tmp")).sort() };
+  const stored = await storedBlobs(s);
+  return { ids, files: stored.filter((n) => !n.startsWith("tmp/")), tmp: stored.filter((n) => n.startsWith("tmp/")) };
 }
 
 /** Runs a request that must be rejected, and asserts it stored nothing. */

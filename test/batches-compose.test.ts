@@ -50,8 +50,21 @@ afterAll(async () => {
 
 const partsDir = (fileId: string) => join(t.dataDir, "files", `${fileId}.parts`);
 const partsOf = (fileId: string) => t.server.ctx.db.select().from(fileParts).where(eq(fileParts.fileId, fileId)).orderBy(fileParts.idx).all();
-/** The part files on disk, in part order: what the old finalize concatenated. */
-const concatOnDisk = (fileId: string) => Buffer.concat(partsOf(fileId).map((p) => readFileSync(join(t.dataDir, "files", p.key))));
+/** The stored parts' names: files in the part directory, or (OFFPEAK_TEST_STORAGE=s3) part objects once removals in the background are done. */
+async function storedParts(fileId: string): Promise<string[]> {
+  if (!t.storage) return existsSync(partsDir(fileId)) ? readdirSync(partsDir(fileId)) : [];
+  await t.server.ctx.store.settled();
+  return t.storage.s3.keys(`${t.storage.prefix}/${fileId}.parts/`);
+}
+/** The stored parts, in part order: what the old finalize concatenated. */
+const concatOnDisk = async (fileId: string) =>
+  Buffer.concat(
+    await Promise.all(
+      partsOf(fileId).map(async (p) =>
+        t.storage ? new Uint8Array(await t.storage.s3.client.file(`${t.storage.prefix}/${p.key}`).arrayBuffer()) : readFileSync(join(t.dataDir, "files", p.key)),
+      ),
+    ),
+  );
 const customIds = (body: Uint8Array) =>
   new TextDecoder()
     .decode(body)
@@ -60,7 +73,7 @@ const customIds = (body: Uint8Array) =>
     .map((l) => JSON.parse(l).custom_id as string);
 
 describe("a batch with several shards", () => {
-  test("completes with composed output and error files, each of several parts", () => {
+  test("completes with composed output and error files, each of several parts", async () => {
     expect(batch.status).toBe("completed");
     const nBad = ids.filter((_, i) => bad(i)).length;
     expect(batch.request_counts).toEqual({ total: N, completed: N - nBad, failed: nBad });
@@ -70,15 +83,15 @@ describe("a batch with several shards", () => {
     expect(err.parts).toBeGreaterThanOrEqual(5);
     expect(partsOf(out.id).length).toBe(out.parts!);
     expect(out.bytes).toBe(partsOf(out.id).reduce((a, p) => a + p.bytes, 0));
-    expect(readdirSync(partsDir(out.id)).length).toBe(out.parts!);
+    expect((await storedParts(out.id)).length).toBe(out.parts!);
   });
 
-  test("the content is byte-identical to the parts concatenated in order; every custom_id once, in input order", () => {
+  test("the content is byte-identical to the parts concatenated in order; every custom_id once, in input order", async () => {
     for (const [id, body] of [
       [batch.output_file_id!, outBody],
       [batch.error_file_id!, errBody],
     ] as const) {
-      const expected = concatOnDisk(id);
+      const expected = await concatOnDisk(id);
       expect(body.length).toBe(expected.length);
       expect(Buffer.from(body).equals(expected)).toBe(true);
     }
@@ -126,7 +139,7 @@ describe("Range across part boundaries", () => {
   test("first byte, last byte", async () => {
     const size = outBody.length;
     const first = await expectRange(batch.output_file_id!, outBody, "bytes=0-0", 0, 0);
-    expect(first.headers.get("content-length")).toBe("1"); // inside one part: served natively
+    if (!t.storage) expect(first.headers.get("content-length")).toBe("1"); // inside one part: served natively
     await expectRange(batch.output_file_id!, outBody, `bytes=${size - 1}-${size - 1}`, size - 1, size - 1);
     await expectRange(batch.output_file_id!, outBody, `bytes=${size - 1}-`, size - 1, size - 1);
     await expectRange(batch.output_file_id!, outBody, `bytes=0-${size + 1000}`, 0, size - 1);
@@ -188,12 +201,13 @@ describe("leftovers and deletion", () => {
 
   test("DELETE of a composed file removes every part (off the request path) and the part rows", async () => {
     const id = batch.output_file_id!;
-    expect(readdirSync(partsDir(id)).length).toBeGreaterThan(1);
+    expect((await storedParts(id)).length).toBeGreaterThan(1);
     const res = await t.api(`/files/${id}`, { method: "DELETE" });
     expect(res.status).toBe(200);
     expect(await res.json()).toEqual({ id, object: "file", deleted: true });
-    // Renamed away at once; removed in the background.
-    expect(existsSync(partsDir(id))).toBe(false);
+    // Renamed away at once; removed in the background (on S3: deleted in the background).
+    if (!t.storage) expect(existsSync(partsDir(id))).toBe(false);
+    expect(await storedParts(id)).toEqual([]);
     expect(partsOf(id)).toEqual([]);
     expect((await t.api(`/files/${id}/content`)).status).toBe(404);
     await trashIn(t.dataDir).settled();
@@ -202,10 +216,10 @@ describe("leftovers and deletion", () => {
 
   test("an expired composed file loses its parts in the sweep", async () => {
     const id = batch.error_file_id!;
-    expect(existsSync(partsDir(id))).toBe(true);
+    expect((await storedParts(id)).length).toBeGreaterThan(0);
     t.server.ctx.db.update(files).set({ expiresAt: 1 }).where(eq(files.id, id)).run();
     expect(sweepExpiredFiles(t.server.ctx)).toBeGreaterThanOrEqual(1);
-    expect(existsSync(partsDir(id))).toBe(false);
+    expect(await storedParts(id)).toEqual([]);
     expect(partsOf(id)).toEqual([]);
     await trashIn(t.dataDir).settled();
     expect(trashEmpty()).toBe(true);

@@ -1,9 +1,7 @@
 // upload edge cases that must be a clear 4xx and leave nothing stored (SPEC §4, §10).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { readdirSync } from "node:fs";
-import { join } from "node:path";
 import { toFile } from "openai";
-import { chatLine, startTestServer, type TestServer } from "./helpers/server";
+import { chatLine, startTestServer, storedBlobs, type TestServer } from "./helpers/server";
 
 let t: TestServer;
 beforeAll(async () => {
@@ -18,11 +16,11 @@ function multipart(parts: { headers: string; body: string }[]): string {
   return parts.map((p) => `--${B}\r\n${p.headers}\r\n\r\n${p.body}\r\n`).join("") + `--${B}--\r\n`;
 }
 const post = (body: string) => t.api("/files", { method: "POST", headers: { "content-type": `multipart/form-data; boundary=${B}` }, body });
-const storedFiles = () => readdirSync(join(t.dataDir, "files")).length + readdirSync(join(t.dataDir, "tmp")).length;
+const storedFiles = () => storedBlobs(t);
 
 describe("upload", () => {
   test("purpose given twice (non-batch before the file, batch after) is a 4xx, not a 500", async () => {
-    const before = storedFiles();
+    const before = await storedFiles();
     const res = await post(
       multipart([
         { headers: 'Content-Disposition: form-data; name="purpose"', body: "fine-tune" },
@@ -32,7 +30,7 @@ describe("upload", () => {
     );
     const body = await res.text();
     expect({ status: res.status, body }).toMatchObject({ status: 400 });
-    expect(storedFiles()).toBe(before);
+    expect(await storedFiles()).toEqual(before);
   });
 
   test("a malformed RFC 5987 filename* is a 4xx, not a 500", async () => {
@@ -70,7 +68,7 @@ describe("filenames", () => {
   });
 
   test("a filename over 1024 characters is refused, nothing stored", async () => {
-    const before = storedFiles();
+    const before = await storedFiles();
     const res = await post(
       multipart([
         { headers: 'Content-Disposition: form-data; name="purpose"', body: "user_data" },
@@ -79,7 +77,7 @@ describe("filenames", () => {
     );
     expect(res.status).toBe(400);
     expect(((await res.json()) as any).error).toMatchObject({ code: "invalid_value", param: "file" });
-    expect(storedFiles()).toBe(before);
+    expect(await storedFiles()).toEqual(before);
     const ok = await post(
       multipart([
         { headers: 'Content-Disposition: form-data; name="purpose"', body: "user_data" },

@@ -100,9 +100,13 @@ export function sharedS3(): Promise<TestS3> {
   return shared;
 }
 
-/** `--storage-url` and the environment for a server whose files go to a fresh prefix of the shared bucket. */
-export async function s3Storage(): Promise<{ url: string; prefix: string; env: Record<string, string>; s3: TestS3 }> {
+/**
+ * `--storage-url` and the environment for a server whose files go to a
+ * prefix of the shared bucket: `name`'s (a data dir's name, so that a
+ * restart on the same data dir finds its files), or a fresh one.
+ */
+export async function s3Storage(name?: string): Promise<{ url: string; prefix: string; env: Record<string, string>; s3: TestS3 }> {
   const s3 = await sharedS3();
-  const prefix = `t${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}`;
+  const prefix = name ? name.replace(/[^A-Za-z0-9_-]/g, "_") : `t${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}`;
   return { url: `s3://${s3.bucket}/${prefix}`, prefix, env: s3.env, s3 };
 }

@@ -1,8 +1,8 @@
 // Test harness: a real offpeak server on port 0 with a fresh data dir, either
 // in this process (fast) or as a child process (for signals and crashes).
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import OpenAI from "openai";
 import { resolveConfig } from "../../src/config";
 import { startServer, type RunningServer } from "../../src/server";
@@ -33,7 +33,7 @@ export function freshDataDir(): string {
 }
 
 /**
- * `storage`: "s3" puts the server's files in a fresh prefix of a bucket on a
+ * `storage`: "s3" puts the server's files in a prefix of its own (its data dir's name) in a bucket on a
  * real S3-compatible server (./s3.ts); the default is the local disk, or S3
  * when the environment says OFFPEAK_TEST_STORAGE=s3 (to run a whole suite
  * against the bucket). An explicit `--storage-url` in `argv` wins.
@@ -41,7 +41,7 @@ export function freshDataDir(): string {
 export async function startTestServer(opts: { env?: Record<string, string>; argv?: string[]; dataDir?: string; storage?: "file" | "s3" } = {}): Promise<TestServer> {
   const dataDir = opts.dataDir ?? freshDataDir();
   const wantS3 = (opts.storage ?? (process.env.OFFPEAK_TEST_STORAGE === "s3" ? "s3" : "file")) === "s3";
-  const storage = wantS3 && !(opts.argv ?? []).some((a) => a.startsWith("--storage-url")) ? await s3Storage() : null;
+  const storage = wantS3 && !(opts.argv ?? []).some((a) => a.startsWith("--storage-url")) ? await s3Storage(basename(dataDir)) : null;
   const config = resolveConfig(["--port", "0", "--data-dir", dataDir, ...(storage ? ["--storage-url", storage.url] : []), ...(opts.argv ?? [])], {
     OFFPEAK_ADMIN_KEY: ADMIN_KEY,
     OFFPEAK_LOG_LEVEL: "error",
@@ -76,6 +76,20 @@ export async function startTestServer(opts: { env?: Record<string, string>; argv
       if (!opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * What the server has stored, by name: on the local disk the entries of
+ * files/ and tmp/; in a bucket (once removals in the background are done)
+ * the objects under its prefix and the bucket work still pending. For
+ * "a rejected request stores nothing" checks that hold for both.
+ */
+export async function storedBlobs(t: TestServer): Promise<string[]> {
+  const ls = (dir: string) => readdirSync(join(t.dataDir, dir)).map((n) => `${dir}/${n}`);
+  if (!t.storage) return [...ls("files"), ...ls("tmp")].sort();
+  await t.server.ctx.store.settled();
+  const keys = (await t.storage.s3.keys(`${t.storage.prefix}/`)).map((k) => `s3:${k}`);
+  return [...keys, ...ls("tmp"), ...ls("s3-pending")].sort();
 }
 
 /** A JSONL batch line for the built-in echo model. */
