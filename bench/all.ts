@@ -9,6 +9,9 @@ const benches: [string, string[]][] = [
   ["responses through a proxy, beside chat", ["bench/responses-proxy.ts"]],
   ["responses batch beside a chat batch (1M lines)", ["bench/responses-batch.ts"]],
   ["off-peak priority", ["bench/priority.ts"]],
+  ["upstream outages (100k lines, 30 s and 120 s)", ["bench/outage.ts"]],
+  ["no stall at a batch's end (1M lines)", ["bench/stall.ts"]],
+  ["following batches: events, retry, webhooks", ["bench/follow.ts"]],
 ];
 let failed = 0;
 for (const [name, args] of benches) {
