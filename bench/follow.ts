@@ -254,14 +254,19 @@ interface Server {
   stop(): Promise<void>;
 }
 
-async function startServer(): Promise<Server> {
+async function startServer(config?: unknown): Promise<Server> {
   const dataDir = join(ROOT, "bench/data", `follow-${process.pid}-${serverSeq++}`);
   rmSync(dataDir, { recursive: true, force: true });
   mkdirSync(dataDir, { recursive: true });
   const port = freePort();
   // --server-bun-args "…": extra Bun flags for the server (e.g. "--cpu-prof-md --cpu-prof-dir=/tmp/prof").
   const extra = (arg("--server-bun-args") ?? "").split(" ").filter(Boolean);
-  const child = spawnBun([...extra, "src/main.ts", "serve", "--port", String(port), "--data-dir", dataDir], {
+  const args = [...extra, "src/main.ts", "serve", "--port", String(port), "--data-dir", dataDir];
+  if (config) {
+    writeFileSync(join(dataDir, "config.json"), JSON.stringify(config));
+    args.push("--config", join(dataDir, "config.json"));
+  }
+  const child = spawnBun(args, {
     env: { OFFPEAK_ADMIN_KEY: BENCH_KEY, OFFPEAK_LOG_LEVEL: "warn" },
   });
   await waitForHttp(`http://127.0.0.1:${port}/healthz`, child.proc);
@@ -347,6 +352,8 @@ interface WatchRun {
   rssAfterUpload: number;
   watchers: Record<string, unknown> | null;
   clientCpu: number | null;
+  /** Server CPU seconds from create to completed (all threads: the batch Workers, the HTTP thread). */
+  serverCpu: number;
 }
 
 async function watchersSection(input: string, lines: number, runs: number, clients: number): Promise<boolean> {
@@ -377,6 +384,7 @@ async function watchersSection(input: string, lines: number, runs: number, clien
         if (ready.value !== "ready") throw new Error(`watcher client said '${ready.value}'`);
       }
       const cpu0 = client ? cpuSeconds(client.pid) : 0;
+      const serverCpu0 = cpuSeconds(s.pid);
       const t0 = performance.now();
       const created = await createBatch(s, file.id);
       const rssAtCreate = rssMb(s.pid);
@@ -401,6 +409,7 @@ async function watchersSection(input: string, lines: number, runs: number, clien
       const series: [number, number][] = [];
       const b = await waitFinal(s, created.id, 20, () => series.push([performance.now() - t0, rssMb(s.pid)]));
       const seconds = (performance.now() - t0) / 1000;
+      const serverCpu = cpuSeconds(s.pid) - serverCpu0;
       const peak = peakRssMb(s.pid);
       let watchers: Record<string, unknown> | null = null;
       let clientCpu: number | null = null;
@@ -409,19 +418,21 @@ async function watchersSection(input: string, lines: number, runs: number, clien
         // The client's own CPU since it was told the batch id (it reports its total as it ends).
         if (typeof watchers.cpuSeconds === "number") clientCpu = watchers.cpuSeconds - cpu0;
       }
-      const run: WatchRun = { kind, seconds, status: b.status, completed: b.request_counts.completed, rssAtCreate, rssAtConnected, connectedAfterMs, series, peak, rssAfterUpload, watchers, clientCpu };
+      const run: WatchRun = { kind, seconds, status: b.status, completed: b.request_counts.completed, rssAtCreate, rssAtConnected, connectedAfterMs, series, peak, rssAfterUpload, watchers, clientCpu, serverCpu };
       results.push(run);
-      const w = watchers as { gotCompleted?: number; connected?: number; maxOpen?: number; errors?: number; events?: { median: number } } | null;
+      const w = watchers as { gotCompleted?: number; connected?: number; maxOpen?: number; errors?: number; backwards?: number; finalCompletedCounts?: number[]; events?: { median: number } } | null;
       console.log(
-        `  run ${i + 1} ${kind.padEnd(7)}: create → ${b.status} ${f2(seconds)} s (${int(b.request_counts.completed)}/${int(b.request_counts.total)}), ` +
+        `  run ${i + 1} ${kind.padEnd(7)}: create → ${b.status} ${f2(seconds)} s (${int(b.request_counts.completed)}/${int(b.request_counts.total)}), server CPU ${f2(serverCpu)} s, ` +
           `RSS after upload ${f1(rssAfterUpload)} MB, at create ${f1(rssAtCreate)} MB` +
           (rssAtConnected !== null ? `, all connected after ${f1(connectedAfterMs!)} ms at ${f1(rssAtConnected)} MB` : "") +
           `, peak (VmHWM) ${f1(peak)} MB` +
-          (w ? `; watchers: ${w.connected} connected (${w.maxOpen} open at once), ${w.gotCompleted} got the final 'completed' record, ${w.errors} errors, median ${w.events?.median} events each, client CPU ${clientCpu === null ? "?" : f2(clientCpu)} s` : "") +
+          (w
+            ? `; watchers: ${w.connected} connected (${w.maxOpen} open at once), ${w.gotCompleted} got the final 'completed' record (completed in it: ${w.finalCompletedCounts?.join(", ")}), ${w.errors} errors, ${w.backwards} counts going back, median ${w.events?.median} events each, client CPU ${clientCpu === null ? "?" : f2(clientCpu)} s`
+            : "") +
           `; load ${loadAverage()}`,
       );
       if (b.status !== "completed" || b.request_counts.completed !== lines) ok = false;
-      if (kind === "with" && (w?.gotCompleted !== clients || w?.errors !== 0)) {
+      if (kind === "with" && (w?.gotCompleted !== clients || w?.errors !== 0 || w?.backwards !== 0 || w?.finalCompletedCounts?.join() !== String(lines))) {
         ok = false;
         console.log(`  !! watcher summary: ${JSON.stringify(watchers)}`);
       }
@@ -431,6 +442,7 @@ async function watchersSection(input: string, lines: number, runs: number, clien
       await s.stop();
     }
   }
+  ok = (await watchersAlone(clients)) && ok;
   const by = (k: string) => results.filter((r) => r.kind === k);
   const without = by("without");
   const withW = by("with");
@@ -445,6 +457,9 @@ async function watchersSection(input: string, lines: number, runs: number, clien
   const connectMs = median(withW.map((r) => r.connectedAfterMs ?? NaN));
   const growthWith = withW.map((r) => r.peak - r.rssAtCreate);
   const growthWithout = without.map((r) => r.peak - r.rssAtCreate);
+  console.log(
+    `  server CPU create → completed: without ${without.map((r) => f2(r.serverCpu)).join(", ")} s (median ${f2(median(without.map((r) => r.serverCpu)))}); with ${withW.map((r) => f2(r.serverCpu)).join(", ")} s (median ${f2(median(withW.map((r) => r.serverCpu)))}); watcher client CPU ${withW.map((r) => f2(r.clientCpu ?? NaN)).join(", ")} s`,
+  );
   console.log(`  create → completed: without ${without.map((r) => f2(r.seconds)).join(", ")} s (median ${f2(tWithout)}); with ${withW.map((r) => f2(r.seconds)).join(", ")} s (median ${f2(tWith)}) → ratio ${f2(tWith / tWithout)}× (target ≤ 1.1×)`);
   console.log(
     `  RSS: VmRSS at create → peak: with watchers +${growthWith.map(f1).join(", +")} MB (median +${f1(median(growthWith))}), without +${growthWithout.map(f1).join(", +")} MB (median +${f1(median(growthWithout))}); ` +
@@ -454,6 +469,78 @@ async function watchersSection(input: string, lines: number, runs: number, clien
     `  VmRSS ${f1(connectMs)} ms after create (all watchers connected): with ${withW.map((r) => f1(r.rssAtConnected ?? NaN)).join(", ")} MB vs without ${without.map((r) => f1(atOffset(r, connectMs))).join(", ")} MB; at create: with ${withW.map((r) => f1(r.rssAtCreate)).join(", ")}, without ${without.map((r) => f1(r.rssAtCreate)).join(", ")} MB`,
   );
   return ok;
+}
+
+/**
+ * The watchers' own cost, apart from the batch's: a batch that runs slowly
+ * (offpeak-echo at 200 ms a line, 4 at once: its counts change all the time,
+ * its memory hardly moves), 10 s without watchers, then `clients` watchers
+ * connect and stream for 10 s; then the batch is cancelled and every watcher
+ * must get the final 'cancelled' record.
+ */
+async function watchersAlone(clients: number): Promise<boolean> {
+  const lines = 2000;
+  const input = join(ROOT, "bench/data", `batch-${lines}.jsonl`);
+  await generateBatchFile(input, lines);
+  const s = await startServer({ models: { "offpeak-echo": { latency_ms: 200, max_concurrency: 4 } } });
+  let client: Bun.Subprocess<"pipe", "pipe", "inherit"> | null = null;
+  try {
+    const file = await upload(s, input);
+    const created = await createBatch(s, file.id);
+    for (let b = created; b.status !== "in_progress"; b = await api<BatchRecord>(s, "GET", `/batches/${created.id}`)) await Bun.sleep(100);
+    client = Bun.spawn([process.execPath, import.meta.path, "--role", "watchers", s.base, String(clients)], {
+      cwd: ROOT,
+      stdin: "pipe",
+      stdout: "pipe",
+      stderr: "inherit",
+      env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: String(Math.max(clients * 2, 512)) },
+    });
+    const out = linesOf(client.stdout);
+    if ((await out.next()).value !== "ready") throw new Error("watcher client not ready");
+    await Bun.sleep(2000);
+    // 10 s without watchers.
+    resetPeak(s.pid);
+    let cpu = cpuSeconds(s.pid);
+    await Bun.sleep(10_000);
+    const cpuWithout = cpuSeconds(s.pid) - cpu;
+    const peakWithout = peakRssMb(s.pid);
+    const rssBefore = rssMb(s.pid);
+    // The watchers connect, then 10 s of events.
+    resetPeak(s.pid);
+    cpu = cpuSeconds(s.pid);
+    const t0 = performance.now();
+    client.stdin.write(created.id + "\n");
+    client.stdin.flush();
+    const connected = await out.next();
+    const connectMs = performance.now() - t0;
+    const rssConnected = rssMb(s.pid);
+    const cpuConnect = cpuSeconds(s.pid) - cpu;
+    await Bun.sleep(Math.max(0, 10_000 - connectMs));
+    const cpuWith = cpuSeconds(s.pid) - cpu;
+    const rssAfter = rssMb(s.pid);
+    const peakWith = peakRssMb(s.pid);
+    await api(s, "POST", `/batches/${created.id}/cancel`);
+    let result: Record<string, any> = {};
+    for (;;) {
+      const { value, done } = await out.next();
+      if (done) break;
+      if (value.startsWith("result ")) {
+        result = JSON.parse(value.slice(7));
+        break;
+      }
+    }
+    const final = await api<BatchRecord>(s, "GET", `/batches/${created.id}`);
+    console.log(
+      `  watchers alone (a batch trickling at ≈20 lines/s, ${clients} watchers): VmRSS before ${f1(rssBefore)} MB, all connected (${connected.value}; ${f1(connectMs)} ms) ${f1(rssConnected)} MB, after 10 s of events ${f1(rssAfter)} MB; ` +
+        `peak (VmHWM, reset at each start) without watchers ${f1(peakWithout)} MB, with ${f1(peakWith)} MB → growth ${f1(peakWith - rssBefore)} MB over VmRSS before (target ≤ 50 MB); ` +
+        `server CPU over 10 s: without ${f2(cpuWithout)} s, with ${f2(cpuWith)} s (of which connecting ${f2(cpuConnect)} s); ${result.gotFinal}/${clients} got the final '${final.status}' record, ${result.errors} errors, median ${result.events?.median} events each`,
+    );
+    return result.gotFinal === clients && result.errors === 0 && final.status === "cancelled";
+  } finally {
+    client?.kill();
+    await client?.exited;
+    await s.stop();
+  }
 }
 
 /** Lines of a child's stdout. */
@@ -752,6 +839,10 @@ async function webhooksSection(events: number, rounds: number, phaseS: number): 
       console.log(`  ${r.ph.kind.padEnd(7)} backlog (${f1(secs)} s): n=${int(r.n)} p50 ${f2(r.p50)} ms p99 ${f2(r.p99)} ms max ${f1(r.max)} ms; server CPU ${f1((100 * r.ph.cpu) / secs)}% of a core`);
     }
     const med = (k: "without" | "with", f: "p50" | "p99") => median(rows.filter((r) => r.ph.kind === k).map((r) => r[f]));
+    for (const k of ["without", "with"] as const) {
+      const xs = samples.filter((x) => phases.some((ph) => ph.kind === k && x[0] >= ph.from && x[0] < ph.to)).map((x) => x[1]).sort((a, b) => a - b);
+      console.log(`  ${k.padEnd(7)} backlog, all phases pooled: n=${int(xs.length)} p50 ${f2(percentile(xs, 50))} ms p99 ${f2(percentile(xs, 99))} ms p99.9 ${f2(percentile(xs, 99.9))} ms; over 10 ms: ${f2((100 * xs.filter((x) => x > 10).length) / xs.length)}%`);
+    }
     console.log(
       `  interactive (medians over phases): without p50 ${f2(med("without", "p50"))} ms p99 ${f2(med("without", "p99"))} ms; with the backlog draining p50 ${f2(med("with", "p50"))} ms p99 ${f2(med("with", "p99"))} ms → p99 ${f2(med("with", "p99") / med("without", "p99"))}×; ${errors} errors of ${int(samples.length)} requests`,
     );
