@@ -269,8 +269,14 @@ async function startServer(config?: unknown): Promise<Server> {
   const child = spawnBun(args, {
     env: { OFFPEAK_ADMIN_KEY: BENCH_KEY, OFFPEAK_LOG_LEVEL: "warn" },
   });
-  await waitForHttp(`http://127.0.0.1:${port}/healthz`, child.proc);
-  child.assertRuns("src/main.ts");
+  try {
+    await waitForHttp(`http://127.0.0.1:${port}/healthz`, child.proc);
+    child.assertRuns("src/main.ts");
+  } catch (e) {
+    await child.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+    throw e;
+  }
   return {
     child,
     pid: child.pid,
