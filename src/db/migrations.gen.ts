@@ -53,5 +53,12 @@ export const migrations: { tag: string; statements: string[] }[] = [
       "CREATE TABLE `file_parts` (\n\t`file_id` text NOT NULL,\n\t`idx` integer NOT NULL,\n\t`key` text NOT NULL,\n\t`bytes` integer NOT NULL,\n\tPRIMARY KEY(`file_id`, `idx`),\n\tFOREIGN KEY (`file_id`) REFERENCES `files`(`id`) ON UPDATE no action ON DELETE cascade\n);",
       "ALTER TABLE `files` ADD `parts` integer;"
     ]
+  },
+  {
+    "tag": "0005_unusual_iron_patriot",
+    "statements": [
+      "DROP INDEX `webhook_events_endpoint`;",
+      "CREATE INDEX `webhook_events_endpoint_due` ON `webhook_events` (`endpoint_id`,`status`,`next_attempt_at`);"
+    ]
   }
 ];

@@ -41,7 +41,7 @@ export const webhookEvents = sqliteTable(
     nextAttemptAt: integer("next_attempt_at").notNull(),
     createdAt: integer("created_at").notNull(),
   },
-  (t) => [index("webhook_events_due").on(t.status, t.nextAttemptAt), index("webhook_events_endpoint").on(t.endpointId)],
+  (t) => [index("webhook_events_due").on(t.status, t.nextAttemptAt), index("webhook_events_endpoint_due").on(t.endpointId, t.status, t.nextAttemptAt)],
 );
 
 /** Every delivery attempt, for GET /webhook_endpoints/{id}/deliveries. */
