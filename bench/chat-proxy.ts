@@ -9,7 +9,7 @@
 // wrk's requests) and with OFFPEAK_LOG_LEVEL=warn (no request lines).
 // Needs wrk (Debian: apt-get install wrk).
 // Usage: bun bench/chat-proxy.ts [seconds-per-run=5] [rounds=5]
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { BENCH_KEY, freePort, startBenchServer } from "./server";
 
 const seconds = Number(process.argv[2] ?? 5);
@@ -78,6 +78,21 @@ const elysia = Bun.spawn([process.execPath, "bench/elysia-proxy.ts", String(elys
 let logged: Awaited<ReturnType<typeof startBenchServer>> | null = null;
 let quiet: Awaited<ReturnType<typeof startBenchServer>> | null = null;
 
+/** CPU seconds (user + system, all threads) a process has used so far (/proc/PID/stat). */
+function cpuSeconds(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return (Number(f[11]) + Number(f[12])) / 100; // utime + stime, in USER_HZ (100) ticks
+}
+
+/** A wrk run with the server's CPU per request (µs): what it costs, which other load on the machine moves less than req/s. */
+async function wrkCpu(url: string, pid: number, into: number[]): Promise<WrkResult> {
+  const c0 = cpuSeconds(pid);
+  const r = await wrk(url);
+  into.push(((cpuSeconds(pid) - c0) * 1e6) / r.requests);
+  return r;
+}
+
 /** Reads a server's stderr to the end, counting its lines (and bytes), as a log collector would. */
 function countLines(stream: ReadableStream<Uint8Array>) {
   const counter = { lines: 0, bytes: 0, last: "" };
@@ -117,14 +132,22 @@ try {
   const offRuns: WrkResult[] = [];
   /** Request lines written minus requests wrk counted, per logged run (≥ 0: wrk does not count the answers in flight when it stops). */
   const missing: number[] = [];
+  const cpuNaive: number[] = [];
+  const cpuOn: number[] = [];
+  const cpuOff: number[] = [];
   const loggedRun = async () => {
     const before = log.lines;
-    const r = await wrk(loggedUrl);
+    const r = await wrkCpu(loggedUrl, logged!.pid, cpuOn);
     await Bun.sleep(100); // the last buffered lines (flushed within 10 ms)
     missing.push(r.requests - (log.lines - before));
     onRuns.push(r);
   };
-  const runs = [() => wrk(naiveUrl).then((r) => bases.push(r)), () => wrk(elysiaUrl).then((r) => refs.push(r)), loggedRun, () => wrk(quietUrl).then((r) => offRuns.push(r))];
+  const runs = [
+    () => wrkCpu(naiveUrl, naive.pid, cpuNaive).then((r) => bases.push(r)),
+    () => wrk(elysiaUrl).then((r) => refs.push(r)),
+    loggedRun,
+    () => wrkCpu(quietUrl, quiet!.pid, cpuOff).then((r) => offRuns.push(r)),
+  ];
   const fmt = (r: WrkResult) => `${Math.round(r.rps)} req/s (p99 ${r.p99.toFixed(2)} ms)`;
   for (let round = 0; round < ROUNDS; round++) {
     // Rotate the order so no server always runs first (or last) in a round.
@@ -151,6 +174,7 @@ try {
     console.log(
       `${line(name, r)}  = ${(r.rps / base.rps).toFixed(2)}× naive (median of per-round ratios ${roundRatio(runs, (x, b) => x.rps / b.rps).toFixed(2)}×), p99 ${(r.p99 / base.p99).toFixed(2)}× naive's (per round ${roundRatio(runs, (x, b) => x.p99 / b.p99).toFixed(2)}×)`,
     );
+  console.log(`server CPU per request (all threads, median): naive ${med(cpuNaive).toFixed(1)} µs, offpeak logs on ${med(cpuOn).toFixed(1)} µs, logs off ${med(cpuOff).toFixed(1)} µs`);
   console.log(`targets, logs on: ≥ 0.85× the naive proxy, p99 ≤ 1.5× its p99, 0 errors`);
   console.log(`request log: ${log.lines} lines, ${(log.bytes / 1e6).toFixed(1)} MB over the run; per logged run, wrk's requests minus lines written: ${missing.join(", ")} (≤ 0: none lost)`);
   // At saturation every connection waits its turn (Little's law: latency ≈
