@@ -18,6 +18,7 @@
 //   removal, then the open: ENOENT on a stream without an error listener
 //   kills the server). Here the directories stay.
 import crypto from "node:crypto";
+import { rmSync } from "node:fs";
 import { open, rm, stat, unlink } from "node:fs/promises";
 import { join } from "node:path";
 // @ts-expect-error s3rver ships no types
@@ -90,6 +91,9 @@ srv.middleware.unshift(async (ctx: any, next: () => Promise<void>) => {
 
 const addr = await srv.run();
 process.stdout.write(JSON.stringify({ port: addr.port }) + "\n");
+// The bucket's directory goes with this process, however it ends (the test
+// runner does not always run its own exit handlers).
+process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
 process.on("SIGTERM", () => srv.close().finally(() => process.exit(0)));
 // Never outlive the test process: stdin is a pipe from it (end of file when
 // it dies, even by SIGKILL), and its pid is checked now and then too.
