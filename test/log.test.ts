@@ -3,7 +3,7 @@
 // order holds when the descriptor refuses bytes (EAGAIN, short writes), and
 // secrets stay redacted.
 import { describe, expect, test } from "bun:test";
-import { rmSync, writeFileSync } from "node:fs";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
 import { BufferedFdSink, createLogger, FLUSH_BYTES } from "../src/log";
@@ -71,6 +71,45 @@ describe("request log through a real server process", () => {
       expect(text).not.toContain(admin);
       expect(text).not.toContain(admin.slice(6));
       expect(text.toLowerCase()).not.toContain("bearer ");
+    } finally {
+      if (proc.exitCode === null) proc.kill("SIGKILL");
+      await proc.exited;
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 30_000);
+});
+
+describe("a log reader that does not read", () => {
+  test("requests go on while nobody drains stderr (non-blocking writes); every line is there once the reader reads", async () => {
+    const dataDir = freshDataDir();
+    const admin = "sk-op-stalled-reader-admin-000000000000000000";
+    const port = await freePort();
+    const proc: Subprocess<"ignore", "pipe", "pipe"> = Bun.spawn([process.execPath, MAIN, "serve", "--port", String(port), "--host", "127.0.0.1", "--data-dir", dataDir], {
+      cwd: ROOT,
+      env: cleanEnv({ OFFPEAK_ADMIN_KEY: admin, OFFPEAK_LOG_LEVEL: "info" }),
+      stdout: "pipe",
+      stderr: "pipe",
+      stdin: "ignore",
+    });
+    try {
+      const url = `http://127.0.0.1:${port}`;
+      await pollUntil(() => fetch(`${url}/healthz`).then((r) => r.status, () => 0), (s) => s === 200, 20_000, 50, "server up");
+      // ≈1,500 request lines ≈ 450 KB: far past a 64 KB pipe that nobody reads.
+      // A blocking write(2) would freeze the server at the first full pipe.
+      const N = 1500;
+      const t0 = performance.now();
+      for (let i = 0; i < N; i += 50)
+        await Promise.all(Array.from({ length: 50 }, () => fetch(`${url}/api/v1/files?limit=1`, { headers: { authorization: `Bearer ${admin}` } }).then((r) => r.arrayBuffer())));
+      expect(performance.now() - t0).toBeLessThan(15_000);
+      if (process.platform === "linux") {
+        const flags = /flags:\s+(\d+)/.exec(readFileSync(`/proc/${proc.pid}/fdinfo/2`, "utf8"))![1]!;
+        expect(parseInt(flags, 8) & 0o4000).toBe(0o4000); // O_NONBLOCK
+      }
+      const stderr = new Response(proc.stderr).text();
+      proc.kill("SIGTERM");
+      expect(await proc.exited).toBe(0);
+      const lines = parseLines(await stderr);
+      expect(lines.filter((l) => l.msg === "request" && l.route === "/api/v1/files").length).toBe(N);
     } finally {
       if (proc.exitCode === null) proc.kill("SIGKILL");
       await proc.exited;
