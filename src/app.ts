@@ -63,10 +63,9 @@ export function buildApp(ctx: AppContext) {
         requestIds.set(request, newId("req_"));
         const path = pathOf(request.url);
         if (!isUnderApi(path)) return;
-        authenticate(request, verify, path.slice(path.startsWith("/v1") ? 3 : 7));
-        // A path Elysia cannot percent-decode would reach handlers with an
-        // undefined id; no resource has such a name, so it is a 404 here.
-        if (path.includes("%") && !decodes(path)) throw new ApiError("not_found", "No such resource.");
+        const checked = authenticate(request, verify, path.slice(path.startsWith("/v1") ? 3 : 7));
+        if (checked) return checked.then(() => checkDecodes(path));
+        checkDecodes(path);
       })
       .onError(({ code, error, request }) => toErrorResponse(ctx, code, error, request))
       .get("/healthz", () => new Response("ok", { headers: { "content-type": "text/plain" } }), { detail: { hide: true } })
@@ -82,6 +81,12 @@ export function buildApp(ctx: AppContext) {
       // The web console (SPEC §15) at "/" and its files at "/<name>".
       .use(consoleRoutes())
   );
+}
+
+// A path Elysia cannot percent-decode would reach handlers with an
+// undefined id; no resource has such a name, so it is a 404 here.
+function checkDecodes(path: string): void {
+  if (path.includes("%") && !decodes(path)) throw new ApiError("not_found", "No such resource.");
 }
 
 function decodes(path: string): boolean {

@@ -4,7 +4,8 @@
 import { Type, type Static } from "@sinclair/typebox";
 import { Value } from "@sinclair/typebox/value";
 import { readFileSync } from "node:fs";
-import { resolve } from "node:path";
+import { join, resolve } from "node:path";
+import type { DatabaseConfig } from "./db/client";
 import type { S3Settings } from "./storage/locator";
 
 const Pricing = Type.Object(
@@ -78,6 +79,7 @@ export const ConfigFile = Type.Object(
       ),
     ),
     storage: Type.Optional(Type.Object({ url: Type.Optional(Type.String()) }, { additionalProperties: false })),
+    database: Type.Optional(Type.Object({ url: Type.Optional(Type.String()) }, { additionalProperties: false })),
     upstreams: Type.Optional(Type.Array(UpstreamFile)),
     models: Type.Optional(Type.Record(Type.String(), ModelFile)),
   },
@@ -98,6 +100,8 @@ export interface Config {
   dataDir: string;
   configPath: string | null;
   storage: StorageConfig;
+  /** Where records live (database.url): SQLite in the data dir, or Postgres. */
+  database: DatabaseConfig;
   maxFileBytes: number;
   maxBatchLines: number;
   /** Memory an upload's custom_id duplicate check may use before it spills fingerprints to <dataDir>/tmp (src/jsonl/duplicateFinder.ts). */
@@ -152,7 +156,7 @@ export function parseFlags(argv: string[]): { flags: Flags; positional: string[]
 }
 
 /** The flags `serve` takes (and `keys`, which opens the same data dir). */
-export const SERVER_FLAGS = ["config", "data-dir", "host", "log-level", "max-batch-lines", "max-file-bytes", "port", "storage-url"] as const;
+export const SERVER_FLAGS = ["config", "data-dir", "host", "log-level", "max-batch-lines", "max-file-bytes", "port", "storage-url", "database-url"] as const;
 
 /**
  * Refuses a flag the command does not know (a typo like --prot used to be
@@ -224,6 +228,18 @@ export function storageOf(url: string, env: Record<string, string | undefined>):
   return { kind: "s3", url: `s3://${s3.bucket}${prefix ? `/${prefix}` : ""}`, s3, prefix };
 }
 
+/**
+ * database.url → where records go: `sqlite:` (<data_dir>/offpeak.db),
+ * `sqlite:PATH`, or `postgres://…` / `postgresql://…` (SPEC §14).
+ */
+export function databaseOf(url: string, dataDir: string): DatabaseConfig {
+  const u = url.trim();
+  if (/^postgres(ql)?:\/\//.test(u)) return { kind: "postgres", url: u };
+  const m = /^sqlite:(?:\/\/)?(.*)$/.exec(u);
+  if (!m) throw new ConfigError(`database url must be sqlite: or postgres://…, got "${url.replace(/:[^:@/]*@/, ":***@")}"`);
+  return { kind: "sqlite", path: m[1] ? resolve(m[1]) : join(dataDir, "offpeak.db") };
+}
+
 const DEFAULTS = {
   port: 8080,
   host: "127.0.0.1",
@@ -258,6 +274,7 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
     host: pick(flags["host"], env.HOST, file.server?.host) ?? DEFAULTS.host,
     dataDir: resolve(dataDir),
     configPath,
+    database: databaseOf(pick(flags["database-url"], env.OFFPEAK_DATABASE_URL, file.database?.url) ?? "sqlite:", resolve(dataDir)),
     storage: storageOf(pick(flags["storage-url"], env.OFFPEAK_STORAGE_URL, file.storage?.url) ?? "file:", env),
     maxFileBytes:
       pick(intOf("--max-file-bytes", flags["max-file-bytes"], 1), intOf("OFFPEAK_MAX_FILE_BYTES", env.OFFPEAK_MAX_FILE_BYTES, 1), file.limits?.max_file_bytes) ??

@@ -6,7 +6,6 @@
 import { CLIENT_COMMANDS, CliError } from "./cli";
 import { checkFlags, ConfigError, parseFlags, resolveConfig, SERVER_FLAGS } from "./config";
 import { existsSync } from "node:fs";
-import { join } from "node:path";
 import { openDb } from "./db/client";
 import { ApiError } from "./errors";
 import { createKey, listKeys, revokeKey } from "./keys/service";
@@ -85,7 +84,7 @@ async function serve(argv: string[]): Promise<number> {
 
 const KEYS_VERBS = ["create", "list", "revoke"];
 
-function keys(argv: string[], args: string[], flags: Record<string, string>): number {
+async function keys(argv: string[], args: string[], flags: Record<string, string>): Promise<number> {
   checkFlags(argv, [...SERVER_FLAGS, "name", "scopes", "project"]);
   // Usage is checked before the database is opened: opening creates it.
   const verb = args[0] ?? "";
@@ -95,13 +94,14 @@ function keys(argv: string[], args: string[], flags: Record<string, string>): nu
   const config = resolveConfig(argv);
   // A mistyped --data-dir must not look like "no keys" (or take a revocation silently):
   // only create may start a database, so keys can be made before the first start.
-  if (verb !== "create" && !existsSync(join(config.dataDir, "offpeak.db")))
-    throw new ConfigError(`no offpeak database in ${config.dataDir}: is --data-dir right? (keys create makes one)`);
-  // FULL: each commit is fsynced before the key (or "revoked") is printed.
-  const db = openDb(config.dataDir, { synchronous: "FULL" });
+  const dbc = config.database;
+  if (verb !== "create" && dbc.kind === "sqlite" && !existsSync(dbc.path))
+    throw new ConfigError(`no offpeak database at ${dbc.path}: is --data-dir right? (keys create makes one)`);
+  // FULL: each commit is fsynced before the key (or "revoked") is printed (Postgres: every commit is).
+  const db = await openDb(dbc, { synchronous: "FULL" });
   try {
     if (verb === "create") {
-      const created = createKey(db, {
+      const created = await createKey(db, {
         name: flags["name"]!,
         // Given but empty (`--scopes ""`) is an error, as `"scopes": []` is for the API; not given means the defaults.
         scopes: flags["scopes"] !== undefined ? flags["scopes"].split(",").map((s) => s.trim()).filter(Boolean) : undefined,
@@ -111,14 +111,14 @@ function keys(argv: string[], args: string[], flags: Record<string, string>): nu
       return 0;
     }
     if (verb === "list") {
-      for (const k of listKeys(db)) process.stdout.write(`${k.id}\t${k.prefix}…\t${k.project}\t${k.scopes.join(",")}\t${k.name}\n`);
+      for (const k of await listKeys(db)) process.stdout.write(`${k.id}\t${k.prefix}…\t${k.project}\t${k.scopes.join(",")}\t${k.name}\n`);
       return 0;
     }
-    revokeKey(db, args[1]!);
+    await revokeKey(db, args[1]!);
     process.stdout.write(`revoked ${args[1]}\n`);
     return 0;
   } finally {
-    db.$client.close();
+    await db.close();
   }
 }
 

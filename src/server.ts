@@ -4,7 +4,7 @@ import { buildApp, withRequestId } from "./app";
 import { observeRequests } from "./metrics/http";
 import type { Config } from "./config";
 import type { AppContext } from "./context";
-import { openDb, syncCommits } from "./db/client";
+import { openDb } from "./db/client";
 import { sweepExpiredFiles } from "./files/service";
 import { createKey, countKeys } from "./keys/service";
 import { createLogger } from "./log";
@@ -32,7 +32,7 @@ export interface RunningServer {
 
 export async function startServer(config: Config, opts: { quiet?: boolean } = {}): Promise<RunningServer> {
   const log = createLogger(config.logLevel);
-  const db = openDb(config.dataDir);
+  const db = await openDb(config.database);
   const st = config.storage;
   const store: BlobStore =
     st.kind === "s3" ? new S3Store(st.s3, st.prefix, config.dataDir, { maxBlobBytes: config.maxFileBytes, log }) : new LocalDiskStore(config.dataDir);
@@ -60,9 +60,9 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
   const stopLoopMonitor = startEventLoopMonitor();
 
   let bootstrapKey: string | null = null;
-  if (!config.adminKey && countKeys(db) === 0) {
-    bootstrapKey = createKey(db, { name: "bootstrap admin", scopes: ["admin"] }).key;
-    await syncCommits(db); // on disk before it is shown
+  if (!config.adminKey && (await countKeys(db)) === 0) {
+    bootstrapKey = (await createKey(db, { name: "bootstrap admin", scopes: ["admin"] })).key;
+    await db.syncCommits(); // on disk before it is shown
     if (!opts.quiet) process.stdout.write(`offpeak: created the first admin key (shown only once):\n${bootstrapKey}\n`);
   }
 
@@ -78,11 +78,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
     fetch: observeRequests(ctx, { routes: app.routes, fetch: async (request) => withRequestId(request, await app.fetch(request)) }),
   });
   const sweep = setInterval(() => {
-    try {
-      sweepExpiredFiles(ctx);
-    } catch (e) {
-      log.error("expired-file sweep failed", { error: String(e) });
-    }
+    sweepExpiredFiles(ctx).catch((e) => log.error("expired-file sweep failed", { error: String(e) }));
     // Upstream health and model lists; a failure marks the upstream's models unhealthy.
     registry.discover().catch(() => {});
     void leftovers();
@@ -104,7 +100,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
       stopLoopMonitor();
       health.stop();
       batchEventsOf(ctx).close();
-      webhooks.stop();
+      await webhooks.stop();
       // Stop taking requests, then checkpoint batch work before closing the database.
       const closing = server.stop(true);
       await runner!.stop();
@@ -114,7 +110,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
       // (what is cut short is done at the next start). On disk, the trash is
       // emptied at the next start anyway.
       if (st.kind === "s3") await Promise.race([store.settled(), new Promise((r) => setTimeout(r, 5000).unref?.())]);
-      db.$client.close();
+      await db.close();
       // Request lines are buffered (src/log.ts): every one of them goes out before stop() returns.
       log.flush();
     },

@@ -12,7 +12,6 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { eq } from "drizzle-orm";
 import OpenAI from "openai";
-import { fileParts, files } from "../src/db/schema";
 import { sweepExpiredFiles } from "../src/files/service";
 import { sweepBatchLeftovers } from "../src/batches/finalize";
 import { trashIn } from "../src/storage/trash";
@@ -49,7 +48,14 @@ afterAll(async () => {
 });
 
 const partsDir = (fileId: string) => join(t.dataDir, "files", `${fileId}.parts`);
-const partsOf = (fileId: string) => t.server.ctx.db.select().from(fileParts).where(eq(fileParts.fileId, fileId)).orderBy(fileParts.idx).all();
+const partsOf = (fileId: string) => {
+  const { fileParts } = t.server.ctx.db.t;
+  return t.server.ctx.db.select().from(fileParts).where(eq(fileParts.fileId, fileId)).orderBy(fileParts.idx);
+};
+const fileRow = async (id: string) => {
+  const { files } = t.server.ctx.db.t;
+  return (await t.server.ctx.db.select().from(files).where(eq(files.id, id)))[0]!;
+};
 /** The stored parts' names: files in the part directory, or (OFFPEAK_TEST_STORAGE=s3) part objects once removals in the background are done. */
 async function storedParts(fileId: string): Promise<string[]> {
   if (!t.storage) return existsSync(partsDir(fileId)) ? readdirSync(partsDir(fileId)) : [];
@@ -60,7 +66,7 @@ async function storedParts(fileId: string): Promise<string[]> {
 const concatOnDisk = async (fileId: string) =>
   Buffer.concat(
     await Promise.all(
-      partsOf(fileId).map(async (p) =>
+      (await partsOf(fileId)).map(async (p) =>
         t.storage ? new Uint8Array(await t.storage.s3.client.file(`${t.storage.prefix}/${p.key}`).arrayBuffer()) : readFileSync(join(t.dataDir, "files", p.key)),
       ),
     ),
@@ -77,12 +83,12 @@ describe("a batch with several shards", () => {
     expect(batch.status).toBe("completed");
     const nBad = ids.filter((_, i) => bad(i)).length;
     expect(batch.request_counts).toEqual({ total: N, completed: N - nBad, failed: nBad });
-    const out = t.server.ctx.db.select().from(files).where(eq(files.id, batch.output_file_id!)).get()!;
-    const err = t.server.ctx.db.select().from(files).where(eq(files.id, batch.error_file_id!)).get()!;
+    const out = await fileRow(batch.output_file_id!);
+    const err = await fileRow(batch.error_file_id!);
     expect(out.parts).toBeGreaterThanOrEqual(5);
     expect(err.parts).toBeGreaterThanOrEqual(5);
-    expect(partsOf(out.id).length).toBe(out.parts!);
-    expect(out.bytes).toBe(partsOf(out.id).reduce((a, p) => a + p.bytes, 0));
+    expect((await partsOf(out.id)).length).toBe(out.parts!);
+    expect(out.bytes).toBe((await partsOf(out.id)).reduce((a, p) => a + p.bytes, 0));
     expect((await storedParts(out.id)).length).toBe(out.parts!);
   });
 
@@ -114,10 +120,10 @@ describe("Range across part boundaries", () => {
   const get = (fileId: string, range: string) => t.api(`/files/${fileId}/content`, { headers: { range } });
 
   /** Where each part starts in the file, and the file's size. */
-  function boundaries(fileId: string): { starts: number[]; size: number } {
+  async function boundaries(fileId: string): Promise<{ starts: number[]; size: number }> {
     const starts: number[] = [];
     let at = 0;
-    for (const p of partsOf(fileId)) {
+    for (const p of await partsOf(fileId)) {
       starts.push(at);
       at += p.bytes;
     }
@@ -150,7 +156,7 @@ describe("Range across part boundaries", () => {
       [batch.output_file_id!, outBody],
       [batch.error_file_id!, errBody],
     ] as const) {
-      const { starts, size } = boundaries(id);
+      const { starts, size } = await boundaries(id);
       expect(size).toBe(body.length);
       for (const b of starts.slice(1)) {
         await expectRange(id, body, `bytes=${b - 10}-${b + 9}`, b - 10, b + 9);
@@ -164,7 +170,7 @@ describe("Range across part boundaries", () => {
   });
 
   test("suffix ranges (bytes=-N) inside the last part and reaching back over several", async () => {
-    const { starts, size } = boundaries(batch.output_file_id!);
+    const { starts, size } = await boundaries(batch.output_file_id!);
     await expectRange(batch.output_file_id!, outBody, "bytes=-1", size - 1, size - 1);
     await expectRange(batch.output_file_id!, outBody, "bytes=-100", size - 100, size - 1);
     const back = size - starts[starts.length - 3]! + 7; // starts 7 bytes before the third-last part
@@ -173,7 +179,7 @@ describe("Range across part boundaries", () => {
   });
 
   test("open ranges (bytes=N-) from inside a middle part to the end", async () => {
-    const { starts, size } = boundaries(batch.output_file_id!);
+    const { starts, size } = await boundaries(batch.output_file_id!);
     const from = starts[2]! - 3;
     await expectRange(batch.output_file_id!, outBody, `bytes=${from}-`, from, size - 1);
   });
@@ -208,7 +214,7 @@ describe("leftovers and deletion", () => {
     // Renamed away at once; removed in the background (on S3: deleted in the background).
     if (!t.storage) expect(existsSync(partsDir(id))).toBe(false);
     expect(await storedParts(id)).toEqual([]);
-    expect(partsOf(id)).toEqual([]);
+    expect(await partsOf(id)).toEqual([]);
     expect((await t.api(`/files/${id}/content`)).status).toBe(404);
     await trashIn(t.dataDir).settled();
     expect(trashEmpty()).toBe(true);
@@ -217,10 +223,11 @@ describe("leftovers and deletion", () => {
   test("an expired composed file loses its parts in the sweep", async () => {
     const id = batch.error_file_id!;
     expect((await storedParts(id)).length).toBeGreaterThan(0);
-    t.server.ctx.db.update(files).set({ expiresAt: 1 }).where(eq(files.id, id)).run();
-    expect(sweepExpiredFiles(t.server.ctx)).toBeGreaterThanOrEqual(1);
+    const { files } = t.server.ctx.db.t;
+    await t.server.ctx.db.update(files).set({ expiresAt: 1 }).where(eq(files.id, id));
+    expect(await sweepExpiredFiles(t.server.ctx)).toBeGreaterThanOrEqual(1);
     expect(await storedParts(id)).toEqual([]);
-    expect(partsOf(id)).toEqual([]);
+    expect(await partsOf(id)).toEqual([]);
     await trashIn(t.dataDir).settled();
     expect(trashEmpty()).toBe(true);
   });

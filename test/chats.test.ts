@@ -6,6 +6,7 @@
 // kept), on the built-in echo model (with a simulated speed) and on an
 // upstream; project isolation; bad input stores nothing.
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
+import { eq } from "drizzle-orm";
 import {
   CHAT_ID,
   CHATCMPL_ID,
@@ -68,6 +69,16 @@ async function turn(id: string, content: string, extra: Record<string, unknown> 
 }
 
 const getChat = async (id: string, key?: string) => json(await send("GET", `/chats/${id}`, undefined, key));
+/** Rows in a table (all, or a chat's messages). */
+const rowsIn = async (table: "chats" | "chatMessages") => {
+  const db = t.server.ctx.db;
+  return (await db.select({ n: db.sql.count() }).from(db.t[table]))[0]!.n;
+};
+const messagesOf = async (chatId: string) => {
+  const db = t.server.ctx.db;
+  const m = db.t.chatMessages;
+  return (await db.select({ n: db.sql.count() }).from(m).where(eq(m.chatId, chatId)))[0]!.n;
+};
 const inFlight = async (model: string) => (await json(await t.api("/status"))).models.find((m: any) => m.id === model)?.in_flight;
 
 describe("chat records", () => {
@@ -163,8 +174,7 @@ describe("chat records", () => {
     const list = await json(await t.api("/chats?limit=100"));
     expect(list.data.map((c: any) => c.id)).not.toContain(chat.id);
     // Its messages are gone with it.
-    const db = t.server.ctx.db.$client;
-    expect(db.query("SELECT count(*) AS n FROM chat_messages WHERE chat_id = ?").get(chat.id)).toEqual({ n: 0 });
+    expect(await messagesOf(chat.id)).toBe(0);
   });
 });
 
@@ -324,8 +334,7 @@ describe("POST /chats/{id}/stream", () => {
     expect(rest[rest.length - 1]).toBe("[DONE]");
     for (const d of rest.slice(0, -1)) expect(JSON.parse(d)).not.toHaveProperty("error");
     await expectError(await send("GET", `/chats/${chat.id}`), 404);
-    const db = t.server.ctx.db.$client;
-    expect(db.query("SELECT count(*) AS n FROM chat_messages WHERE chat_id = ?").get(chat.id)).toEqual({ n: 0 });
+    expect(await messagesOf(chat.id)).toBe(0);
   });
 
   test("an upstream that breaks off mid-stream: an in-band error event (no internals), the partial reply is stored", async () => {
@@ -427,11 +436,11 @@ describe("projects", () => {
 });
 
 describe("bad input stores nothing", () => {
-  const count = () => (t.server.ctx.db.$client.query("SELECT count(*) AS n FROM chats").get() as { n: number }).n;
-  const messages = () => (t.server.ctx.db.$client.query("SELECT count(*) AS n FROM chat_messages").get() as { n: number }).n;
+  const count = () => rowsIn("chats");
+  const messages = () => rowsIn("chatMessages");
 
   test("POST /chats: malformed JSON, missing/bad model, bad system/metadata → 4xx naming the param; no chat row", async () => {
-    const before = count();
+    const before = await count();
     const raw = (body: string, type = "application/json") => t.api("/chats", { method: "POST", headers: { "content-type": type }, body });
     await expectError(await raw("{not json"), 400);
     await expectError(await raw(""), 400);
@@ -450,16 +459,16 @@ describe("bad input stores nothing", () => {
     const wrongKind = await send("POST", "/chats", { model: "offpeak-embed" });
     expect([400, 404]).toContain(wrongKind.status);
     expect((await json(wrongKind)).error.param).toBe("model");
-    expect(count()).toBe(before);
+    expect(await count()).toBe(before);
     // Unknown fields are ignored.
     const ok = await send("POST", "/chats", { model: "offpeak-echo", colour: "blue" });
     expect(ok.status).toBe(200);
-    expect(count()).toBe(before + 1);
+    expect(await count()).toBe(before + 1);
   });
 
   test("POST /chats/{id}/stream: malformed JSON, missing/empty/bad content, bad max_tokens/temperature → 400 naming the param; no message", async () => {
     const chat = await createChat();
-    const before = messages();
+    const before = await messages();
     const raw = (body: string) => t.api(`/chats/${chat.id}/stream`, { method: "POST", headers: { "content-type": "application/json" }, body });
     await expectError(await raw("{oops"), 400);
     await expectError(await send("POST", `/chats/${chat.id}/stream`, {}), 400, { param: "content" });
@@ -467,7 +476,7 @@ describe("bad input stores nothing", () => {
     await expectError(await send("POST", `/chats/${chat.id}/stream`, { content: "" }), 400, { param: "content" });
     for (const max_tokens of [0, -3, 1.5, "10"]) await expectError(await send("POST", `/chats/${chat.id}/stream`, { content: "x", max_tokens }), 400, { param: "max_tokens" });
     for (const temperature of [-0.1, 2.5, "hot"]) await expectError(await send("POST", `/chats/${chat.id}/stream`, { content: "x", temperature }), 400, { param: "temperature" });
-    expect(messages()).toBe(before);
+    expect(await messages()).toBe(before);
     expect((await getChat(chat.id)).messages).toEqual([]);
   });
 });

@@ -7,7 +7,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, readFileSync } from "node:fs";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
-import { batches, files } from "../src/db/schema";
 import { configWriter } from "./helpers/inference";
 import { ADMIN_KEY, chatLine, startTestServer, type TestServer } from "./helpers/server";
 
@@ -415,10 +414,12 @@ suite("web console in chromium", () => {
       costAmount: 0.0123,
     }));
     const db = t.server.ctx.db;
-    db.transaction((tx) => {
-      for (let i = 0; i < rows.length; i += 500) tx.insert(batches).values(rows.slice(i, i + 500)).run();
+    const { batches, files } = db.t;
+    await db.transaction(async (tx) => {
+      for (let i = 0; i < rows.length; i += 500) await tx.insert(batches).values(rows.slice(i, i + 500));
       for (let i = 0; i < 10_000; i += 500)
-        tx.insert(files)
+        await tx
+          .insert(files)
           .values(
             Array.from({ length: 500 }, (_, j) => ({
               id: `file-${String(i + j).padStart(24, "0")}`,
@@ -429,8 +430,7 @@ suite("web console in chromium", () => {
               status: "processed",
               createdAt: now - 10_000 + i + j,
             })),
-          )
-          .run();
+          );
     });
     const small = await newPage();
     await signIn(small, await t.createKey({ name: "bulk-25", project: "bulk-25", scopes: ["batches:read"] }));

@@ -76,12 +76,15 @@ async function expectAll401(headers: Record<string, string>, query = "") {
   expect(problems).toEqual([]);
 }
 
-const db = () => t.server.ctx.db.$client;
-const snapshot = () => ({
-  chats: db().query("SELECT id, project, model, system, metadata FROM chats ORDER BY seq").all(),
-  messages: db().query("SELECT id, chat_id, role, content FROM chat_messages ORDER BY seq").all(),
-});
-let before: ReturnType<typeof snapshot>;
+const snapshot = async () => {
+  const db = t.server.ctx.db;
+  const { chats, chatMessages } = db.t;
+  return {
+    chats: await db.select({ id: chats.id, project: chats.project, model: chats.model, system: chats.system, metadata: chats.metadata }).from(chats).orderBy(chats.seq),
+    messages: await db.select({ id: chatMessages.id, chatId: chatMessages.chatId, role: chatMessages.role, content: chatMessages.content }).from(chatMessages).orderBy(chatMessages.seq),
+  };
+};
+let before: Awaited<ReturnType<typeof snapshot>>;
 
 beforeAll(async () => {
   t = await startTestServer({ env: { OFFPEAK_BATCH_WORKERS: "1" } });
@@ -100,7 +103,7 @@ beforeAll(async () => {
   revokedKey = k.key;
   expect((await t.api("/models", { key: revokedKey })).status).toBe(200);
   expect((await t.api(`/keys/${k.id}`, { method: "DELETE" })).status).toBe(200);
-  before = snapshot();
+  before = await snapshot();
 });
 afterAll(async () => {
   await t?.stop();
@@ -109,31 +112,31 @@ afterAll(async () => {
 describe("401 on every inference route", () => {
   test("missing Authorization header", async () => {
     await expectAll401({});
-    expect(snapshot()).toEqual(before);
+    expect(await snapshot()).toEqual(before);
   });
 
   test("malformed Authorization headers", async () => {
     for (const v of [`Basic ${btoa("u:" + ADMIN_KEY)}`, "Bearer", "Bearer ", `Token ${ADMIN_KEY}`, ADMIN_KEY, `Bearer ${ADMIN_KEY} extra`, `Bearer:${ADMIN_KEY}`]) {
       await expectAll401({ authorization: v });
     }
-    expect(snapshot()).toEqual(before);
+    expect(await snapshot()).toEqual(before);
   });
 
   test("unknown keys (random, near misses)", async () => {
     for (const key of ["sk-op-" + "Q".repeat(40), ADMIN_KEY.slice(0, -1), ADMIN_KEY + "0", otherKey.toUpperCase(), "x".repeat(3000)]) {
       await expectAll401({ authorization: `Bearer ${key}` });
     }
-    expect(snapshot()).toEqual(before);
+    expect(await snapshot()).toEqual(before);
   });
 
   test("a revoked key", async () => {
     await expectAll401({ authorization: `Bearer ${revokedKey}` });
-    expect(snapshot()).toEqual(before);
+    expect(await snapshot()).toEqual(before);
   });
 
   test("a valid key only in the query string", async () => {
     for (const param of ["access_token", "api_key", "key"]) await expectAll401({}, `?${param}=${encodeURIComponent(ADMIN_KEY)}`);
-    expect(snapshot()).toEqual(before);
+    expect(await snapshot()).toEqual(before);
   });
 });
 
@@ -156,7 +159,7 @@ describe("403 without the inference scope", () => {
         }
       expect(got).toEqual(want);
     }
-    expect(snapshot()).toEqual(before);
+    expect(await snapshot()).toEqual(before);
   });
 
   test("an inference-only key and an admin key may use every route", async () => {

@@ -14,7 +14,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { eq } from "drizzle-orm";
 import { ConfigError, resolveConfig } from "../src/config";
-import { fileParts, files } from "../src/db/schema";
 import { chatReq, createBatch, expectExactlyOnce, pollUntil, readResults, waitBatch } from "./helpers/batches";
 import { sharedS3, type TestS3 } from "./helpers/s3";
 import OpenAI from "openai";
@@ -169,7 +168,10 @@ describe("a batch on S3", () => {
     errText = await (await t.api(`/files/${batch.error_file_id}/content`)).text();
   });
 
-  const partsOf = (fileId: string) => t.server.ctx.db.select().from(fileParts).where(eq(fileParts.fileId, fileId)).orderBy(fileParts.idx).all();
+  const partsOf = (fileId: string) => {
+    const { fileParts } = t.server.ctx.db.t;
+    return t.server.ctx.db.select().from(fileParts).where(eq(fileParts.fileId, fileId)).orderBy(fileParts.idx);
+  };
 
   test("completes; its output and error files are the Workers' part objects, in order, and nothing stays on the local disk", async () => {
     expect(batch.status).toBe("completed");
@@ -178,14 +180,15 @@ describe("a batch on S3", () => {
       [batch.output_file_id!, outText],
       [batch.error_file_id!, errText],
     ] as const) {
-      const row = t.server.ctx.db.select().from(files).where(eq(files.id, fileId)).get()!;
-      const parts = partsOf(fileId);
-      expect(parts.length).toBe(row.parts!);
+      const { files } = t.server.ctx.db.t;
+      const [row] = await t.server.ctx.db.select().from(files).where(eq(files.id, fileId));
+      const parts = await partsOf(fileId);
+      expect(parts.length).toBe(row!.parts!);
       expect(parts.length).toBeGreaterThanOrEqual(3);
       const objects = await Promise.all(parts.map((p) => s3.client.file(objectKey(t, p.key)).arrayBuffer()));
       expect(objects.map((o) => o.byteLength)).toEqual(parts.map((p) => p.bytes));
       expect(Buffer.concat(objects.map((o) => new Uint8Array(o))).toString()).toBe(text);
-      expect(row.bytes).toBe(Buffer.byteLength(text));
+      expect(row!.bytes).toBe(Buffer.byteLength(text));
     }
     const out = await readResults(t.sdk(), batch.output_file_id);
     const err = await readResults(t.sdk(), batch.error_file_id);
@@ -197,7 +200,7 @@ describe("a batch on S3", () => {
   test("Range across the parts of a composed file: first and last byte, a boundary, a suffix", async () => {
     const body = Buffer.from(outText);
     const n = body.length;
-    const b = partsOf(batch.output_file_id!)[0]!.bytes;
+    const b = (await partsOf(batch.output_file_id!))[0]!.bytes;
     for (const [range, from, to] of [
       ["bytes=0-0", 0, 0],
       [`bytes=${n - 1}-`, n - 1, n - 1],
@@ -229,7 +232,7 @@ describe("a batch on S3", () => {
 
   test("deleting a composed file removes every part object", async () => {
     const fileId = batch.error_file_id!;
-    expect((await stored()).filter((k) => k.startsWith(`${fileId}.parts/`)).length).toBe(partsOf(fileId).length);
+    expect((await stored()).filter((k) => k.startsWith(`${fileId}.parts/`)).length).toBe((await partsOf(fileId)).length);
     expect((await t.api(`/files/${fileId}`, { method: "DELETE" })).status).toBe(200);
     await settle();
     expect((await stored()).filter((k) => k.startsWith(fileId))).toEqual([]);

@@ -10,7 +10,7 @@ import { attached } from "../attached";
 import { ApiError } from "../errors";
 import { routeScope } from "./routeScopes";
 import { hasScope } from "./scopes";
-import type { Principal } from "./verify";
+import type { Principal, Verify } from "./verify";
 
 const principals = attached<Principal>("principal");
 
@@ -24,12 +24,18 @@ export function principalOf(request: Request): Principal {
 }
 
 /** `apiPath` is the path after the API base. */
-export function authenticate(request: Request, verify: (secret: string) => Principal | null, apiPath: string): void {
+export function authenticate(request: Request, verify: Verify, apiPath: string): void | Promise<void> {
   const header = request.headers.get("authorization");
   if (!header) throw new ApiError("invalid_api_key", "Missing API key: send it as 'Authorization: Bearer <key>'");
   const match = /^Bearer +(\S+) *$/i.exec(header);
   if (!match) throw new ApiError("invalid_api_key", "Malformed Authorization header: expected 'Bearer <key>'");
-  const principal = verify(match[1]!);
+  const found = verify(match[1]!);
+  // A cached key answers at once (no promise on the hot path); an unknown one after its lookup.
+  if (found instanceof Promise) return found.then((p) => admit(request, p, apiPath));
+  admit(request, found, apiPath);
+}
+
+function admit(request: Request, principal: Principal | null, apiPath: string): void {
   if (!principal) throw new ApiError("invalid_api_key", "Invalid or revoked API key");
   principals.set(request, principal);
   const needed = routeScope(request.method, apiPath);

@@ -1,3 +1,4 @@
+import { and, eq, isNull } from "drizzle-orm";
 import type { Db } from "../db/client";
 import type { Scope } from "./scopes";
 import { hashSecret, sameHash } from "./secrets";
@@ -10,24 +11,18 @@ export interface Principal {
   tpm: number | null;
 }
 
-interface KeyLookupRow {
-  id: string;
-  project: string;
-  scopes: string;
-  hash: string;
-  rpm: number | null;
-  tpm: number | null;
-}
-
 /** Bumped by in-process key changes (revocation); see keysChanged. */
 const generations = new WeakMap<object, number>();
 
 /** Call after changing api_keys through `db` in this process: verifiers drop their caches. */
 export function keysChanged(db: Db): void {
-  generations.set(db.$client, (generations.get(db.$client) ?? 0) + 1);
+  generations.set(db, (generations.get(db) ?? 0) + 1);
 }
 
 const MAX_CACHED = 10_000;
+
+/** A verifier answers at once from its cache, or after one lookup. */
+export type Verify = (secret: string) => Principal | null | Promise<Principal | null>;
 
 /**
  * Resolves a bearer secret to its key, or null. The lookup is by SHA-256 of
@@ -36,38 +31,44 @@ const MAX_CACHED = 10_000;
  *
  * Known keys are cached by hash (never the secret itself), so the hot path is
  * one hash and one Map lookup instead of a query. Revocation still takes
- * effect on the next request: a change through this process bumps the
- * generation (keysChanged), and a change by another process — the
- * `offpeak keys revoke` CLI on the same data dir — changes SQLite's
- * `PRAGMA data_version`, which is checked on every request (a cheap read of
- * a counter, no table access). Unknown secrets are not cached.
+ * effect: a change through this process bumps the generation (keysChanged)
+ * at once; a change by another process is seen through db.keysVersion() —
+ * on SQLite `PRAGMA data_version` (the `offpeak keys revoke` CLI on the same
+ * file: on the next request), on Postgres a count of revoked keys that each
+ * node polls (another node's revocation: within 250 ms). Unknown secrets are
+ * not cached.
  */
-export function createVerifier(db: Db, adminKey: string | null) {
+export function createVerifier(db: Db, adminKey: string | null): Verify {
   const adminHash = adminKey ? hashSecret(adminKey) : null;
-  const lookup = db.$client.query<KeyLookupRow, [string]>(
-    "SELECT id, project, scopes, hash, rpm, tpm FROM api_keys WHERE hash = ? AND revoked_at IS NULL",
-  );
-  const dataVersion = db.$client.query<{ data_version: number }, []>("PRAGMA data_version");
+  const { apiKeys } = db.t;
   const cache = new Map<string, Principal>();
   let cachedAt = { version: -1, generation: -1 };
   const adminScopes: Scope[] = ["admin"];
-  return (secret: string): Principal | null => {
+
+  const lookup = async (hash: string, version: number, generation: number): Promise<Principal | null> => {
+    const [row] = await db
+      .select({ id: apiKeys.id, project: apiKeys.project, scopes: apiKeys.scopes, hash: apiKeys.hash, rpm: apiKeys.rpm, tpm: apiKeys.tpm })
+      .from(apiKeys)
+      .where(and(eq(apiKeys.hash, hash), isNull(apiKeys.revokedAt)))
+      .limit(1);
+    if (!row || !sameHash(hash, row.hash)) return null;
+    const principal: Principal = { keyId: row.id, project: row.project, scopes: row.scopes, rpm: row.rpm, tpm: row.tpm };
+    // Cached only if no revocation was seen while the lookup ran.
+    if (cachedAt.version === version && cachedAt.generation === generation) cache.set(hash, principal);
+    return principal;
+  };
+
+  return (secret: string) => {
     if (secret.length === 0 || secret.length > 512) return null;
     const hash = hashSecret(secret);
     // Plain comparison of digests is safe: timing can only reveal digest bits, never the secret's.
     if (hash === adminHash) return { keyId: "key_env_admin", project: "default", scopes: adminScopes, rpm: null, tpm: null };
-    const version = dataVersion.get()!.data_version;
-    const generation = generations.get(db.$client) ?? 0;
+    const version = db.keysVersion();
+    const generation = generations.get(db) ?? 0;
     if (version !== cachedAt.version || generation !== cachedAt.generation || cache.size >= MAX_CACHED) {
       cache.clear();
       cachedAt = { version, generation };
     }
-    const hit = cache.get(hash);
-    if (hit) return hit;
-    const row = lookup.get(hash);
-    if (!row || !sameHash(hash, row.hash)) return null;
-    const principal: Principal = { keyId: row.id, project: row.project, scopes: JSON.parse(row.scopes), rpm: row.rpm, tpm: row.tpm };
-    cache.set(hash, principal);
-    return principal;
+    return cache.get(hash) ?? lookup(hash, version, generation);
   };
 }

@@ -9,7 +9,6 @@
 // nodes and of other processes on the same data directory.
 import { eq } from "drizzle-orm";
 import type { AppContext } from "../context";
-import { batches } from "../db/schema";
 import { FINAL_STATES, batchView, type BatchRow } from "./service";
 
 /** How often a watched batch's row is read. */
@@ -55,14 +54,29 @@ class Watched {
     return encoder.encode(`event: batch\ndata: ${JSON.stringify(batchView(row))}\n\n`);
   }
 
+  private reading = false;
+
+  /** The batch's row now (undefined: it is gone). */
+  private async fetchRow(): Promise<BatchRow | undefined> {
+    const { batches } = this.ctx.db.t;
+    const [row] = await this.ctx.db.select().from(batches).where(eq(batches.id, this.id));
+    return row;
+  }
+
   private read(): void {
-    let row: BatchRow | undefined;
-    try {
-      row = this.ctx.db.select().from(batches).where(eq(batches.id, this.id)).get();
-    } catch (e) {
-      this.ctx.log.error("batch events: read failed", { batch_id: this.id, error: String(e) });
-      return;
-    }
+    // One read at a time: on Postgres a slow answer must not pile reads up.
+    if (this.reading || this.done) return;
+    this.reading = true;
+    this.fetchRow()
+      .then(
+        (row) => this.onRow(row),
+        (e) => this.ctx.log.error("batch events: read failed", { batch_id: this.id, error: String(e) }),
+      )
+      .finally(() => (this.reading = false));
+  }
+
+  private onRow(row: BatchRow | undefined): void {
+    if (this.done) return;
     if (!row) return this.end();
     const key = changeKey(row);
     if (key !== this.lastKey) {
@@ -72,9 +86,10 @@ class Watched {
       // Throttled: the row as it is when the gap has passed goes out then.
       this.pending ??= setTimeout(() => {
         this.pending = null;
-        const now = this.ctx.db.select().from(batches).where(eq(batches.id, this.id)).get();
-        if (now) this.emit(now);
-        else this.end();
+        this.fetchRow().then(
+          (now) => (now ? this.emit(now) : this.end()),
+          (e) => this.ctx.log.error("batch events: read failed", { batch_id: this.id, error: String(e) }),
+        );
       }, wait);
     }
     if (Date.now() - this.lastWriteAt >= this.ctx.config.sseKeepAliveMs - POLL_MS) this.write(KEEP_ALIVE);

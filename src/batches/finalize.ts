@@ -17,14 +17,12 @@ import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { eq, inArray } from "drizzle-orm";
 import type { AppContext } from "../context";
-import { batches, batchShards, fileParts, files } from "../db/schema";
 import { derivedId, nowSeconds } from "../ids";
 import type { BlobPart } from "../storage/blobStore";
 import { trashIn } from "../storage/trash";
 import { batchDir, partPath } from "./paths";
 import { FINAL_STATES, type BatchRow } from "./service";
 import { recordBatchEvent } from "../webhooks/outbox";
-import { syncCommits } from "../db/client";
 
 /**
  * TEST HOOK, read once from the environment, never set in production:
@@ -66,7 +64,8 @@ async function adoptParts(ctx: AppContext, batchId: string, fileId: string, kind
 export const resultFileIds = (batchId: string) => ({ out: derivedId("file-", `${batchId}:output`), err: derivedId("file-", `${batchId}:error`) });
 
 export async function finalizeBatch(ctx: AppContext, batch: BatchRow): Promise<void> {
-  const shards = ctx.db.select().from(batchShards).where(eq(batchShards.batchId, batch.id)).orderBy(batchShards.idx).all();
+  const { batches, batchShards, fileParts, files } = ctx.db.t;
+  const shards = await ctx.db.select().from(batchShards).where(eq(batchShards.batchId, batch.id)).orderBy(batchShards.idx);
   const idxs = shards.map((s) => s.idx);
   const { out: outId, err: errId } = resultFileIds(batch.id);
   const outParts = await adoptParts(ctx, batch.id, outId, "out", idxs);
@@ -86,27 +85,27 @@ export async function finalizeBatch(ctx: AppContext, batch: BatchRow): Promise<v
   const now = nowSeconds();
   const expiresAt = batch.outputExpiresAfter ? now + batch.outputExpiresAfter : null;
   let final: "completed" | "cancelled" | "expired" = "completed";
-  ctx.db.transaction((tx) => {
+  await ctx.db.transaction(async (tx) => {
     // Read the stop reason again here: a cancel may have come in while the
     // parts were being moved, and the final state must agree with it.
-    const stopReason = tx.select({ stopReason: batches.stopReason }).from(batches).where(eq(batches.id, batch.id)).get()?.stopReason ?? batch.stopReason;
+    const [now_] = await tx.select({ stopReason: batches.stopReason }).from(batches).where(eq(batches.id, batch.id));
+    const stopReason = now_?.stopReason ?? batch.stopReason;
     final = stopReason === "cancelled" ? "cancelled" : stopReason === "expired" ? "expired" : "completed";
     for (const [id, parts, bytes, kind] of [
       [outId, outParts, outBytes, "output"],
       [errId, errParts, errBytes, "error"],
     ] as const) {
       if (bytes === 0) continue;
-      tx.insert(files)
+      await tx
+        .insert(files)
         .values({ id, project: batch.project, filename: `${batch.id}_${kind}.jsonl`, purpose: "batch_output", bytes, parts: parts.length, status: "processed", createdAt: now, expiresAt })
-        .onConflictDoUpdate({ target: files.id, set: { bytes, parts: parts.length } })
-        .run();
-      tx.delete(fileParts).where(eq(fileParts.fileId, id)).run();
+        .onConflictDoUpdate({ target: files.id, set: { bytes, parts: parts.length } });
+      await tx.delete(fileParts).where(eq(fileParts.fileId, id));
       for (let i = 0; i < parts.length; i += 500)
-        tx.insert(fileParts)
-          .values(parts.slice(i, i + 500).map((p) => ({ fileId: id, idx: p.idx, key: p.part.key, bytes: p.part.bytes })))
-          .run();
+        await tx.insert(fileParts).values(parts.slice(i, i + 500).map((p) => ({ fileId: id, idx: p.idx, key: p.part.key, bytes: p.part.bytes })));
     }
-    tx.update(batches)
+    await tx
+      .update(batches)
       .set({
         status: final,
         completedAt: final === "completed" ? now : null,
@@ -124,14 +123,13 @@ export async function finalizeBatch(ctx: AppContext, batch: BatchRow): Promise<v
         leaseOwner: null,
         leaseExpiresAt: null,
       })
-      .where(eq(batches.id, batch.id))
-      .run();
-    tx.delete(batchShards).where(eq(batchShards.batchId, batch.id)).run();
+      .where(eq(batches.id, batch.id));
+    await tx.delete(batchShards).where(eq(batchShards.batchId, batch.id));
     // The webhook events of this final state, in the same transaction (an outbox).
-    recordBatchEvent(tx, batch, final);
+    await recordBatchEvent(tx, ctx.db.t, batch, final);
   });
   // The final state on disk soon (off the main thread); a crash before it only finalizes again.
-  await syncCommits(ctx.db);
+  await ctx.db.syncCommits();
   ctx.log.info("batch finished", { batch_id: batch.id, status: final, completed: sum("completed"), failed: sum("failed"), output_parts: outParts.length, error_parts: errParts.length });
 }
 
@@ -151,12 +149,9 @@ export async function sweepBatchLeftovers(ctx: AppContext): Promise<number> {
     throw e;
   }
   if (names.length === 0) return 0;
+  const { batches } = ctx.db.t;
   const running = new Set(
-    ctx.db
-      .select({ id: batches.id, status: batches.status })
-      .from(batches)
-      .where(inArray(batches.id, names))
-      .all()
+    (await ctx.db.select({ id: batches.id, status: batches.status }).from(batches).where(inArray(batches.id, names)))
       .filter((b) => !(FINAL_STATES as readonly string[]).includes(b.status))
       .map((b) => b.id),
   );

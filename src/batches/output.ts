@@ -11,7 +11,6 @@
 import { open, type FileHandle } from "node:fs/promises";
 import { asc, eq } from "drizzle-orm";
 import type { AppContext } from "../context";
-import { batchShards, files } from "../db/schema";
 import { ApiError } from "../errors";
 import { fileStream } from "../files/content";
 import { partPath } from "./paths";
@@ -27,31 +26,33 @@ const isFinal = (b: BatchRow) => (FINAL_STATES as readonly string[]).includes(b.
 export async function batchOutput(ctx: AppContext, project: string, id: string, kindParam: string | undefined): Promise<Response> {
   const kind = kindParam === undefined || kindParam === "" ? "output" : kindParam;
   if (kind !== "output" && kind !== "error") throw new ApiError("invalid_value", "kind must be 'output' or 'error'", { param: "kind" });
-  let b = getBatch(ctx, project, id);
+  let b = await getBatch(ctx, project, id);
   if (!isFinal(b) && b.status !== "finalizing") {
     const live = await openParts(ctx, b, kind);
     if (live) return live;
     // A part vanished: finalize moved it. The file is moments away.
-    b = getBatch(ctx, project, id);
+    b = await getBatch(ctx, project, id);
   }
   const until = Date.now() + FINALIZE_WAIT_MS;
   while (!isFinal(b) && Date.now() < until) {
     await Bun.sleep(50);
-    b = getBatch(ctx, project, id);
+    b = await getBatch(ctx, project, id);
   }
   if (!isFinal(b)) throw new ApiError("invalid_state", `Batch ${b.id} is still finalizing; try again shortly`, { headers: { "retry-after": "1" } });
   return finalFile(ctx, kind === "output" ? b.outputFileId : b.errorFileId);
 }
 
-function finalFile(ctx: AppContext, fileId: string | null): Response {
-  const row = fileId ? ctx.db.select().from(files).where(eq(files.id, fileId)).get() : undefined;
+async function finalFile(ctx: AppContext, fileId: string | null): Promise<Response> {
+  const { files } = ctx.db.t;
+  const [row] = fileId ? await ctx.db.select().from(files).where(eq(files.id, fileId)) : [];
   if (!row) return new Response("", { headers: { ...JSONL, "content-length": "0" } });
-  return new Response(fileStream(ctx, row), { headers: { ...JSONL, "content-length": String(row.bytes) } });
+  return new Response(await fileStream(ctx, row), { headers: { ...JSONL, "content-length": String(row.bytes) } });
 }
 
 /** The running batch's lines so far; null if a part went missing (the batch is finalizing). */
 async function openParts(ctx: AppContext, b: BatchRow, kind: "output" | "error"): Promise<Response | null> {
-  const shards = ctx.db.select({ idx: batchShards.idx, status: batchShards.status }).from(batchShards).where(eq(batchShards.batchId, b.id)).orderBy(asc(batchShards.idx)).all();
+  const { batchShards } = ctx.db.t;
+  const shards = await ctx.db.select({ idx: batchShards.idx, status: batchShards.status }).from(batchShards).where(eq(batchShards.batchId, b.id)).orderBy(asc(batchShards.idx));
   const parts: { fh: FileHandle; end: number }[] = [];
   const closeAll = () => Promise.all(parts.map((p) => p.fh.close().catch(() => {})));
   try {

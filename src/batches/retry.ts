@@ -8,8 +8,7 @@
 // file would, and memory holds the failed ids, never a whole file.
 import { eq } from "drizzle-orm";
 import type { AppContext } from "../context";
-import { syncCommits } from "../db/client";
-import { files } from "../db/schema";
+import type { FileRow } from "../db/schema";
 import { ApiError } from "../errors";
 import { newId, nowSeconds } from "../ids";
 import type { RetryFromWorker, RetryToWorker } from "./retry.worker";
@@ -17,28 +16,27 @@ import { RETRY_WORKER } from "../workers";
 import { FINAL_STATES, createBatch, getBatch, type BatchRow } from "./service";
 import { fileStream } from "../files/content";
 
-type FileRow = typeof files.$inferSelect;
-
 /** The stored bytes of a file, as a stream (whatever the storage keeps them as). */
-function fileBytes(ctx: AppContext, row: FileRow): ReadableStream<Uint8Array> {
+function fileBytes(ctx: AppContext, row: FileRow): Promise<ReadableStream<Uint8Array>> {
   return fileStream(ctx, row);
 }
 
 const conflict = (message: string) => new ApiError("invalid_state", message);
 
 export async function retryBatch(ctx: AppContext, project: string, id: string): Promise<BatchRow> {
-  const b = getBatch(ctx, project, id);
+  const { files } = ctx.db.t;
+  const b = await getBatch(ctx, project, id);
   if (!(FINAL_STATES as readonly string[]).includes(b.status)) throw conflict(`Batch ${b.id} is ${b.status}: only a batch in a final state can be retried`);
   if (b.failed === 0 || !b.errorFileId) throw conflict(`Batch ${b.id} has no failed lines to retry`);
-  const errRow = ctx.db.select().from(files).where(eq(files.id, b.errorFileId)).get();
+  const [errRow] = await ctx.db.select().from(files).where(eq(files.id, b.errorFileId));
   if (!errRow) throw conflict(`The error file of batch ${b.id} no longer exists`);
-  const inRow = ctx.db.select().from(files).where(eq(files.id, b.inputFileId)).get();
+  const [inRow] = await ctx.db.select().from(files).where(eq(files.id, b.inputFileId));
   if (!inRow) throw conflict(`The input file of batch ${b.id} no longer exists`);
 
   const fileId = newId("file-");
   const writer = ctx.store.createWriter(fileId);
   const worker = new Worker(RETRY_WORKER);
-  const readers = { err: fileBytes(ctx, errRow).getReader(), in: fileBytes(ctx, inRow).getReader() };
+  const readers = { err: (await fileBytes(ctx, errRow)).getReader(), in: (await fileBytes(ctx, inRow)).getReader() };
   // The writer's last wait (S3: parts still being sent): the next read waits for it, so memory stays bounded.
   let sending: Promise<void> | void;
   try {
@@ -71,26 +69,32 @@ export async function retryBatch(ctx: AppContext, project: string, id: string): 
     await writer.commit();
     const now = nowSeconds();
     const metadata = { ...(b.metadata ?? {}), retry_of: b.id };
-    const created = ctx.db.transaction(() => {
-      ctx.db
+    const created = await ctx.db.transaction(async (tx) => {
+      const [file] = await tx
         .insert(files)
         .values({ id: fileId, project, filename: `${b.id}_retry.jsonl`, purpose: "batch", bytes: writer.bytes, status: "processed", createdAt: now, lineCount: result.lines })
-        .run();
-      return createBatch(ctx, project, {
-        input_file_id: fileId,
-        endpoint: b.endpoint,
-        completion_window: b.completionWindow,
-        metadata,
-        output_expires_after: b.outputExpiresAfter ? { anchor: "created_at", seconds: b.outputExpiresAfter } : null,
-      });
+        .returning();
+      return createBatch(
+        ctx,
+        project,
+        {
+          input_file_id: fileId,
+          endpoint: b.endpoint,
+          completion_window: b.completionWindow,
+          metadata,
+          output_expires_after: b.outputExpiresAfter ? { anchor: "created_at", seconds: b.outputExpiresAfter } : null,
+        },
+        { q: tx, file: file! },
+      );
     });
     ctx.kickBatches();
-    await syncCommits(ctx.db);
+    await ctx.db.syncCommits();
     return created;
   } catch (e) {
     writer.abort();
     // A committed blob whose rows failed: remove it too.
-    if (!ctx.db.select({ id: files.id }).from(files).where(eq(files.id, fileId)).get()) ctx.store.delete(fileId);
+    const [kept] = await ctx.db.select({ id: files.id }).from(files).where(eq(files.id, fileId)).catch(() => [undefined]);
+    if (!kept) ctx.store.delete(fileId);
     throw e;
   } finally {
     worker.terminate();

@@ -1,7 +1,6 @@
 import { Elysia, t } from "elysia";
 import { principalOf } from "../auth/plugin";
 import type { AppContext } from "../context";
-import { syncCommits } from "../db/client";
 import { jsonOnly } from "../http/jsonBody";
 import { intParam } from "../http/query";
 import { batchView, cancelBatch, createBatch, getBatch, listBatches } from "./service";
@@ -23,9 +22,9 @@ export const batchesRoutes = (ctx: AppContext) =>
       "",
       // Answered only once the record's commit is on disk (syncCommits), as the cancel below.
       async ({ request, body }) => {
-        const row = createBatch(ctx, principalOf(request).project, body);
+        const row = await createBatch(ctx, principalOf(request).project, body);
         ctx.kickBatches();
-        await syncCommits(ctx.db);
+        await ctx.db.syncCommits();
         return batchView(row);
       },
       { parse: jsonOnly, body: CreateBody, detail: { summary: "Create a batch from an uploaded JSONL file" } },
@@ -35,10 +34,10 @@ export const batchesRoutes = (ctx: AppContext) =>
       ({ request, query }) => listBatches(ctx, principalOf(request).project, intParam(query.limit, "limit", 1, 100, 20), query.after || undefined),
       { query: t.Object({ limit: t.Optional(t.String()), after: t.Optional(t.String()) }), detail: { summary: "List batches, newest first" } },
     )
-    .get("/:id", ({ request, params }) => batchView(getBatch(ctx, principalOf(request).project, params.id)), {
+    .get("/:id", async ({ request, params }) => batchView(await getBatch(ctx, principalOf(request).project, params.id)), {
       detail: { summary: "Retrieve a batch" },
     })
-    .get("/:id/events", ({ request, params }) => batchEventsOf(ctx).stream(getBatch(ctx, principalOf(request).project, params.id)), {
+    .get("/:id/events", async ({ request, params }) => batchEventsOf(ctx).stream(await getBatch(ctx, principalOf(request).project, params.id)), {
       detail: {
         summary: "Follow a batch (SSE)",
         description:
@@ -64,9 +63,9 @@ export const batchesRoutes = (ctx: AppContext) =>
     .post(
       "/:id/cancel",
       async ({ request, params }) => {
-        const row = cancelBatch(ctx, principalOf(request).project, params.id);
+        const row = await cancelBatch(ctx, principalOf(request).project, params.id);
         ctx.kickBatches();
-        await syncCommits(ctx.db);
+        await ctx.db.syncCommits();
         return batchView(row);
       },
       { parse: "none", detail: { summary: "Cancel a batch" } },

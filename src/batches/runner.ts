@@ -6,7 +6,8 @@ import { mkdirSync } from "node:fs";
 import { hostname } from "node:os";
 import { and, eq, inArray, isNull, sql } from "drizzle-orm";
 import type { AppContext } from "../context";
-import { batches, batchShards, files } from "../db/schema";
+import type { Queryable } from "../db/client";
+import type { Tables } from "../db/schema";
 import { base62, nowSeconds } from "../ids";
 import type { ModelRegistry } from "../inference/registry";
 import { finalizeBatch, resultFileIds } from "./finalize";
@@ -122,35 +123,35 @@ export class BatchRunner {
 
   private async tick(): Promise<void> {
     const now = Date.now();
-    this.markExpired();
+    await this.markExpired();
     this.registry.health.sweep();
-    this.renewLeases(now);
-    this.releaseDeadLeases(now);
-    this.sendStops();
+    await this.renewLeases(now);
+    await this.releaseDeadLeases(now);
+    await this.sendStops();
     await this.startValidations(now);
-    this.dispatchShards(now);
-    this.startFinalizations(now);
+    await this.dispatchShards(now);
+    await this.startFinalizations(now);
     if (now - this.lastCounts >= COUNTS_MS) {
       this.lastCounts = now;
-      this.writeCounts();
+      await this.writeCounts();
     }
   }
 
   // ── expiry and cancellation ────────────────────────────────────────────
 
-  private markExpired(): void {
-    this.q.markExpired.run({ before: nowSeconds() + 1 });
+  private async markExpired(): Promise<void> {
+    await this.q.markExpired.execute({ before: nowSeconds() + 1 });
   }
 
   /** Tells Workers running shards of a stopped batch to drain the rest as errors. */
-  private sendStops(): void {
+  private async sendStops(): Promise<void> {
     const running = new Set([...this.live.values()].map((l) => l.batchId));
     if (running.size === 0) return;
-    const stopped = this.ctx.db
+    const { batches } = this.ctx.db.t;
+    const stopped = await this.ctx.db
       .select({ id: batches.id, stopReason: batches.stopReason })
       .from(batches)
-      .where(and(inArray(batches.id, [...running]), sql`${batches.stopReason} IS NOT NULL`))
-      .all();
+      .where(and(inArray(batches.id, [...running]), sql`${batches.stopReason} IS NOT NULL`));
     for (const b of stopped) {
       if (this.stopsSent.has(b.id)) continue;
       this.stopsSent.add(b.id);
@@ -160,10 +161,10 @@ export class BatchRunner {
 
   // ── leases ─────────────────────────────────────────────────────────────
 
-  private renewLeases(now: number): void {
+  private async renewLeases(now: number): Promise<void> {
     const until = now + this.ctx.config.batches.leaseMs;
-    this.q.renewShardLeases.run({ until });
-    this.q.renewBatchLeases.run({ until });
+    await this.q.renewShardLeases.execute({ until });
+    await this.q.renewBatchLeases.execute({ until });
   }
 
   /** An owner on this host whose process is gone (or is an earlier start of this pid) will never renew. */
@@ -182,50 +183,49 @@ export class BatchRunner {
     }
   }
 
-  private releaseDeadLeases(now: number): void {
-    const held = this.q.runningShards.all();
+  private async releaseDeadLeases(now: number): Promise<void> {
+    const { batchShards } = this.ctx.db.t;
+    const held = await this.q.runningShards.execute();
     for (const s of held) {
       if (!this.ownerIsDead(s.owner, s.exp, now)) continue;
-      this.ctx.db
+      await this.ctx.db
         .update(batchShards)
         .set({ status: "pending", leaseOwner: null, leaseExpiresAt: null })
-        .where(and(eq(batchShards.batchId, s.batchId), eq(batchShards.idx, s.idx), eq(batchShards.status, "running"), s.owner ? eq(batchShards.leaseOwner, s.owner) : isNull(batchShards.leaseOwner)))
-        .run();
+        .where(and(eq(batchShards.batchId, s.batchId), eq(batchShards.idx, s.idx), eq(batchShards.status, "running"), s.owner ? eq(batchShards.leaseOwner, s.owner) : isNull(batchShards.leaseOwner)));
     }
   }
 
   /** Takes the batch-level lease (validating, finalizing) if free or dead. */
-  private claimBatch(b: BatchRow, now: number): boolean {
+  private async claimBatch(b: BatchRow, now: number): Promise<boolean> {
     if (b.leaseOwner === this.owner) return true;
     if (!this.ownerIsDead(b.leaseOwner, b.leaseExpiresAt, now)) return false;
-    const res = this.ctx.db
+    const { batches } = this.ctx.db.t;
+    const res = await this.ctx.db
       .update(batches)
       .set({ leaseOwner: this.owner, leaseExpiresAt: now + this.ctx.config.batches.leaseMs })
       .where(and(eq(batches.id, b.id), b.leaseOwner ? eq(batches.leaseOwner, b.leaseOwner) : isNull(batches.leaseOwner)))
-      .returning({ id: batches.id })
-      .all();
+      .returning({ id: batches.id });
     return res.length === 1;
   }
 
   // ── validating ─────────────────────────────────────────────────────────
 
   private async startValidations(now: number): Promise<void> {
-    const waiting = this.q.waitingValidation.all();
+    const { files, batchShards } = this.ctx.db.t;
+    const waiting = await this.q.waitingValidation.execute();
     for (const b of waiting) {
-      if (this.validations.has(b.id) || !this.claimBatch(b, now)) continue;
-      const file = this.ctx.db.select().from(files).where(eq(files.id, b.inputFileId)).get();
+      if (this.validations.has(b.id) || !(await this.claimBatch(b, now))) continue;
+      const [file] = await this.ctx.db.select().from(files).where(eq(files.id, b.inputFileId));
       if (!file) {
-        this.failBatch(b, [{ code: "invalid_file", message: "The input file no longer exists", param: "input_file_id", line: null }]);
+        await this.failBatch(b, [{ code: "invalid_file", message: "The input file no longer exists", param: "input_file_id", line: null }]);
         continue;
       }
       const input = this.ctx.store.locate(file.id);
       const cuts = await shardBoundaries(this.ctx.store.open(file.id), file.bytes);
-      this.ctx.db.transaction((tx) => {
-        tx.delete(batchShards).where(eq(batchShards.batchId, b.id)).run();
+      await this.ctx.db.transaction(async (tx) => {
+        await tx.delete(batchShards).where(eq(batchShards.batchId, b.id));
         for (let i = 0; i < cuts.length; i += 500)
-          tx.insert(batchShards)
-            .values(cuts.slice(i, i + 500).map((c, j) => ({ batchId: b.id, idx: i + j, startByte: c.start, endByte: c.end, status: "validating" })))
-            .run();
+          await tx.insert(batchShards).values(cuts.slice(i, i + 500).map((c, j) => ({ batchId: b.id, idx: i + j, startByte: c.start, endByte: c.end, status: "validating" })));
       });
       mkdirSync(batchDir(this.ctx, b.id), { recursive: true });
       // The endpoint's module says which models answer it (upstream ones and its built-in).
@@ -239,13 +239,14 @@ export class BatchRunner {
     }
   }
 
-  private onValidated(batchId: string, idx: number, result: ValidateResult): void {
+  private async onValidated(batchId: string, idx: number, result: ValidateResult): Promise<void> {
     const v = this.validations.get(batchId);
     if (!v || v.results[idx]) return;
     v.results[idx] = result;
     if (--v.left > 0) return;
     this.validations.delete(batchId);
-    const b = this.ctx.db.select().from(batches).where(eq(batches.id, batchId)).get();
+    const { batches } = this.ctx.db.t;
+    const [b] = await this.ctx.db.select().from(batches).where(eq(batches.id, batchId));
     if (!b || b.status === "failed") return;
     // Local line numbers become file line numbers by adding earlier shards' lines.
     let offset = 0;
@@ -262,30 +263,35 @@ export class BatchRunner {
     }
     if (errors.length > 0 && !b.stopReason) return this.failBatch(b, errors);
     const now = nowSeconds();
-    this.ctx.db.transaction((tx) => {
-      (v.results as ValidateResult[]).forEach((r, idx) => this.q.shardValidated.run({ batchId, idx, firstLine: firstLines[idx]!, requests: r.requests }));
-      tx.update(batches)
+    await this.ctx.db.transaction(async (tx) => {
+      // (On SQLite the prepared statement runs on the one connection, inside
+      // this transaction; on Postgres each shard's update goes through `tx`.)
+      const results = v.results as ValidateResult[];
+      if (this.ctx.db.engine === "sqlite") for (let i = 0; i < results.length; i++) await this.q.shardValidated.execute({ batchId, idx: i, firstLine: firstLines[i]!, requests: results[i]!.requests });
+      else await shardsValidated(tx, this.ctx.db.t, batchId, results.map((r, i) => ({ idx: i, firstLine: firstLines[i]!, requests: r.requests })));
+      await tx
+        .update(batches)
         .set(
           b.status === "cancelling"
             ? { model, total, leaseOwner: null, leaseExpiresAt: null }
             : { status: "in_progress", inProgressAt: now, model, total, leaseOwner: null, leaseExpiresAt: null },
         )
-        .where(eq(batches.id, batchId))
-        .run();
+        .where(eq(batches.id, batchId));
     });
     this.ctx.log.info("batch in progress", { batch_id: batchId, status: b.status === "cancelling" ? "cancelling" : "in_progress", total, shards: v.results.length });
     this.kick();
   }
 
-  private failBatch(b: BatchRow, errors: { code: string; message: string; param: string | null; line: number | null }[]): void {
-    this.ctx.db.transaction((tx) => {
+  private async failBatch(b: BatchRow, errors: { code: string; message: string; param: string | null; line: number | null }[]): Promise<void> {
+    const { batches, batchShards } = this.ctx.db.t;
+    await this.ctx.db.transaction(async (tx) => {
       // Nothing ran: request_counts are all 0 (completed + failed = total holds).
-      tx.update(batches)
+      await tx
+        .update(batches)
         .set({ status: "failed", failedAt: nowSeconds(), errors, total: 0, completed: 0, failed: 0, leaseOwner: null, leaseExpiresAt: null })
-        .where(eq(batches.id, b.id))
-        .run();
-      tx.delete(batchShards).where(eq(batchShards.batchId, b.id)).run();
-      recordBatchEvent(tx, b, "failed");
+        .where(eq(batches.id, b.id));
+      await tx.delete(batchShards).where(eq(batchShards.batchId, b.id));
+      await recordBatchEvent(tx, this.ctx.db.t, b, "failed");
     });
     this.ctx.log.info("batch failed validation", { batch_id: b.id, status: "failed", errors: errors.length, first_error: errors[0]?.message });
   }
@@ -295,18 +301,19 @@ export class BatchRunner {
   /** Validation tasks waiting for a worker (they go before run tasks: a batch should fail fast). */
   private readonly queue: WorkerTask[] = [];
 
-  private dispatchShards(now: number): void {
+  private async dispatchShards(now: number): Promise<void> {
     const pool = this.getPool();
     while (this.queue.length > 0 && pool.idle > 0) pool.dispatch(this.queue.shift()!);
     if (pool.idle === 0 || this.stopping) return;
-    const candidates = this.q.pendingShards.all({ limit: pool.idle });
+    const { batchShards } = this.ctx.db.t;
+    const candidates = await this.q.pendingShards.execute({ limit: pool.idle });
     for (const { shard, batch } of candidates) {
-      const claimed = this.ctx.db
+      if (pool.idle === 0 || this.stopping) return;
+      const claimed = await this.ctx.db
         .update(batchShards)
         .set({ status: "running", leaseOwner: this.owner, leaseExpiresAt: now + this.ctx.config.batches.leaseMs })
         .where(and(eq(batchShards.batchId, shard.batchId), eq(batchShards.idx, shard.idx), eq(batchShards.status, "pending")))
-        .returning({ idx: batchShards.idx })
-        .all();
+        .returning({ idx: batchShards.idx });
       if (claimed.length === 0) continue;
       const ids = resultFileIds(batch.id);
       const out = this.ctx.store.partTarget(ids.out, shard.idx);
@@ -397,7 +404,7 @@ export class BatchRunner {
     switch (m.type) {
       case "validated":
         this.failures.delete(key);
-        this.onValidated(m.batchId, m.idx, m.result);
+        this.later(this.onValidated(m.batchId, m.idx, m.result));
         break;
       case "progress": {
         const l = this.live.get(key);
@@ -408,15 +415,11 @@ export class BatchRunner {
         this.live.delete(key);
         this.failures.delete(key);
         this.dirty.add(m.batchId);
-        this.ctx.db
-          .update(batchShards)
-          .set({ status: "done", leaseOwner: null, leaseExpiresAt: null, ...m.totals })
-          .where(and(eq(batchShards.batchId, m.batchId), eq(batchShards.idx, m.idx)))
-          .run();
+        this.later(shardDone(this.ctx, m.batchId, m.idx, m.totals));
         break;
       case "paused":
         this.live.delete(key);
-        this.releaseShard(m.batchId, m.idx);
+        this.later(this.releaseShard(m.batchId, m.idx));
         break;
       case "failed":
         this.live.delete(key);
@@ -439,8 +442,7 @@ export class BatchRunner {
       // The shard keeps its lease (renewed) until it is released for another try.
       setTimeout(() => {
         if (this.stopping) return;
-        this.releaseShard(m.batchId, m.idx);
-        this.kick();
+        this.later(this.releaseShard(m.batchId, m.idx).then(() => this.kick()));
       }, delay).unref();
       return;
     }
@@ -456,7 +458,12 @@ export class BatchRunner {
     }
     this.validations.delete(m.batchId);
     for (let i = 0; i < v.tasks.length; i++) this.failures.delete(`${m.batchId}/${i}`);
-    this.failBatch(v.batch, [{ code: "internal_error", message: `Part ${m.idx} of the input file could not be checked: ${m.error.split("\n")[0]!.slice(0, 300)}`, param: null, line: null }]);
+    this.later(this.failBatch(v.batch, [{ code: "internal_error", message: `Part ${m.idx} of the input file could not be checked: ${m.error.split("\n")[0]!.slice(0, 300)}`, param: null, line: null }]));
+  }
+
+  /** A database write started from a Worker message or a timer: its failure is logged (the next tick decides again from the rows). */
+  private later(p: Promise<unknown>): void {
+    p.catch((e) => this.ctx.log.error("batch runner: database write failed", { error: String(e?.stack ?? e) }));
   }
 
   private onWorkerCrash(task: WorkerTask | null, error: string, worker: Worker, held: Int32Array): void {
@@ -469,12 +476,12 @@ export class BatchRunner {
     this.kick();
   }
 
-  private releaseShard(batchId: string, idx: number): void {
-    this.ctx.db
+  private async releaseShard(batchId: string, idx: number): Promise<void> {
+    const { batchShards } = this.ctx.db.t;
+    await this.ctx.db
       .update(batchShards)
       .set({ status: "pending", leaseOwner: null, leaseExpiresAt: null })
-      .where(and(eq(batchShards.batchId, batchId), eq(batchShards.idx, idx), eq(batchShards.leaseOwner, this.owner)))
-      .run();
+      .where(and(eq(batchShards.batchId, batchId), eq(batchShards.idx, idx), eq(batchShards.leaseOwner, this.owner)));
   }
 
   // ── progress and finalization ──────────────────────────────────────────
@@ -486,27 +493,30 @@ export class BatchRunner {
    * it has re-read its part files, and the counts must not go back meanwhile.
    * A done shard's row holds its exact totals (written by "done").
    */
-  private writeCounts(): void {
+  private async writeCounts(): Promise<void> {
     const ids = [...new Set([...this.live.values()].map((l) => l.batchId).concat([...this.dirty]))];
     this.dirty.clear();
     if (ids.length === 0) return;
-    this.ctx.db.transaction(() => {
-      for (const l of this.live.values()) this.q.shardCounts.run({ ...l.totals, batchId: l.batchId, idx: l.idx });
-      for (const id of ids) {
-        const sums = this.q.shardSums.get({ id })!;
-        this.q.batchCounts.run({ ...sums, id });
-      }
-    });
+    // Not one transaction: each statement stands on its own (a shard's row
+    // only grows; a batch's counts are a sum read at one moment), and on
+    // Postgres the prepared statements run on the pool, not a transaction's
+    // connection. On SQLite the whole set still runs in one turn.
+    for (const l of [...this.live.values()]) await this.q.shardCounts.execute({ ...l.totals, batchId: l.batchId, idx: l.idx });
+    for (const id of ids) {
+      const [sums] = await this.q.shardSums.execute({ id });
+      await this.q.batchCounts.execute({ ...sums!, id });
+    }
   }
 
-  private startFinalizations(now: number): void {
-    const ready = this.q.readyToFinalize.all();
+  private async startFinalizations(now: number): Promise<void> {
+    const { batches } = this.ctx.db.t;
+    const ready = await this.q.readyToFinalize.execute();
     for (const b of ready) {
-      if (this.finalizing.has(b.id) || !this.claimBatch(b, now)) continue;
+      if (this.finalizing.has(b.id) || !(await this.claimBatch(b, now))) continue;
       this.finalizing.add(b.id);
       let row = b;
       if (!b.stopReason && b.status !== "finalizing") {
-        row = this.ctx.db.update(batches).set({ status: "finalizing", finalizingAt: nowSeconds() }).where(eq(batches.id, b.id)).returning().get()!;
+        [row] = (await this.ctx.db.update(batches).set({ status: "finalizing", finalizingAt: nowSeconds() }).where(eq(batches.id, b.id)).returning()) as [BatchRow];
         this.ctx.log.info("batch finalizing", { batch_id: b.id, status: "finalizing" });
       }
       finalizeBatch(this.ctx, row)
@@ -533,8 +543,30 @@ export class BatchRunner {
       // (A Worker that crashed earlier gave its slots back then: these are all that hold any.)
       for (const { worker, held } of pool.members()) this.releaseSlotsOf(worker, held);
     }
-    for (const l of this.live.values()) this.releaseShard(l.batchId, l.idx);
-    this.ctx.db.update(batches).set({ leaseOwner: null, leaseExpiresAt: null }).where(eq(batches.leaseOwner, this.owner)).run();
-    this.ctx.db.update(batchShards).set({ status: "pending", leaseOwner: null, leaseExpiresAt: null }).where(and(eq(batchShards.leaseOwner, this.owner), eq(batchShards.status, "running"))).run();
+    // A tick still running finishes first: it might claim or write after these.
+    while (this.ticking) await new Promise((r) => setTimeout(r, 5));
+    const { batches, batchShards } = this.ctx.db.t;
+    for (const l of this.live.values()) await this.releaseShard(l.batchId, l.idx);
+    await this.ctx.db.update(batches).set({ leaseOwner: null, leaseExpiresAt: null }).where(eq(batches.leaseOwner, this.owner));
+    await this.ctx.db.update(batchShards).set({ status: "pending", leaseOwner: null, leaseExpiresAt: null }).where(and(eq(batchShards.leaseOwner, this.owner), eq(batchShards.status, "running")));
   }
+}
+
+/** Postgres: each validated shard's row in the transaction (one statement each; they interleave with other work, never one long stall). */
+async function shardsValidated(tx: Queryable, t: Tables, batchId: string, rows: { idx: number; firstLine: number; requests: number }[]): Promise<void> {
+  const s = t.batchShards;
+  for (const r of rows)
+    await tx
+      .update(s)
+      .set({ status: "pending", firstLine: r.firstLine, requests: r.requests })
+      .where(and(eq(s.batchId, batchId), eq(s.idx, r.idx)));
+}
+
+/** A shard's exact totals once its Worker has written and flushed all of it. */
+async function shardDone(ctx: AppContext, batchId: string, idx: number, totals: ShardTotals): Promise<void> {
+  const s = ctx.db.t.batchShards;
+  await ctx.db
+    .update(s)
+    .set({ status: "done", leaseOwner: null, leaseExpiresAt: null, ...totals })
+    .where(and(eq(s.batchId, batchId), eq(s.idx, idx)));
 }

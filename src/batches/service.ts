@@ -2,13 +2,14 @@
 import { checkMetadata } from "../metadata";
 import { and, desc, eq, inArray, isNull, lt } from "drizzle-orm";
 import type { AppContext } from "../context";
-import { batches } from "../db/schema";
+import type { BatchRow, FileRow } from "../db/schema";
+import type { Queryable } from "../db/client";
 import { ApiError, notFound } from "../errors";
 import { isId, newId, nowSeconds } from "../ids";
 import { addFileDeleteGuard, getFile } from "../files/service";
 import { ENDPOINT_LIST, kindOfUrl } from "../endpoints";
 
-export type BatchRow = typeof batches.$inferSelect;
+export type { BatchRow };
 export const FINAL_STATES = ["completed", "failed", "expired", "cancelled"] as const;
 export const ACTIVE_STATES = ["validating", "in_progress", "finalizing", "cancelling"] as const;
 
@@ -62,7 +63,8 @@ export function windowHours(window: string): number {
   return hours;
 }
 
-export function createBatch(ctx: AppContext, project: string, input: CreateBatchInput): BatchRow {
+/** `within`: a transaction to create it in, and the input file's row when that transaction just made it. */
+export async function createBatch(ctx: AppContext, project: string, input: CreateBatchInput, within?: { q: Queryable; file: FileRow }): Promise<BatchRow> {
   const endpoint = kindOfUrl(input.endpoint)?.endpoint;
   if (!endpoint) throw new ApiError("invalid_value", `endpoint must be one of ${ENDPOINT_LIST}`, { param: "endpoint" });
   const hours = windowHours(input.completion_window);
@@ -74,11 +76,11 @@ export function createBatch(ctx: AppContext, project: string, input: CreateBatch
     if (!Number.isInteger(s) || s! < 3600 || s! > 2592000) throw new ApiError("invalid_value", "output_expires_after.seconds must be from 3600 to 2592000", { param: "output_expires_after.seconds" });
     outputExpiresAfter = s!;
   }
-  const file = getFile(ctx, project, input.input_file_id, "input_file_id");
+  const file = within?.file ?? (await getFile(ctx, project, input.input_file_id, "input_file_id"));
   if (file.purpose !== "batch") throw new ApiError("invalid_value", `file ${file.id} has purpose '${file.purpose}', not 'batch'`, { param: "input_file_id" });
   const now = nowSeconds();
-  const row = ctx.db
-    .insert(batches)
+  const [row] = await (within?.q ?? ctx.db)
+    .insert(ctx.db.t.batches)
     .values({
       id: newId("batch_"),
       project,
@@ -92,55 +94,57 @@ export function createBatch(ctx: AppContext, project: string, input: CreateBatch
       metadata,
       outputExpiresAfter,
     })
-    .returning()
-    .get();
-  return row;
+    .returning();
+  return row!;
 }
 
-export function getBatch(ctx: AppContext, project: string, id: string): BatchRow {
+export async function getBatch(ctx: AppContext, project: string, id: string): Promise<BatchRow> {
   if (!isId("batch_", id)) throw notFound("batch", id);
-  const row = ctx.db.select().from(batches).where(and(eq(batches.id, id), eq(batches.project, project))).get();
+  const { batches } = ctx.db.t;
+  const [row] = await ctx.db.select().from(batches).where(and(eq(batches.id, id), eq(batches.project, project)));
   if (!row) throw notFound("batch", id);
   return row;
 }
 
-export function listBatches(ctx: AppContext, project: string, limit: number, after?: string) {
+export async function listBatches(ctx: AppContext, project: string, limit: number, after?: string) {
+  const { batches } = ctx.db.t;
   const conds = [eq(batches.project, project)];
   if (after) {
-    const cursor = isId("batch_", after) ? ctx.db.select({ seq: batches.seq }).from(batches).where(and(eq(batches.id, after), eq(batches.project, project))).get() : undefined;
+    const [cursor] = isId("batch_", after) ? await ctx.db.select({ seq: batches.seq }).from(batches).where(and(eq(batches.id, after), eq(batches.project, project))) : [];
     if (!cursor) throw new ApiError("invalid_value", `after: no batch with id '${after.slice(0, 80)}'`, { param: "after" });
     conds.push(lt(batches.seq, cursor.seq));
   }
-  const rows = ctx.db.select().from(batches).where(and(...conds)).orderBy(desc(batches.seq)).limit(limit + 1).all();
+  const rows = await ctx.db.select().from(batches).where(and(...conds)).orderBy(desc(batches.seq)).limit(limit + 1);
   const hasMore = rows.length > limit;
   const page = (hasMore ? rows.slice(0, limit) : rows).map(batchView);
   return { object: "list" as const, data: page, first_id: page[0]?.id ?? null, last_id: page[page.length - 1]?.id ?? null, has_more: hasMore };
 }
 
-export function cancelBatch(ctx: AppContext, project: string, id: string): BatchRow {
-  const row = getBatch(ctx, project, id);
+export async function cancelBatch(ctx: AppContext, project: string, id: string): Promise<BatchRow> {
+  const { batches } = ctx.db.t;
+  const row = await getBatch(ctx, project, id);
   if (row.status === "cancelling") return row;
   if (row.status !== "validating" && row.status !== "in_progress")
     throw new ApiError("invalid_state", `Cannot cancel a batch in status '${row.status}'`);
   // A batch past its deadline is already being expired and ends `expired`;
   // it is not in a final state yet, so no 409 (SPEC §5): the record as it is.
   if (row.stopReason === "expired") return row;
-  const updated = ctx.db
+  const [updated] = await ctx.db
     .update(batches)
     .set({ status: "cancelling", cancellingAt: nowSeconds(), stopReason: "cancelled" })
     .where(and(eq(batches.id, row.id), inArray(batches.status, ["validating", "in_progress"]), isNull(batches.stopReason)))
-    .returning()
-    .get();
+    .returning();
   // Lost a race with the runner finishing it: report the state it reached.
   if (!updated) return cancelBatch(ctx, project, id);
   return updated;
 }
 
-addFileDeleteGuard((ctx, fileId) => {
-  const running = ctx.db
+addFileDeleteGuard(async (ctx, fileId) => {
+  const { batches } = ctx.db.t;
+  const [running] = await ctx.db
     .select({ id: batches.id })
     .from(batches)
     .where(and(eq(batches.inputFileId, fileId), inArray(batches.status, [...ACTIVE_STATES])))
-    .get();
+    .limit(1);
   return running ? `File ${fileId} is the input of batch ${running.id}, which is still running` : null;
 });

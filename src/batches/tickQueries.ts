@@ -5,44 +5,44 @@
 // what changes between ticks.
 import { and, eq, inArray, isNull, lt, or, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
-import { batches, batchShards } from "../db/schema";
 
 export type TickQueries = ReturnType<typeof prepareTickQueries>;
 
 export function prepareTickQueries(db: Db, owner: string) {
-  const s = batchShards;
+  const { batches, batchShards: s } = db.t;
+  const { greatest, sumNumber } = db.sql;
   return {
     /** Batches past their deadline get stopReason "expired" (params: now, in seconds + 1). */
     markExpired: db
       .update(batches)
       .set({ stopReason: "expired" })
       .where(and(inArray(batches.status, ["validating", "in_progress"]), isNull(batches.stopReason), lt(batches.expiresAt, sql.placeholder("before"))))
-      .prepare(),
+      .prepare("tick_markExpired"),
 
     renewShardLeases: db
       .update(s)
       .set({ leaseExpiresAt: sql`${sql.placeholder("until")}` })
       .where(and(eq(s.leaseOwner, owner), eq(s.status, "running")))
-      .prepare(),
+      .prepare("tick_renewShardLeases"),
 
     renewBatchLeases: db
       .update(batches)
       .set({ leaseExpiresAt: sql`${sql.placeholder("until")}` })
       .where(eq(batches.leaseOwner, owner))
-      .prepare(),
+      .prepare("tick_renewBatchLeases"),
 
     /** A shard validated: ready to run (one prepared statement for all of a batch's shards: built per row, 690 updates held the HTTP thread 83 ms at 10M lines). */
     shardValidated: db
       .update(s)
       .set({ status: "pending", firstLine: sql`${sql.placeholder("firstLine")}`, requests: sql`${sql.placeholder("requests")}` })
       .where(and(eq(s.batchId, sql.placeholder("batchId")), eq(s.idx, sql.placeholder("idx"))))
-      .prepare(),
+      .prepare("tick_shardValidated"),
 
     runningShards: db
       .select({ batchId: s.batchId, idx: s.idx, owner: s.leaseOwner, exp: s.leaseExpiresAt })
       .from(s)
       .where(eq(s.status, "running"))
-      .prepare(),
+      .prepare("tick_runningShards"),
 
     /** Validating, or cancelled before its shards were validated. */
     waitingValidation: db
@@ -54,7 +54,7 @@ export function prepareTickQueries(db: Db, owner: string) {
           and(eq(batches.status, "cancelling"), sql`NOT EXISTS (SELECT 1 FROM ${s} WHERE ${s.batchId} = ${batches.id} AND ${s.status} <> 'validating')`),
         ),
       )
-      .prepare(),
+      .prepare("tick_waitingValidation"),
 
     /** Pending shards of running batches, oldest batch first (param: limit). */
     pendingShards: db
@@ -64,7 +64,7 @@ export function prepareTickQueries(db: Db, owner: string) {
       .where(and(eq(s.status, "pending"), inArray(batches.status, ["in_progress", "cancelling"])))
       .orderBy(batches.seq, s.idx)
       .limit(sql.placeholder("limit"))
-      .prepare(),
+      .prepare("tick_pendingShards"),
 
     /** Batches whose shards are all done. */
     readyToFinalize: db
@@ -77,37 +77,37 @@ export function prepareTickQueries(db: Db, owner: string) {
           sql`NOT EXISTS (SELECT 1 FROM ${s} WHERE ${s.batchId} = ${batches.id} AND ${s.status} <> 'done')`,
         ),
       )
-      .prepare(),
+      .prepare("tick_readyToFinalize"),
 
     /** A running shard's counts, never lowered (a Worker's totals can lag what is already stored). */
     shardCounts: db
       .update(s)
       .set({
-        completed: sql`max(${s.completed}, ${sql.placeholder("completed")})`,
-        failed: sql`max(${s.failed}, ${sql.placeholder("failed")})`,
-        inputTokens: sql`max(${s.inputTokens}, ${sql.placeholder("inputTokens")})`,
-        cachedTokens: sql`max(${s.cachedTokens}, ${sql.placeholder("cachedTokens")})`,
-        outputTokens: sql`max(${s.outputTokens}, ${sql.placeholder("outputTokens")})`,
-        reasoningTokens: sql`max(${s.reasoningTokens}, ${sql.placeholder("reasoningTokens")})`,
-        costAmount: sql`max(${s.costAmount}, ${sql.placeholder("costAmount")})`,
+        completed: greatest(s.completed, sql.placeholder("completed")),
+        failed: greatest(s.failed, sql.placeholder("failed")),
+        inputTokens: greatest(s.inputTokens, sql.placeholder("inputTokens")),
+        cachedTokens: greatest(s.cachedTokens, sql.placeholder("cachedTokens")),
+        outputTokens: greatest(s.outputTokens, sql.placeholder("outputTokens")),
+        reasoningTokens: greatest(s.reasoningTokens, sql.placeholder("reasoningTokens")),
+        costAmount: greatest(s.costAmount, sql.placeholder("costAmount")),
       })
       .where(and(eq(s.batchId, sql.placeholder("batchId")), eq(s.idx, sql.placeholder("idx")), eq(s.status, "running"), eq(s.leaseOwner, owner)))
-      .prepare(),
+      .prepare("tick_shardCounts"),
 
     /** Sums of the counts and usage over a batch's shards (param: id). */
     shardSums: db
       .select({
-        completed: sql<number>`coalesce(sum(${s.completed}), 0)`,
-        failed: sql<number>`coalesce(sum(${s.failed}), 0)`,
-        inputTokens: sql<number>`coalesce(sum(${s.inputTokens}), 0)`,
-        cachedTokens: sql<number>`coalesce(sum(${s.cachedTokens}), 0)`,
-        outputTokens: sql<number>`coalesce(sum(${s.outputTokens}), 0)`,
-        reasoningTokens: sql<number>`coalesce(sum(${s.reasoningTokens}), 0)`,
-        costAmount: sql<number>`coalesce(sum(${s.costAmount}), 0)`,
+        completed: sumNumber(s.completed),
+        failed: sumNumber(s.failed),
+        inputTokens: sumNumber(s.inputTokens),
+        cachedTokens: sumNumber(s.cachedTokens),
+        outputTokens: sumNumber(s.outputTokens),
+        reasoningTokens: sumNumber(s.reasoningTokens),
+        costAmount: sumNumber(s.costAmount),
       })
       .from(s)
       .where(eq(s.batchId, sql.placeholder("id")))
-      .prepare(),
+      .prepare("tick_shardSums"),
 
     /** A batch's counts and usage, only while it runs: finalization writes the final sums and deletes the shards. */
     batchCounts: db
@@ -122,6 +122,6 @@ export function prepareTickQueries(db: Db, owner: string) {
         costAmount: sql`${sql.placeholder("costAmount")}`,
       })
       .where(and(eq(batches.id, sql.placeholder("id")), inArray(batches.status, ["in_progress", "cancelling"])))
-      .prepare(),
+      .prepare("tick_batchCounts"),
   };
 }

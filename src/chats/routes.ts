@@ -18,7 +18,7 @@ export const chatsRoutes = (ctx: AppContext) =>
       ({ request, query }) => listChats(ctx, principalOf(request).project, intParam(query.limit, "limit", 1, 100, 20), query.after || undefined),
       { query: t.Object({ limit: t.Optional(t.String()), after: t.Optional(t.String()) }), detail: { summary: "List chat sessions" } },
     )
-    .get("/:id", ({ request, params }) => chatView(ctx, getChat(ctx, principalOf(request).project, params.id)), {
+    .get("/:id", async ({ request, params }) => chatView(ctx, await getChat(ctx, principalOf(request).project, params.id)), {
       detail: { summary: "Retrieve a chat session with its messages" },
     })
     .delete("/:id", ({ request, params }) => deleteChat(ctx, principalOf(request).project, params.id), { detail: { summary: "Delete a chat session" } })

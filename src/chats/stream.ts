@@ -33,12 +33,12 @@ export async function streamReply(
   input: { content: string; max_tokens?: unknown; temperature?: number },
   request: Request,
 ): Promise<Response> {
-  const chat = getChat(ctx, principal.project, chatId);
+  const chat = await getChat(ctx, principal.project, chatId);
   if (input.content.length === 0) throw new ApiError("invalid_value", "content must not be empty", { param: "content" });
   if (input.max_tokens !== undefined && input.max_tokens !== null && (!Number.isSafeInteger(input.max_tokens) || (input.max_tokens as number) < 1))
     throw new ApiError("invalid_value", "max_tokens must be a positive integer", { param: "max_tokens" });
   const model = resolveModel(ctx, chat.model, chatCompletions);
-  const messages = [...history(ctx, chat), { role: "user", content: input.content }];
+  const messages = [...(await history(ctx, chat)), { role: "user", content: input.content }];
   const body: Record<string, unknown> = { model: chat.model, messages, stream: true };
   if (input.max_tokens !== undefined && input.max_tokens !== null) body.max_tokens = input.max_tokens;
   if (input.temperature !== undefined) body.temperature = input.temperature;
@@ -98,20 +98,20 @@ export async function streamReply(
   let userStored = false;
   let ended = false;
   /** The user message goes in once the reply has a source: nothing is stored for a request the upstream refused. */
-  const storeUser = (s: ReplySource) => {
+  const storeUser = async (s: ReplySource) => {
     source = s;
     try {
-      addMessage(ctx, chat.id, "user", input.content);
+      await addMessage(ctx, chat.id, "user", input.content);
       userStored = true;
     } catch (e) {
       // The chat was deleted while the upstream opened.
       s.close();
-      if (!chatExists(ctx, chat.id)) throw notFound("chat", chat.id);
+      if (!(await chatExists(ctx, chat.id))) throw notFound("chat", chat.id);
       throw e;
     }
   };
-  /** Once: stores the reply so far and charges its tokens. */
-  const end = () => {
+  /** Once: stores the reply so far and charges its tokens (awaited before the stream's end, so the reply is stored when the client sees [DONE]). */
+  const end = async () => {
     if (ended) return;
     ended = true;
     source?.close();
@@ -119,12 +119,16 @@ export async function streamReply(
     // The chat may have been deleted while its reply streamed: then there is
     // nothing to store into (the insert failed on the foreign key and the
     // client got an in-band "FOREIGN KEY constraint failed" instead of [DONE]).
-    if (userStored && chatExists(ctx, chat.id)) addMessage(ctx, chat.id, "assistant", reply);
+    try {
+      if (userStored && (await chatExists(ctx, chat.id))) await addMessage(ctx, chat.id, "assistant", reply);
+    } catch (e) {
+      ctx.log.error("chat reply not stored", { chat_id: chat.id, error: String(e) });
+    }
   };
 
   if (opened !== STILL_OPENING) {
     try {
-      storeUser(opened);
+      await storeUser(opened);
     } catch (e) {
       abort.abort();
       release();
@@ -145,14 +149,14 @@ export async function streamReply(
           throw new InBandError(await late.json().catch(() => new ApiError("upstream_error", `Upstream ${model.upstreamName} refused the request (${late.status})`).body()));
         // The client left while the upstream opened: store nothing.
         if (abort.signal.aborted) return late.close();
-        storeUser(late);
+        await storeUser(late);
       }
       for await (const chunk of source!.chunks) {
         reply += (chunk as Delta).choices?.[0]?.delta?.content ?? "";
         yield chunk;
       }
     } finally {
-      end();
+      await end();
     }
   }
   return sseResponse(events(), {
@@ -162,7 +166,7 @@ export async function streamReply(
     onClose: () => {
       abort.abort();
       release();
-      end();
+      void end();
     },
   });
 }

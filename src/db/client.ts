@@ -1,131 +1,61 @@
-import { Database } from "bun:sqlite";
-import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
-import { mkdirSync } from "node:fs";
-import { open } from "node:fs/promises";
-import { join } from "node:path";
-import { FSYNC_ENABLED, flushDelayForTests, noteDurable } from "../fsync";
-import * as schema from "./schema";
-import { migrations } from "./migrations.gen";
+// The database: SQLite in the data dir (the default) or Postgres (clusters,
+// SPEC §14). This folder is the only place that knows which: the rest of the
+// code gets a `Db` — a Drizzle database typed as Postgres's async query
+// builder, with the tables of its dialect in `db.t` — and awaits its
+// queries. Dialect-specific SQL lives in `db.sql` (dialect.ts).
+import type { BunSQLDatabase } from "drizzle-orm/bun-sql";
+import type * as pgSchema from "./schema/pg";
+import type { Tables } from "./schema";
+import type { DialectSql } from "./dialect";
 
-export type Db = BunSQLiteDatabase<typeof schema> & { $client: Database };
+export type Dialect = "sqlite" | "postgres";
 
-/**
- * Opens (creating if needed) the database in the data dir, in WAL mode so
- * that the CLI and readers work while the server writes, and applies any
- * embedded migration not yet applied.
- */
-export function openDb(dataDir: string, opts: { synchronous?: "NORMAL" | "FULL" } = {}): Db {
-  mkdirSync(dataDir, { recursive: true });
-  const sqlite = new Database(join(dataDir, "offpeak.db"), { create: true, strict: true });
-  sqlite.exec("PRAGMA journal_mode = WAL");
-  sqlite.exec("PRAGMA busy_timeout = 5000");
-  // NORMAL: every commit survives a process crash (it is in the WAL, in the
-  // page cache), but an OS crash or power loss can lose the newest ones. The
-  // commits an answer reports are made durable by syncCommits() below, off
-  // the main thread. FULL (an fsync of the WAL in every commit, on the
-  // calling thread) is for short CLI runs only. Why not FULL in the server:
-  // it fsyncs on the main thread, for every commit, hot paths included
-  // (batch progress, chat messages), and an fsync waits behind whatever the
-  // disk is flushing. Measured here (ext4, 2 cores; one-row UPDATE, 100
-  // commits): NORMAL 0.08 ms p50 / 0.16 max idle, 0.10 / 0.19 while a 300 MB
-  // file is being written and fdatasynced (an upload, a batch's parts); FULL
-  // 0.71 / 3.8 idle, but 199 ms p50 / 391 ms max under that load: the event
-  // loop would stop for that long on every commit.
-  sqlite.exec(`PRAGMA synchronous = ${opts.synchronous ?? "NORMAL"}`);
-  sqlite.exec("PRAGMA foreign_keys = ON");
-  applyMigrations(sqlite);
-  return drizzle(sqlite, { schema }) as Db;
+/** Where the records live: resolved once from database.url (config.ts). */
+export type DatabaseConfig = { kind: "sqlite"; path: string } | { kind: "postgres"; url: string };
+
+type Drizzle = BunSQLDatabase<typeof pgSchema>;
+
+export type Db = Omit<Drizzle, "$client"> & {
+  /** Which database this is ("dialect" is taken: Drizzle keeps its SQL builder there). */
+  readonly engine: Dialect;
+  /** The tables of this database's dialect. */
+  readonly t: Tables;
+  /** SQL whose text differs between the dialects. */
+  readonly sql: DialectSql;
+  /**
+   * Makes every transaction committed so far durable (survives an OS crash
+   * or power loss). Await it after the commit and before the answer that
+   * reports the record (a file, a batch, a key, a revocation, a deletion).
+   */
+  syncCommits(): Promise<void>;
+  /**
+   * A number that changes when another process may have revoked an API key
+   * (SQLite: PRAGMA data_version, exact; Postgres: a count polled every
+   * 250 ms by each node). In-process changes are signalled by keysChanged().
+   */
+  keysVersion(): number;
+  /**
+   * Runs statements that may share one commit, each atomic on its own (the
+   * body uses `db`, not a transaction handle): on SQLite one transaction,
+   * because a commit each costs several times more; on Postgres each
+   * statement commits by itself, and no connection is held for the group.
+   * The body follows the transaction rule (it awaits only its queries).
+   */
+  grouped<T>(body: () => Promise<T>): Promise<T>;
+  /** A cheap round trip (GET /status). */
+  ping(): Promise<void>;
+  close(): Promise<void>;
+};
+
+/** A transaction's handle: the same query builder, bound to the transaction. */
+export type Tx = Parameters<Parameters<Drizzle["transaction"]>[0]>[0];
+/** Either: code that runs inside or outside a transaction takes this. */
+export type Queryable = Tx | Db;
+
+export async function openDb(cfg: DatabaseConfig, opts: { synchronous?: "NORMAL" | "FULL" } = {}): Promise<Db> {
+  if (cfg.kind === "postgres") return (await import("./postgres")).openPostgres(cfg.url);
+  return (await import("./sqlite")).openSqlite(cfg.path, opts);
 }
 
-/**
- * Makes every transaction committed so far durable (survives an OS crash or
- * power loss): fdatasync of the WAL file on the thread pool. Await it after
- * the commit and before the answer that reports the record (a file, a batch,
- * a key, a revocation, a deletion).
- *
- * Why this is enough: in WAL mode a commit appends its frames, ending in a
- * commit frame, to the WAL with write(2); at synchronous=NORMAL SQLite skips
- * only the fsync after that append. An fdatasync of the WAL through our own
- * descriptor flushes the same file's pages, so every frame written before it
- * began is on disk after it, and recovery replays the WAL up to its last
- * valid commit frame. A checkpoint in between does not lose them: at NORMAL
- * SQLite fsyncs the WAL before copying frames into the database file and the
- * database file after. If the WAL is gone (the last connection closed it
- * after a checkpoint), the database file is fsynced instead. The file is
- * opened for each flush, so a WAL recreated meanwhile is the one flushed.
- *
- * Calls coalesce (group commit): a caller whose commit came while a flush
- * was running waits for the next one, which then serves every caller that
- * arrived meanwhile. Other requests may read a record in the few
- * milliseconds between its commit and this flush; the answer of the request
- * that made it waits for the flush.
- */
-export function syncCommits(db: Db): Promise<void> {
-  if (!FSYNC_ENABLED) return Promise.resolve();
-  let s = syncers.get(db.$client);
-  if (!s) syncers.set(db.$client, (s = new CommitSyncer(db.$client.filename)));
-  return s.sync();
-}
-
-const syncers = new WeakMap<Database, CommitSyncer>();
-
-class CommitSyncer {
-  private running: Promise<void> | null = null;
-  private next: Promise<void> | null = null;
-  constructor(private readonly path: string) {}
-
-  sync(): Promise<void> {
-    if (!this.running) {
-      const p = this.flush();
-      this.running = p;
-      const clear = () => {
-        if (this.running === p) this.running = null;
-      };
-      p.then(clear, clear);
-      return p;
-    }
-    // The running flush may have started before this caller's commit.
-    return (this.next ??= this.running
-      .catch(() => {})
-      .then(() => {
-        this.next = null;
-        return this.sync();
-      }));
-  }
-
-  private async flush(): Promise<void> {
-    if (!this.path || this.path === ":memory:") return;
-    await flushDelayForTests();
-    let f;
-    let which = `${this.path}-wal`;
-    try {
-      f = await open(which, "r");
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
-      which = this.path;
-      f = await open(which, "r");
-    }
-    try {
-      await f.datasync();
-    } finally {
-      await f.close();
-    }
-    noteDurable("db", which);
-  }
-}
-
-export function applyMigrations(sqlite: Database): void {
-  sqlite.exec("CREATE TABLE IF NOT EXISTS offpeak_migrations (tag TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)");
-  const applied = new Set(sqlite.query<{ tag: string }, []>("SELECT tag FROM offpeak_migrations").all().map((r) => r.tag));
-  for (const m of migrations) {
-    if (applied.has(m.tag)) continue;
-    // IMMEDIATE takes the write lock first, so two processes starting on the
-    // same data dir cannot both apply a migration.
-    sqlite.transaction(() => {
-      const again = sqlite.query("SELECT 1 FROM offpeak_migrations WHERE tag = ?").get(m.tag);
-      if (again) return;
-      for (const stmt of m.statements) sqlite.exec(stmt);
-      sqlite.query("INSERT INTO offpeak_migrations (tag, applied_at) VALUES (?, ?)").run(m.tag, Math.floor(Date.now() / 1000));
-    }).immediate();
-  }
-}
+/** Kept for callers that predate Db.syncCommits. */
+export const syncCommits = (db: Db): Promise<void> => db.syncCommits();

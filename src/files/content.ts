@@ -6,13 +6,12 @@
 // inside one part go out as that part's file blob, like a plain file.
 import { eq } from "drizzle-orm";
 import type { AppContext } from "../context";
-import { fileParts } from "../db/schema";
 import { ApiError } from "../errors";
 import type { FileRow } from "./service";
 
-export function fileContentResponse(ctx: AppContext, row: FileRow, rangeHeader: string | null): Response {
+export async function fileContentResponse(ctx: AppContext, row: FileRow, rangeHeader: string | null): Promise<Response> {
   const size = row.bytes;
-  const body = bodyOf(ctx, row);
+  const body = await bodyOf(ctx, row);
   const headers: Record<string, string> = {
     "content-type": "application/octet-stream",
     "content-disposition": contentDisposition(row.filename),
@@ -33,15 +32,16 @@ export function fileContentResponse(ctx: AppContext, row: FileRow, rangeHeader: 
 }
 
 /** The whole content of a stored file as one stream, plain or composed (e.g. to read a batch's error file). */
-export function fileStream(ctx: AppContext, row: FileRow): ReadableStream<Uint8Array> {
-  const body = bodyOf(ctx, row)(0, row.bytes);
+export async function fileStream(ctx: AppContext, row: FileRow): Promise<ReadableStream<Uint8Array>> {
+  const body = (await bodyOf(ctx, row))(0, row.bytes);
   return body instanceof Blob ? body.stream() : body;
 }
 
 /** Bytes [start, end) of the file, as a Response body. */
-function bodyOf(ctx: AppContext, row: FileRow): (start: number, end: number) => Blob | ReadableStream<Uint8Array> {
+async function bodyOf(ctx: AppContext, row: FileRow): Promise<(start: number, end: number) => Blob | ReadableStream<Uint8Array>> {
   if (row.parts === null) return (start, end) => (start === 0 && end === row.bytes ? ctx.store.read(row.id) : ctx.store.read(row.id, { start, end }));
-  const parts = ctx.db.select({ key: fileParts.key, bytes: fileParts.bytes }).from(fileParts).where(eq(fileParts.fileId, row.id)).orderBy(fileParts.idx).all();
+  const { fileParts } = ctx.db.t;
+  const parts = await ctx.db.select({ key: fileParts.key, bytes: fileParts.bytes }).from(fileParts).where(eq(fileParts.fileId, row.id)).orderBy(fileParts.idx);
   return (start, end) => ctx.store.readComposed(parts, start, end);
 }
 

@@ -44,13 +44,13 @@ export const filesRoutes = (ctx: AppContext) =>
         }),
       { query: ListQuery, detail: { summary: "List files" } },
     )
-    .get("/:id", ({ request, params }) => fileView(getFile(ctx, principalOf(request).project, params.id)), {
+    .get("/:id", async ({ request, params }) => fileView(await getFile(ctx, principalOf(request).project, params.id)), {
       response: FileRecord,
       detail: { summary: "Retrieve a file record" },
     })
     .get(
       "/:id/content",
-      ({ request, params }) => fileContentResponse(ctx, getFile(ctx, principalOf(request).project, params.id), request.headers.get("range")),
+      async ({ request, params }) => fileContentResponse(ctx, await getFile(ctx, principalOf(request).project, params.id), request.headers.get("range")),
       { detail: { summary: "Download a file's bytes (supports Range)" } },
     )
     .delete("/:id", ({ request, params }) => deleteFile(ctx, principalOf(request).project, params.id), {

@@ -5,8 +5,6 @@
 // (flushed while they stream in), their name in files/, and the record's
 // commit are on disk (writer.commit(), syncCommits()).
 import type { AppContext } from "../context";
-import { syncCommits } from "../db/client";
-import { files } from "../db/schema";
 import { ApiError } from "../errors";
 import { newId, nowSeconds } from "../ids";
 import { firstConfirmedDuplicate } from "../jsonl/duplicates";
@@ -139,12 +137,12 @@ async function finishUpload(ctx: AppContext, project: string, id: string, st: Up
   if (expiresAt !== null) row.expiresAt = row.createdAt + expiresAt;
   const { seq: _seq, ...values } = row;
   try {
-    ctx.db.insert(files).values(values).run();
+    await ctx.db.insert(ctx.db.t.files).values(values);
   } catch (e) {
     ctx.store.delete(id);
     throw e;
   }
-  await syncCommits(ctx.db);
+  await ctx.db.syncCommits();
   return fileView(row);
 }
 

@@ -1,6 +1,5 @@
 import { Elysia, t } from "elysia";
 import type { AppContext } from "../context";
-import { syncCommits } from "../db/client";
 import { jsonOnly } from "../http/jsonBody";
 import { createKey, listKeys, revokeKey } from "./service";
 
@@ -15,13 +14,13 @@ export const keysRoutes = (ctx: AppContext) =>
   new Elysia({ prefix: "/keys", detail: { tags: ["keys"] } })
     // A key or a revocation is answered only once its commit is on disk (syncCommits).
     .post("", async ({ body }) => {
-      const created = createKey(ctx.db, body);
-      await syncCommits(ctx.db);
+      const created = await createKey(ctx.db, body);
+      await ctx.db.syncCommits();
       return created;
     }, { parse: jsonOnly, body: CreateKeyBody, detail: { summary: "Create an API key (secret shown once)" } })
-    .get("", () => ({ object: "list" as const, data: listKeys(ctx.db) }), { detail: { summary: "List API keys" } })
+    .get("", async () => ({ object: "list" as const, data: await listKeys(ctx.db) }), { detail: { summary: "List API keys" } })
     .delete("/:id", async ({ params }) => {
-      const revoked = revokeKey(ctx.db, params.id);
-      await syncCommits(ctx.db);
+      const revoked = await revokeKey(ctx.db, params.id);
+      await ctx.db.syncCommits();
       return revoked;
     }, { detail: { summary: "Revoke an API key" } });

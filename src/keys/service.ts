@@ -4,7 +4,7 @@
 import { keysChanged } from "../auth/verify";
 import { and, asc, eq, isNull } from "drizzle-orm";
 import type { Db } from "../db/client";
-import { apiKeys } from "../db/schema";
+import type { KeyRow } from "../db/schema";
 import { ApiError, notFound } from "../errors";
 import { isId, newId, nowSeconds } from "../ids";
 import { DEFAULT_SCOPES, isScope, type Scope } from "../auth/scopes";
@@ -22,8 +22,6 @@ export interface CreateKeyInput {
 
 const PROJECT_PATTERN = /^[A-Za-z0-9._-]{1,64}$/;
 
-type KeyRow = typeof apiKeys.$inferSelect;
-
 export function keyView(row: KeyRow) {
   return {
     id: row.id,
@@ -37,7 +35,7 @@ export function keyView(row: KeyRow) {
   };
 }
 
-export function createKey(db: Db, input: CreateKeyInput) {
+export async function createKey(db: Db, input: CreateKeyInput) {
   const name = input.name.trim();
   if (!name || name.length > 256) throw new ApiError("invalid_value", "name must be 1..256 characters", { param: "name" });
   const scopes = [...new Set(input.scopes ?? DEFAULT_SCOPES)];
@@ -61,7 +59,7 @@ export function createKey(db: Db, input: CreateKeyInput) {
     createdAt: nowSeconds(),
     revokedAt: null,
   };
-  db.insert(apiKeys).values(row).run();
+  await db.insert(db.t.apiKeys).values(row);
   return { ...keyView(row), key: secret };
 }
 
@@ -79,23 +77,25 @@ function rateLimitsOf(value: unknown): { rpm: number | null; tpm: number | null 
   return out;
 }
 
-export function listKeys(db: Db) {
-  return db.select().from(apiKeys).where(isNull(apiKeys.revokedAt)).orderBy(asc(apiKeys.createdAt), asc(apiKeys.id)).all().map(keyView);
+export async function listKeys(db: Db) {
+  const { apiKeys } = db.t;
+  return (await db.select().from(apiKeys).where(isNull(apiKeys.revokedAt)).orderBy(asc(apiKeys.createdAt), asc(apiKeys.id))).map(keyView);
 }
 
-export function revokeKey(db: Db, id: string) {
+export async function revokeKey(db: Db, id: string) {
   if (!isId("key_", id)) throw notFound("key", id);
-  const revoked = db
+  const { apiKeys } = db.t;
+  const revoked = await db
     .update(apiKeys)
     .set({ revokedAt: nowSeconds() })
     .where(and(eq(apiKeys.id, id), isNull(apiKeys.revokedAt)))
-    .returning({ id: apiKeys.id })
-    .all();
+    .returning({ id: apiKeys.id });
   if (revoked.length === 0) throw notFound("key", id);
   keysChanged(db);
   return { id, object: "api_key" as const, deleted: true as const };
 }
 
-export function countKeys(db: Db): number {
-  return db.$client.query<{ n: number }, []>("SELECT count(*) AS n FROM api_keys").get()!.n;
+export async function countKeys(db: Db): Promise<number> {
+  const [row] = await db.select({ n: db.sql.count() }).from(db.t.apiKeys);
+  return row!.n;
 }

@@ -2,30 +2,27 @@
 // things happen; gauges that mirror state are read here, at scrape time, so
 // they cost nothing between scrapes.
 import { Elysia } from "elysia";
-import { sql } from "drizzle-orm";
 import pkg from "../../package.json";
 import type { AppContext } from "../context";
-import { batches, files } from "../db/schema";
 import { m, registry } from "./index";
 import { windowOf } from "../inference/upstreamHealth";
 import { PROMETHEUS_CONTENT_TYPE } from "./registry";
 
 const BATCH_STATUSES = ["validating", "in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled"];
 
-export function collectGauges(ctx: AppContext): void {
+export async function collectGauges(ctx: AppContext): Promise<void> {
+  const { batches, files } = ctx.db.t;
+  const byStatus = await ctx.db.select({ status: batches.status, n: ctx.db.sql.count() }).from(batches).groupBy(batches.status);
+  const byPurpose = await ctx.db.select({ purpose: files.purpose, n: ctx.db.sql.count(), bytes: ctx.db.sql.sumNumber(files.bytes) }).from(files).groupBy(files.purpose);
   m.buildInfo.set([pkg.version], 1);
 
   m.batches.reset();
   for (const s of BATCH_STATUSES) m.batches.set([s], 0);
-  for (const r of ctx.db.select({ status: batches.status, n: sql<number>`count(*)` }).from(batches).groupBy(batches.status).all()) m.batches.set([r.status], r.n);
+  for (const r of byStatus) m.batches.set([r.status], r.n);
 
   m.filesStored.reset();
   m.fileBytesStored.reset();
-  for (const r of ctx.db
-    .select({ purpose: files.purpose, n: sql<number>`count(*)`, bytes: sql<number>`coalesce(sum(${files.bytes}), 0)` })
-    .from(files)
-    .groupBy(files.purpose)
-    .all()) {
+  for (const r of byPurpose) {
     m.filesStored.set([r.purpose], r.n);
     m.fileBytesStored.set([r.purpose], r.bytes);
   }
@@ -58,8 +55,8 @@ export function collectGauges(ctx: AppContext): void {
 export const metricsRoutes = (ctx: AppContext) =>
   new Elysia().get(
     "/metrics",
-    () => {
-      collectGauges(ctx);
+    async () => {
+      await collectGauges(ctx);
       return new Response(registry.render(), { headers: { "content-type": PROMETHEUS_CONTENT_TYPE } });
     },
     { detail: { tags: ["status"], summary: "Prometheus metrics (admin scope)" } },

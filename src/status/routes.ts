@@ -3,7 +3,6 @@ import { Elysia } from "elysia";
 import { sql } from "drizzle-orm";
 import pkg from "../../package.json";
 import type { AppContext } from "../context";
-import { batches } from "../db/schema";
 
 /** How old an upstream health check may be when GET /status answers, and how long a fresh one may take. */
 const HEALTH_MAX_AGE_MS = 1_000;
@@ -14,12 +13,12 @@ export async function statusReport(ctx: AppContext) {
   let dbOk = true;
   let counts = { validating: 0, in_progress: 0, finalizing: 0 };
   try {
-    for (const r of ctx.db
-      .select({ status: batches.status, n: sql<number>`count(*)` })
+    const { batches } = ctx.db.t;
+    for (const r of await ctx.db
+      .select({ status: batches.status, n: ctx.db.sql.count() })
       .from(batches)
       .where(sql`${batches.status} IN ('validating','in_progress','finalizing')`)
-      .groupBy(batches.status)
-      .all())
+      .groupBy(batches.status))
       counts = { ...counts, [r.status]: r.n };
   } catch {
     dbOk = false;

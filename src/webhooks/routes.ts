@@ -21,7 +21,7 @@ export const webhooksRoutes = (ctx: AppContext) =>
     .post(
       "",
       async ({ request, body }) => {
-        const created = createEndpoint(ctx, principalOf(request).project, body);
+        const created = await createEndpoint(ctx, principalOf(request).project, body);
         await syncCommits(ctx.db);
         return created;
       },
@@ -34,7 +34,7 @@ export const webhooksRoutes = (ctx: AppContext) =>
     .delete(
       "/:id",
       async ({ params }) => {
-        const deleted = deleteEndpoint(ctx, params.id);
+        const deleted = await deleteEndpoint(ctx, params.id);
         await syncCommits(ctx.db);
         return deleted;
       },

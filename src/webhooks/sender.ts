@@ -19,7 +19,7 @@
 // and kept other endpoints waiting until that backlog was under 512.)
 import { and, asc, eq, lte, sql } from "drizzle-orm";
 import type { AppContext } from "../context";
-import { webhookAttempts, webhookEndpoints, webhookEvents } from "../db/schema";
+import type { WebhookEventRow } from "../db/schema";
 import { nowSeconds } from "../ids";
 import { signatureHeaders } from "./sign";
 
@@ -38,7 +38,7 @@ const backoff = (attempts: number) => {
   return Math.round(base * (0.8 + 0.4 * Math.random()));
 };
 
-type EventRow = typeof webhookEvents.$inferSelect;
+type EventRow = WebhookEventRow;
 interface Outcome {
   eventId: string;
   endpointId: string;
@@ -77,9 +77,9 @@ export class WebhookSender {
   constructor(private readonly ctx: AppContext) {
     this.backoffScale = ctx.config.webhookRetryBaseMs / BACKOFF_MS[0]!;
     // Prepared once: built per call, Drizzle's query building costs more than the queries here.
-    const e = webhookEvents;
+    const { webhookAttempts, webhookEndpoints, webhookEvents: e } = ctx.db.t;
     this.q = {
-      endpoints: ctx.db.select({ id: webhookEndpoints.id }).from(webhookEndpoints).prepare(),
+      endpoints: ctx.db.select({ id: webhookEndpoints.id }).from(webhookEndpoints).prepare("webhooks_endpoints"),
       /** An endpoint's due rows, oldest first (params: endpoint, now, limit). */
       due: ctx.db
         .select()
@@ -87,15 +87,15 @@ export class WebhookSender {
         .where(and(eq(e.endpointId, sql.placeholder("endpoint")), eq(e.status, "pending"), lte(e.nextAttemptAt, sql.placeholder("now"))))
         .orderBy(asc(e.nextAttemptAt))
         .limit(sql.placeholder("limit"))
-        .prepare(),
+        .prepare("webhooks_due"),
       /** Takes a due row (params: id, now, until); returns it only if it was still due. */
       lease: ctx.db
         .update(e)
         .set({ nextAttemptAt: sql`${sql.placeholder("until")}` })
         .where(and(eq(e.id, sql.placeholder("id")), eq(e.status, "pending"), lte(e.nextAttemptAt, sql.placeholder("now"))))
         .returning({ id: e.id })
-        .prepare(),
-      endpoint: ctx.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, sql.placeholder("id"))).prepare(),
+        .prepare("webhooks_lease"),
+      endpoint: ctx.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, sql.placeholder("id"))).prepare("webhooks_endpoint"),
       attempt: ctx.db
         .insert(webhookAttempts)
         .values({
@@ -107,13 +107,13 @@ export class WebhookSender {
           error: sql.placeholder("error"),
           createdAt: sql.placeholder("createdAt"),
         })
-        .prepare(),
+        .prepare("webhooks_attempt"),
       /** An attempt's outcome (params: id, status, attempts, next: the next attempt's time, or null to leave it). */
       settle: ctx.db
         .update(e)
         .set({ status: sql`${sql.placeholder("status")}`, attempts: sql`${sql.placeholder("attempts")}`, nextAttemptAt: sql`coalesce(${sql.placeholder("next")}, ${e.nextAttemptAt})` })
         .where(eq(e.id, sql.placeholder("id")))
-        .prepare(),
+        .prepare("webhooks_settle"),
     };
   }
 
@@ -131,10 +131,14 @@ export class WebhookSender {
   /** Every endpoint with room. */
   private tick(): void {
     if (this.stopped) return;
-    this.writeOutcomes();
+    void this.readEndpoints();
+  }
+
+  private async readEndpoints(): Promise<void> {
+    await this.writeOutcomes();
     let ids: string[];
     try {
-      ids = this.q.endpoints.all().map((r) => r.id);
+      ids = (await this.q.endpoints.execute()).map((r) => r.id);
     } catch (e) {
       this.ctx.log.error("webhook sender tick failed", { error: String(e) });
       return;
@@ -143,25 +147,26 @@ export class WebhookSender {
       const k = this.turn++ % ids.length;
       ids = [...ids.slice(k), ...ids.slice(0, k)];
     }
-    this.fill(ids);
+    await this.fill(ids);
   }
 
   /** Takes due rows of these endpoints, as many as each has room for. */
-  private fill(endpointIds: Iterable<string>): void {
+  private async fill(endpointIds: Iterable<string>): Promise<void> {
     if (this.stopped || this.ticking) return;
     this.ticking = true;
     try {
       const now = Date.now();
       const leased: EventRow[] = [];
-      // One transaction for every lease: a commit each cost ≈4× as much.
-      this.ctx.db.transaction(() => {
+      // SQLite: one commit for every lease (a commit each cost ≈4× as much).
+      // Each lease is a conditional update on its own: of two nodes, one takes a row.
+      await this.ctx.db.grouped(async () => {
         let room = MAX_IN_FLIGHT - this.inFlight;
         for (const endpointId of endpointIds) {
           const mine = Math.min(PER_ENDPOINT - (this.perEndpoint.get(endpointId) ?? 0), room);
           if (mine <= 0) continue;
-          for (const row of this.q.due.all({ endpoint: endpointId, now, limit: mine })) {
+          for (const row of await this.q.due.execute({ endpoint: endpointId, now, limit: mine })) {
             if (this.taken.has(row.id)) continue;
-            if (this.q.lease.all({ id: row.id, now, until: now + LEASE_MS }).length === 0) continue;
+            if ((await this.q.lease.execute({ id: row.id, now, until: now + LEASE_MS })).length === 0) continue;
             leased.push(row);
             room--;
           }
@@ -198,20 +203,19 @@ export class WebhookSender {
     this.refills.add(row.endpointId);
     this.refillTimer ??= setTimeout(() => {
       this.refillTimer = null;
-      this.writeOutcomes();
       const all = this.refillAll;
       this.refillAll = false;
       const ids = [...this.refills];
       this.refills.clear();
-      if (all) this.tick();
-      else this.fill(ids);
+      void this.writeOutcomes().then(() => (all ? this.readEndpoints() : this.fill(ids)));
     }, REFILL_MS);
   }
 
   private async deliver(row: EventRow): Promise<void> {
-    const endpoint = this.q.endpoint.get({ id: row.endpointId });
+    const [endpoint] = await this.q.endpoint.execute({ id: row.endpointId });
     if (!endpoint) {
-      this.ctx.db.delete(webhookEvents).where(eq(webhookEvents.id, row.id)).run();
+      const e = this.ctx.db.t.webhookEvents;
+      await this.ctx.db.delete(e).where(eq(e.id, row.id));
       return;
     }
     let statusCode: number | null = null;
@@ -239,7 +243,7 @@ export class WebhookSender {
     // again); until then the lease keeps the row from being taken again.
     this.outcomesTimer ??= setImmediate(() => {
       this.outcomesTimer = null;
-      this.writeOutcomes();
+      void this.writeOutcomes();
     });
     this.outcomes.push({
       eventId: row.id,
@@ -258,15 +262,15 @@ export class WebhookSender {
   }
 
   /** Records the attempts made since the last call, in one transaction (one commit each cost ≈3× as much). */
-  private writeOutcomes(): void {
+  private async writeOutcomes(): Promise<void> {
     if (this.outcomes.length === 0) return;
     const batch = this.outcomes;
     this.outcomes = [];
     try {
-      this.ctx.db.transaction(() => {
+      await this.ctx.db.grouped(async () => {
         for (const o of batch) {
-          this.q.attempt.run({ eventId: o.eventId, endpointId: o.endpointId, type: o.type, attempt: o.attempt, statusCode: o.statusCode, error: o.error, createdAt: o.createdAt });
-          this.q.settle.run({ id: o.eventId, status: o.status, attempts: o.attempt, next: o.next });
+          await this.q.attempt.execute({ eventId: o.eventId, endpointId: o.endpointId, type: o.type, attempt: o.attempt, statusCode: o.statusCode, error: o.error, createdAt: o.createdAt });
+          await this.q.settle.execute({ id: o.eventId, status: o.status, attempts: o.attempt, next: o.next });
         }
       });
     } catch (e) {
@@ -275,11 +279,12 @@ export class WebhookSender {
     }
   }
 
-  stop(): void {
+  async stop(): Promise<void> {
     // The attempts already made are recorded (the database is still open here).
     if (this.outcomesTimer) clearImmediate(this.outcomesTimer);
-    this.writeOutcomes();
     this.stopped = true;
+    while (this.ticking) await new Promise((r) => setTimeout(r, 5));
+    await this.writeOutcomes();
     if (this.timer) clearInterval(this.timer);
     if (this.refillTimer) clearTimeout(this.refillTimer);
   }

@@ -2,7 +2,7 @@
 // role (as for keys): an admin key sees and removes every project's endpoints.
 import { and, desc, eq, lt } from "drizzle-orm";
 import type { AppContext } from "../context";
-import { webhookAttempts, webhookEndpoints, webhookEvents } from "../db/schema";
+import type { WebhookEndpointRow } from "../db/schema";
 import { ApiError, notFound } from "../errors";
 import { isId, newId, nowSeconds } from "../ids";
 import { BATCH_EVENT_TYPES } from "./outbox";
@@ -11,7 +11,7 @@ import { newSecret } from "./sign";
 const PROJECT_PATTERN = /^[A-Za-z0-9._-]{1,64}$/;
 const MAX_URL_CHARS = 2048;
 
-type EndpointRow = typeof webhookEndpoints.$inferSelect;
+type EndpointRow = WebhookEndpointRow;
 
 export function endpointView(row: EndpointRow) {
   return { id: row.id, object: "webhook_endpoint" as const, url: row.url, events: row.events, project: row.project, created_at: row.createdAt };
@@ -23,7 +23,7 @@ export interface CreateEndpointInput {
   project?: unknown;
 }
 
-export function createEndpoint(ctx: AppContext, callerProject: string, input: CreateEndpointInput) {
+export async function createEndpoint(ctx: AppContext, callerProject: string, input: CreateEndpointInput) {
   const url = checkUrl(input.url);
   let events: string[] = [...BATCH_EVENT_TYPES];
   if (input.events !== undefined && input.events !== null) {
@@ -41,7 +41,7 @@ export function createEndpoint(ctx: AppContext, callerProject: string, input: Cr
   }
   const row: EndpointRow = { seq: undefined as unknown as number, id: newId("whep_"), project, url, events, secret: newSecret(), createdAt: nowSeconds() };
   const { seq: _seq, ...values } = row;
-  ctx.db.insert(webhookEndpoints).values(values).run();
+  await ctx.db.insert(ctx.db.t.webhookEndpoints).values(values);
   // The secret appears only in this answer.
   return { ...endpointView(row), secret: row.secret };
 }
@@ -60,46 +60,48 @@ function checkUrl(raw: unknown): string {
   return u.toString();
 }
 
-export function listEndpoints(ctx: AppContext, project: string | undefined) {
-  const rows = ctx.db
+export async function listEndpoints(ctx: AppContext, project: string | undefined) {
+  const { webhookEndpoints } = ctx.db.t;
+  const rows = await ctx.db
     .select()
     .from(webhookEndpoints)
     .where(project ? eq(webhookEndpoints.project, project) : undefined)
-    .orderBy(desc(webhookEndpoints.seq))
-    .all();
+    .orderBy(desc(webhookEndpoints.seq));
   return { object: "list" as const, data: rows.map(endpointView) };
 }
 
-function getEndpoint(ctx: AppContext, id: string): EndpointRow {
+async function getEndpoint(ctx: AppContext, id: string): Promise<EndpointRow> {
   if (!isId("whep_", id)) throw notFound("webhook_endpoint", id);
-  const row = ctx.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, id)).get();
+  const { webhookEndpoints } = ctx.db.t;
+  const [row] = await ctx.db.select().from(webhookEndpoints).where(eq(webhookEndpoints.id, id));
   if (!row) throw notFound("webhook_endpoint", id);
   return row;
 }
 
-export function deleteEndpoint(ctx: AppContext, id: string) {
-  const row = getEndpoint(ctx, id);
-  ctx.db.transaction((tx) => {
-    tx.delete(webhookEndpoints).where(eq(webhookEndpoints.id, row.id)).run();
+export async function deleteEndpoint(ctx: AppContext, id: string) {
+  const row = await getEndpoint(ctx, id);
+  const { webhookAttempts, webhookEndpoints, webhookEvents } = ctx.db.t;
+  await ctx.db.transaction(async (tx) => {
+    await tx.delete(webhookEndpoints).where(eq(webhookEndpoints.id, row.id));
     // Its undelivered events go with it; the attempts stay readable nowhere, so they go too.
-    tx.delete(webhookEvents).where(eq(webhookEvents.endpointId, row.id)).run();
-    tx.delete(webhookAttempts).where(eq(webhookAttempts.endpointId, row.id)).run();
+    await tx.delete(webhookEvents).where(eq(webhookEvents.endpointId, row.id));
+    await tx.delete(webhookAttempts).where(eq(webhookAttempts.endpointId, row.id));
   });
   return { id: row.id, object: "webhook_endpoint" as const, deleted: true as const };
 }
 
 /** Delivery attempts, newest first; `after`: the seq cursor is internal, so pages go by `limit` only. */
-export function listDeliveries(ctx: AppContext, id: string, limit: number, before?: number) {
-  const row = getEndpoint(ctx, id);
+export async function listDeliveries(ctx: AppContext, id: string, limit: number, before?: number) {
+  const row = await getEndpoint(ctx, id);
+  const { webhookAttempts } = ctx.db.t;
   const conds = [eq(webhookAttempts.endpointId, row.id)];
   if (before !== undefined) conds.push(lt(webhookAttempts.seq, before));
-  const rows = ctx.db
+  const rows = await ctx.db
     .select()
     .from(webhookAttempts)
     .where(and(...conds))
     .orderBy(desc(webhookAttempts.seq))
-    .limit(limit + 1)
-    .all();
+    .limit(limit + 1);
   const page = rows.slice(0, limit);
   return {
     object: "list" as const,
