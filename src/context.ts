@@ -5,6 +5,7 @@ import type { BlobStore } from "./storage/blobStore";
 import type { ModelRegistry } from "./inference/registry";
 import type { Scheduler } from "./inference/scheduler";
 import type { RateLimiter } from "./inference/rateLimit";
+import type { Membership } from "./nodes/membership";
 
 /** What services need, built once at start and passed down (never Elysia's Context). */
 export interface AppContext {
@@ -16,6 +17,8 @@ export interface AppContext {
   registry: ModelRegistry;
   scheduler: Scheduler;
   rateLimiter: RateLimiter;
+  /** The nodes on this database (this one alone on SQLite); set once the server has started its runner. */
+  members: Membership | null;
   /** Wakes the batch runner after an API change (create, cancel). */
   kickBatches(): void;
 }

@@ -20,6 +20,7 @@ import { batchEventsOf } from "./batches/events";
 import { WebhookSender } from "./webhooks/sender";
 import { Scheduler } from "./inference/scheduler";
 import { RateLimiter } from "./inference/rateLimit";
+import { Membership } from "./nodes/membership";
 
 export interface RunningServer {
   ctx: AppContext;
@@ -52,9 +53,17 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
     registry,
     scheduler: new Scheduler(),
     rateLimiter: new RateLimiter(),
+    members: null,
     kickBatches: () => runner?.kick(),
   };
   runner = new BatchRunner(ctx, registry);
+  const members = new Membership(ctx, runner.owner, () => runner!.liveShards);
+  ctx.members = members;
+  await members.start();
+  // A limited model's max_concurrency is the cluster's: this node takes its share at every heartbeat.
+  members.afterBeat(() => {
+    for (const m of registry.list()) if (m.maxConcurrency !== null) ctx.scheduler.setLimit(m, members.shareOf(m.maxConcurrency));
+  });
   const leftovers = () => sweepBatchLeftovers(ctx).catch((e) => log.error("batch leftovers sweep failed", { error: String(e) }));
   void leftovers();
   const stopLoopMonitor = startEventLoopMonitor();
@@ -105,6 +114,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
       const closing = server.stop(true);
       await runner!.stop();
       await closing;
+      await members.stop().catch((e) => log.error("node stop not recorded", { error: String(e) }));
       // On S3, removals and aborted uploads started before the stop are
       // requests to the bucket: let them finish, for at most a few seconds
       // (what is cut short is done at the next start). On disk, the trash is

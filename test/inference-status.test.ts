@@ -12,13 +12,21 @@ const cfg = configWriter("offpeak-status-");
 afterAll(() => cfg.cleanup());
 
 function expectStatusShape(s: any) {
-  expect(Object.keys(s).sort()).toEqual(["batches", "database", "models", "status", "storage", "upstreams", "uptime_s", "version"]);
+  expect(Object.keys(s).sort()).toEqual(["batches", "database", "models", "nodes", "status", "storage", "upstreams", "uptime_s", "version"]);
   expect(["ok", "degraded"]).toContain(s.status);
   expect(s.version).toBe(pkg.version);
   expect(Number.isInteger(s.uptime_s)).toBe(true);
   expect(s.uptime_s).toBeGreaterThanOrEqual(0);
   expect(s.uptime_s).toBeLessThan(600);
-  expect(Object.keys(s.database)).toEqual(["ok"]);
+  expect(Object.keys(s.database).sort()).toEqual(["kind", "ok"]);
+  expect(["sqlite", "postgres"]).toContain(s.database.kind);
+  // SPEC §14: the nodes on this database; a single server is one live node that runs what it reports.
+  expect(s.nodes.length).toBeGreaterThanOrEqual(1);
+  for (const n of s.nodes) {
+    expect(Object.keys(n).sort()).toEqual(["id", "last_seen", "live", "shards", "started_at"]);
+    expect(Number.isInteger(n.started_at) && Number.isInteger(n.last_seen) && Number.isInteger(n.shards)).toBe(true);
+  }
+  expect(s.nodes.filter((n: any) => n.live).length).toBe(1);
   expect(Object.keys(s.storage).sort()).toEqual(["free_bytes", "ok"]);
   expect(Object.keys(s.batches).sort()).toEqual(["finalizing", "in_progress", "validating"]);
   for (const v of Object.values(s.batches)) expect(Number.isInteger(v)).toBe(true);
@@ -47,7 +55,7 @@ describe("a healthy server", () => {
     const s = await json(res);
     expectStatusShape(s);
     expect(s.status).toBe("ok");
-    expect(s.database).toEqual({ ok: true });
+    expect(s.database.ok).toBe(true);
     expect(s.storage.ok).toBe(true);
     expect(Number.isInteger(s.storage.free_bytes)).toBe(true);
     expect(s.storage.free_bytes).toBeGreaterThan(0);
@@ -99,7 +107,7 @@ describe("degraded", () => {
       const s = await json(res);
       expectStatusShape(s);
       expect(s.status).toBe("degraded");
-      expect(s.database).toEqual({ ok: true });
+      expect(s.database.ok).toBe(true);
       expect(s.storage.ok).toBe(true);
       expect(s.models.find((m: any) => m.id === "dead-chat")).toEqual({ id: "dead-chat", owned_by: "dead", healthy: false, in_flight: 0, queued: 0 });
       expect(s.models.filter((m: any) => m.id !== "dead-chat").every((m: any) => m.healthy)).toBe(true);

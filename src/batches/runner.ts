@@ -3,12 +3,12 @@
 // (owner + expiry), results live in part files, and every decision is made
 // again from the database on each tick. Per-line work happens in Workers.
 import { mkdirSync } from "node:fs";
-import { hostname } from "node:os";
 import { and, eq, inArray, isNull, sql } from "drizzle-orm";
 import type { AppContext } from "../context";
 import type { Queryable } from "../db/client";
 import type { Tables } from "../db/schema";
-import { base62, nowSeconds } from "../ids";
+import { nowSeconds } from "../ids";
+import { newNodeId, processGone } from "../nodes/identity";
 import type { ModelRegistry } from "../inference/registry";
 import { finalizeBatch, resultFileIds } from "./finalize";
 import { kindOfUrl } from "../endpoints";
@@ -43,8 +43,8 @@ const retryDelayMs = (failures: number) => Math.min(1000 * 2 ** (failures - 1), 
 const MAX_VALIDATE_FAILURES = 3;
 
 export class BatchRunner {
-  /** host:pid:nonce — a new nonce per start, so a reused pid (pid 1 in containers) is still a new owner. */
-  readonly owner = `${hostname()}:${process.pid}:${base62(8)}`;
+  /** This node's id (src/nodes/identity.ts). */
+  readonly owner = newNodeId();
   private readonly q: TickQueries;
   private pool: WorkerPool | null = null;
   private timer: ReturnType<typeof setInterval> | null = null;
@@ -167,20 +167,17 @@ export class BatchRunner {
     await this.q.renewBatchLeases.execute({ until });
   }
 
-  /** An owner on this host whose process is gone (or is an earlier start of this pid) will never renew. */
+  /** A lease whose owner stopped renewing it (expired), or whose process on this host is gone, is free. */
   private ownerIsDead(owner: string | null, leaseExpiresAt: number | null, now: number): boolean {
     if (!owner) return true;
     if (owner === this.owner) return false;
     if ((leaseExpiresAt ?? 0) < now) return true;
-    const [host, pid] = owner.split(":");
-    if (host !== hostname()) return false;
-    if (Number(pid) === process.pid) return true;
-    try {
-      process.kill(Number(pid), 0);
-      return false;
-    } catch {
-      return true;
-    }
+    return processGone(owner, this.owner);
+  }
+
+  /** Shards running in this process now. */
+  get liveShards(): number {
+    return this.live.size;
   }
 
   private async releaseDeadLeases(now: number): Promise<void> {
@@ -241,10 +238,19 @@ export class BatchRunner {
 
   private async onValidated(batchId: string, idx: number, result: ValidateResult): Promise<void> {
     const v = this.validations.get(batchId);
-    if (!v || v.results[idx]) return;
+    if (!v || v.left <= 0 || v.results[idx]) return;
     v.results[idx] = result;
     if (--v.left > 0) return;
-    this.validations.delete(batchId);
+    // The entry stays until the outcome is committed: a tick meanwhile still
+    // sees the batch in `validating` and must not start validating it again.
+    try {
+      await this.validationDone(batchId, v);
+    } finally {
+      if (this.validations.get(batchId) === v) this.validations.delete(batchId);
+    }
+  }
+
+  private async validationDone(batchId: string, v: Validation): Promise<void> {
     const { batches } = this.ctx.db.t;
     const [b] = await this.ctx.db.select().from(batches).where(eq(batches.id, batchId));
     if (!b || b.status === "failed") return;
@@ -456,9 +462,11 @@ export class BatchRunner {
       }, delay).unref();
       return;
     }
-    this.validations.delete(m.batchId);
     for (let i = 0; i < v.tasks.length; i++) this.failures.delete(`${m.batchId}/${i}`);
-    this.later(this.failBatch(v.batch, [{ code: "internal_error", message: `Part ${m.idx} of the input file could not be checked: ${m.error.split("\n")[0]!.slice(0, 300)}`, param: null, line: null }]));
+    v.left = -1; // no later result counts
+    this.later(this.failBatch(v.batch, [{ code: "internal_error", message: `Part ${m.idx} of the input file could not be checked: ${m.error.split("\n")[0]!.slice(0, 300)}`, param: null, line: null }]).finally(() => {
+      if (this.validations.get(m.batchId) === v) this.validations.delete(m.batchId);
+    }));
   }
 
   /** A database write started from a Worker message or a timer: its failure is logged (the next tick decides again from the rows). */

@@ -43,7 +43,8 @@ class ModelLane {
   readonly interactive: Waiter[] = [];
   readonly batch: Waiter[] = [];
   constructor(
-    readonly limit: number | null,
+    /** The model's max_concurrency; on a cluster, this node's share of it (setLimit). */
+    public limit: number | null,
     readonly queueSize: number,
     /** The shared cells of this model (limited models only), and where they start. */
     private readonly shared: { cells: Int32Array; base: number } | null,
@@ -82,6 +83,13 @@ class ModelLane {
   /** Publishes how many wait here, which Workers look at before taking a slot themselves. */
   publish(): void {
     if (this.shared) Atomics.store(this.shared.cells, this.shared.base + WAITING, this.interactive.length + this.batch.length);
+  }
+
+  /** A new limit (a cluster's share changed): takes beyond it wait until enough slots are given back. */
+  setLimit(limit: number): void {
+    this.limit = limit;
+    if (this.shared) Atomics.store(this.shared.cells, this.shared.base + LIMIT, limit);
+    this.pump();
   }
 
   /** Hands free slots to waiters, interactive first. */
@@ -149,6 +157,22 @@ export class Scheduler {
     if (lane.interactive.length === 0 && lane.batch.length === 0 && lane.tryTake()) return this.releaser(lane, true);
     await this.wait(lane, lane.batch, signal && (() => signal));
     return this.releaser(lane, true);
+  }
+
+  /**
+   * This node's part of a limited model's max_concurrency (SPEC §14: the
+   * limit is the cluster's total, shared among live nodes). Unlimited models
+   * stay unlimited.
+   */
+  setLimit(model: ModelEntry, limit: number): void {
+    if (model.maxConcurrency === null) return;
+    const lane = this.lane(model);
+    if (lane.limit !== limit) lane.setLimit(limit);
+  }
+
+  /** The limit in force for a model now (its share on a cluster), or null. */
+  limitOf(model: ModelEntry): number | null {
+    return model.maxConcurrency === null ? null : this.lane(model).limit;
   }
 
   /** A Worker freed slots it had taken itself while requests wait here: hand them on. */

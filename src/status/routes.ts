@@ -38,16 +38,19 @@ export async function statusReport(ctx: AppContext) {
   // Upstreams are checked as well as models: one that discovers its models
   // and has been down since start has no model to report unhealthy (SPEC §11).
   const upstreams = ctx.registry.health.report();
+  const nodes = dbOk ? await ctx.members?.report().catch(() => null) : null;
   const ok = dbOk && storageOk && models.every((m) => m.healthy) && upstreams.every((u) => u.healthy);
   return {
     status: ok ? ("ok" as const) : ("degraded" as const),
     version: pkg.version,
     uptime_s: Math.floor((Date.now() - ctx.startedAt) / 1000),
-    database: { ok: dbOk },
+    database: { ok: dbOk, kind: ctx.db.engine },
     storage: { ok: storageOk, free_bytes: free },
     batches: counts,
     models,
     upstreams,
+    // The nodes on this database (SPEC §14): live ones and those stopped in the last 10 minutes.
+    nodes: nodes ?? [],
   };
 }
 

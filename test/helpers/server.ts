@@ -7,6 +7,7 @@ import OpenAI from "openai";
 import { resolveConfig } from "../../src/config";
 import { startServer, type RunningServer } from "../../src/server";
 import { s3Storage, type TestS3 } from "./s3";
+import { startPostgres } from "./postgres";
 
 export const ADMIN_KEY = "sk-op-test-admin-key-0000000000000000000000";
 
@@ -38,11 +39,30 @@ export function freshDataDir(): string {
  * when the environment says OFFPEAK_TEST_STORAGE=s3 (to run a whole suite
  * against the bucket). An explicit `--storage-url` in `argv` wins.
  */
-export async function startTestServer(opts: { env?: Record<string, string>; argv?: string[]; dataDir?: string; storage?: "file" | "s3" } = {}): Promise<TestServer> {
+/**
+ * `database`: "postgres" gives the server a fresh database of its own on the
+ * test process's Postgres (./postgres.ts); the default is SQLite in the data
+ * dir, or Postgres when OFFPEAK_TEST_DATABASE=postgres (to run a whole suite
+ * against it). An explicit `--database-url` in `argv` wins.
+ */
+export async function testDatabaseArgs(dataDir: string, argv: string[] = [], database?: "sqlite" | "postgres"): Promise<string[]> {
+  const want = database ?? (process.env.OFFPEAK_TEST_DATABASE === "postgres" ? "postgres" : "sqlite");
+  if (want !== "postgres" || argv.some((a) => a.startsWith("--database-url"))) return [];
+  // One database per data dir: a server restarted on the same data dir finds its records again.
+  let url = databases.get(dataDir);
+  if (!url) databases.set(dataDir, (url = (await startPostgres()).createDatabase()));
+  return ["--database-url", await url];
+}
+const databases = new Map<string, Promise<string>>();
+
+export async function startTestServer(
+  opts: { env?: Record<string, string>; argv?: string[]; dataDir?: string; storage?: "file" | "s3"; database?: "sqlite" | "postgres" } = {},
+): Promise<TestServer> {
   const dataDir = opts.dataDir ?? freshDataDir();
+  const dbArgs = await testDatabaseArgs(dataDir, opts.argv, opts.database);
   const wantS3 = (opts.storage ?? (process.env.OFFPEAK_TEST_STORAGE === "s3" ? "s3" : "file")) === "s3";
   const storage = wantS3 && !(opts.argv ?? []).some((a) => a.startsWith("--storage-url")) ? await s3Storage(basename(dataDir)) : null;
-  const config = resolveConfig(["--port", "0", "--data-dir", dataDir, ...(storage ? ["--storage-url", storage.url] : []), ...(opts.argv ?? [])], {
+  const config = resolveConfig(["--port", "0", "--data-dir", dataDir, ...(storage ? ["--storage-url", storage.url] : []), ...dbArgs, ...(opts.argv ?? [])], {
     OFFPEAK_ADMIN_KEY: ADMIN_KEY,
     OFFPEAK_LOG_LEVEL: "error",
     ...storage?.env,

@@ -1,0 +1,97 @@
+// A real offpeak server in a child process (`bun src/main.ts serve`), for
+// tests that need signals (SIGKILL, SIGTERM), restarts on the same data dir,
+// or several nodes on one database and bucket. Every child started here is
+// killed when the test process exits, whatever happened.
+import type { Subprocess } from "bun";
+import { join, resolve } from "node:path";
+import OpenAI from "openai";
+import { pollUntil } from "./batches";
+import { ADMIN_KEY } from "./server";
+
+const ROOT = resolve(import.meta.dir, "..", "..");
+const MAIN = join(ROOT, "src", "main.ts");
+
+const running = new Set<Subprocess>();
+process.on("exit", () => {
+  for (const p of running) if (p.exitCode === null && p.signalCode === null) p.kill("SIGKILL");
+});
+
+/** The test process's environment without offpeak's own settings, plus the admin key and `env`. */
+export function childEnv(env: Record<string, string> = {}): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("OFFPEAK_") && k !== "PORT" && k !== "HOST") out[k] = v;
+  return { ...out, OFFPEAK_ADMIN_KEY: ADMIN_KEY, OFFPEAK_LOG_LEVEL: "warn", ...env };
+}
+
+export interface ChildOptions {
+  dataDir: string;
+  /** More `serve` flags (--config, --database-url, --storage-url …). */
+  args?: string[];
+  /** More environment (on top of childEnv()). */
+  env?: Record<string, string>;
+  /** How long to wait for "offpeak listening on …" (default 20 s). */
+  startMs?: number;
+}
+
+export class ChildServer {
+  stdout = "";
+  stderr = "";
+  url = "";
+  client!: OpenAI;
+  readonly proc: Subprocess<"ignore", "pipe", "pipe">;
+
+  private constructor(readonly opts: ChildOptions) {
+    this.proc = Bun.spawn([process.execPath, MAIN, "serve", "--port", "0", "--host", "127.0.0.1", "--data-dir", opts.dataDir, ...(opts.args ?? [])], {
+      cwd: ROOT,
+      env: childEnv(opts.env),
+      stdin: "ignore",
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    running.add(this.proc);
+    void this.proc.exited.then(() => running.delete(this.proc));
+    void collect(this.proc.stdout, (s) => (this.stdout += s));
+    void collect(this.proc.stderr, (s) => (this.stderr += s));
+  }
+
+  /** Starts a server and waits until it listens. */
+  static async start(opts: ChildOptions): Promise<ChildServer> {
+    const c = new ChildServer(opts);
+    const m = await pollUntil(
+      async () => {
+        if (c.proc.exitCode !== null) throw new Error(`server exited with ${c.proc.exitCode}: ${c.stderr}`);
+        return /offpeak listening on (http:\/\/\S+)/.exec(c.stdout);
+      },
+      (m) => m !== null,
+      opts.startMs ?? 20_000,
+      25,
+      "the server to listen",
+    );
+    c.url = m![1]!;
+    c.client = new OpenAI({ apiKey: ADMIN_KEY, baseURL: `${c.url}/api/v1`, maxRetries: 0 });
+    return c;
+  }
+
+  get base(): string {
+    return `${this.url}/api/v1`;
+  }
+
+  /** fetch against the API base with a bearer key (admin by default; null for none). */
+  api(path: string, init: RequestInit & { key?: string | null } = {}): Promise<Response> {
+    const { key = ADMIN_KEY, ...rest } = init;
+    const headers = new Headers(rest.headers);
+    if (key !== null) headers.set("authorization", `Bearer ${key}`);
+    return fetch(this.base + path, { ...rest, headers });
+  }
+
+  /** Sends `signal`; resolves with the exit code, or null if the process still runs after `ms`. */
+  async stop(signal: "SIGKILL" | "SIGTERM" = "SIGTERM", ms = 10_000): Promise<number | null> {
+    if (this.proc.exitCode === null && this.proc.signalCode === null) this.proc.kill(signal);
+    return Promise.race([this.proc.exited, Bun.sleep(ms).then(() => null)]);
+  }
+}
+
+async function collect(stream: ReadableStream<Uint8Array>, add: (s: string) => void) {
+  const dec = new TextDecoder();
+  for await (const chunk of stream) add(dec.decode(chunk, { stream: true }));
+}
