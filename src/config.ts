@@ -4,6 +4,7 @@
 import { Type, type Static } from "@sinclair/typebox";
 import { Value } from "@sinclair/typebox/value";
 import { readFileSync } from "node:fs";
+import { hostname } from "node:os";
 import { join, resolve } from "node:path";
 import type { DatabaseConfig } from "./db/client";
 import type { S3Settings } from "./storage/locator";
@@ -100,6 +101,8 @@ export interface Config {
   dataDir: string;
   configPath: string | null;
   storage: StorageConfig;
+  /** This node's name in node ids and lease owners (OFFPEAK_NODE_NAME; default: the host's name). Nodes of one machine share it. */
+  nodeName: string;
   /** Where records live (database.url): SQLite in the data dir, or Postgres. */
   database: DatabaseConfig;
   maxFileBytes: number;
@@ -274,6 +277,7 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
     host: pick(flags["host"], env.HOST, file.server?.host) ?? DEFAULTS.host,
     dataDir: resolve(dataDir),
     configPath,
+    nodeName: env.OFFPEAK_NODE_NAME || hostname(),
     database: databaseOf(pick(flags["database-url"], env.OFFPEAK_DATABASE_URL, file.database?.url) ?? "sqlite:", resolve(dataDir)),
     storage: storageOf(pick(flags["storage-url"], env.OFFPEAK_STORAGE_URL, file.storage?.url) ?? "file:", env),
     maxFileBytes:

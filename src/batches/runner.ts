@@ -44,7 +44,7 @@ const MAX_VALIDATE_FAILURES = 3;
 
 export class BatchRunner {
   /** This node's id (src/nodes/identity.ts). */
-  readonly owner = newNodeId();
+  readonly owner: string;
   private readonly q: TickQueries;
   private pool: WorkerPool | null = null;
   private timer: ReturnType<typeof setInterval> | null = null;
@@ -64,6 +64,7 @@ export class BatchRunner {
     private readonly ctx: AppContext,
     private readonly registry: ModelRegistry,
   ) {
+    this.owner = newNodeId(ctx.config.nodeName);
     this.q = prepareTickQueries(ctx.db, this.owner);
   }
 
@@ -421,7 +422,7 @@ export class BatchRunner {
         this.live.delete(key);
         this.failures.delete(key);
         this.dirty.add(m.batchId);
-        this.later(shardDone(this.ctx, m.batchId, m.idx, m.totals));
+        this.later(shardDone(this.ctx, m.batchId, m.idx, m.totals, this.owner));
         break;
       case "paused":
         this.live.delete(key);
@@ -570,11 +571,18 @@ async function shardsValidated(tx: Queryable, t: Tables, batchId: string, rows: 
       .where(and(eq(s.batchId, batchId), eq(s.idx, r.idx)));
 }
 
-/** A shard's exact totals once its Worker has written and flushed all of it. */
-async function shardDone(ctx: AppContext, batchId: string, idx: number, totals: ShardTotals): Promise<void> {
+/**
+ * A shard's exact totals once its Worker has written and flushed all of it.
+ * Only while this node still holds the shard's lease: a node that lost it
+ * (stalled past batches.lease_ms, so another took the shard over) must not
+ * end a shard that another node now runs.
+ */
+async function shardDone(ctx: AppContext, batchId: string, idx: number, totals: ShardTotals, owner: string): Promise<void> {
   const s = ctx.db.t.batchShards;
-  await ctx.db
+  const done = await ctx.db
     .update(s)
     .set({ status: "done", leaseOwner: null, leaseExpiresAt: null, ...totals })
-    .where(and(eq(s.batchId, batchId), eq(s.idx, idx)));
+    .where(and(eq(s.batchId, batchId), eq(s.idx, idx), eq(s.status, "running"), eq(s.leaseOwner, owner)))
+    .returning({ idx: s.idx });
+  if (done.length === 0) ctx.log.warn("batch shard finished after its lease was lost: another node runs it", { batch_id: batchId, shard: idx });
 }

@@ -1,10 +1,11 @@
-// A node's id is `host:pid:nonce` (the batch runner's lease owner): a new
-// nonce per start, so a reused pid (pid 1 in containers) is still a new node.
-import { hostname } from "node:os";
+// A node's id is `name:pid:nonce` (the batch runner's lease owner): name is
+// the host's name unless OFFPEAK_NODE_NAME says otherwise (config nodeName),
+// and a new nonce per start makes a reused pid (pid 1 in containers) a new
+// node still.
 import { base62 } from "../ids";
 
-export function newNodeId(): string {
-  return `${hostname()}:${process.pid}:${base62(8)}`;
+export function newNodeId(name: string): string {
+  return `${name.replaceAll(":", "_")}:${process.pid}:${base62(8)}`;
 }
 
 /**
@@ -16,7 +17,8 @@ export function newNodeId(): string {
 export function processGone(id: string, self: string): boolean {
   if (id === self) return false;
   const [host, pid] = id.split(":");
-  if (host !== hostname()) return false;
+  // Same name, same machine (and pid namespace): names are per machine.
+  if (host !== self.split(":")[0]) return false;
   if (Number(pid) === process.pid) return true;
   try {
     process.kill(Number(pid), 0);

@@ -213,11 +213,15 @@ export class S3Store implements BlobStore {
     // An empty part file was never uploaded, and is not kept.
     if (local === 0) return null;
     const remote = await this.remoteSize(partKey);
+    // The Worker that ran the shard to its end uploads its part before it
+    // reports the shard done, so an object in the bucket is the shard's
+    // whole part. A local file may be older than it: on a cluster another
+    // node may have run the shard to its end after this one ran part of it.
+    if (remote) return { key: partKey, bytes: remote };
     if (local !== null) {
-      // The Worker uploads a finished part before it reports the shard done;
-      // a part it could not upload goes up now, from this node's disk (the
-      // one copy through this node, and only then).
-      if (remote !== local) await this.file(partKey).write(Bun.file(staged));
+      // A part the Worker could not upload goes up now, from this node's
+      // disk (the one copy through this node, and only then).
+      await this.file(partKey).write(Bun.file(staged));
       return { key: partKey, bytes: local };
     }
     // Taken earlier (the working directory is gone after a finalize a crash cut short), or empty.
