@@ -26,6 +26,7 @@ RUN bun install --production --ignore-scripts
 COPY tsconfig.json bunfig.toml ./
 COPY scripts ./scripts
 COPY drizzle ./drizzle
+COPY drizzle-pg ./drizzle-pg
 COPY src ./src
 # `npm run build`: embeds the migrations, then bun build --compile (with the Worker entry points).
 RUN bun run build && ./dist/offpeak --help > /dev/null

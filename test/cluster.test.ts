@@ -14,7 +14,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pgMigrations } from "../src/db/migrations.gen";
 import { chatReq, expectExactlyOnce, pollUntil, readResults, sleep, waitBatch } from "./helpers/batches";
-import { ChildServer } from "./helpers/child";
+import { ChildServer, childEnv } from "./helpers/child";
 import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { startPostgres } from "./helpers/postgres";
 import { s3Storage } from "./helpers/s3";
@@ -95,6 +95,20 @@ describe("three nodes on one Postgres and one bucket", () => {
     const t0 = Date.now();
     for (const n of [a, b, c]) await pollUntil(async () => (await n.api("/files", { key: created.key })).status, (s) => s === 401, 2000, 25, "revocation seen");
     expect(Date.now() - t0).toBeLessThan(1500);
+  });
+
+  test("`offpeak keys` works against the database URL: a key made there works on every node, and its revocation holds on all", async () => {
+    const cli = async (...args: string[]) => {
+      const p = Bun.spawn([process.execPath, join(import.meta.dir, "..", "src", "main.ts"), "keys", ...args, "--database-url", dbUrl], { stdout: "pipe", stderr: "pipe", env: childEnv() });
+      const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+      expect({ code, err }).toEqual({ code: 0, err: "" });
+      return out.trim();
+    };
+    const secret = await cli("create", "--name", "from-cli", "--scopes", "files:read");
+    for (const n of nodes) expect((await n.api("/files", { key: secret })).status).toBe(200);
+    const id = (await cli("list")).split("\n").find((l) => l.endsWith("\tfrom-cli"))!.split("\t")[0]!;
+    expect(await cli("revoke", id)).toBe(`revoked ${id}`);
+    for (const n of nodes) await pollUntil(async () => (await n.api("/files", { key: secret })).status, (s) => s === 401, 2000, 25, "revocation seen");
   });
 
   test("a file uploaded on one is downloaded on another, with Range on a third", async () => {
