@@ -318,9 +318,9 @@ export class BatchRunner {
       if (pool.idle === 0 || this.stopping) return;
       const claimed = await this.ctx.db
         .update(batchShards)
-        .set({ status: "running", leaseOwner: this.owner, leaseExpiresAt: now + this.ctx.config.batches.leaseMs })
+        .set({ status: "running", leaseOwner: this.owner, leaseExpiresAt: now + this.ctx.config.batches.leaseMs, claims: sql`${batchShards.claims} + 1` })
         .where(and(eq(batchShards.batchId, shard.batchId), eq(batchShards.idx, shard.idx), eq(batchShards.status, "pending")))
-        .returning({ idx: batchShards.idx });
+        .returning({ idx: batchShards.idx, claims: batchShards.claims });
       if (claimed.length === 0) continue;
       const ids = resultFileIds(batch.id);
       const out = this.ctx.store.partTarget(ids.out, shard.idx);
@@ -338,6 +338,7 @@ export class BatchRunner {
         outPath: partPath(this.ctx, batch.id, "out", shard.idx),
         errPath: partPath(this.ctx, batch.id, "err", shard.idx),
         partTargets: out && err ? { out, err } : null,
+        claim: claimed[0]!.claims,
         stopCode: stopCodeOf(batch.stopReason),
         deadline: batch.expiresAt * 1000,
         maxAttempts: this.ctx.config.batches.maxAttempts,

@@ -35,6 +35,8 @@ export interface RunTask extends ShardRef {
   errPath: string;
   /** Where the finished part files go (objects in the bucket), uploaded by the Worker before it reports "done"; null: they stay on this disk until finalize takes them. */
   partTargets: { out: BlobLocator; err: BlobLocator } | null;
+  /** This run's number among the shard's claims (batch_shards.claims): names its checkpoints in the bucket. */
+  claim: number;
   /** null: execute; else write every unfinished line as an error with this code. */
   stopCode: "batch_cancelled" | "batch_expired" | null;
   /** ms since epoch: no new attempt starts after it. */

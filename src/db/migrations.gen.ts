@@ -67,6 +67,12 @@ export const sqliteMigrations: Migration[] = [
     "statements": [
       "CREATE TABLE `nodes` (\n\t`id` text PRIMARY KEY NOT NULL,\n\t`started_at` integer NOT NULL,\n\t`last_seen` integer NOT NULL,\n\t`shards` integer DEFAULT 0 NOT NULL,\n\t`stopped_at` integer\n);"
     ]
+  },
+  {
+    "tag": "0007_wonderful_glorian",
+    "statements": [
+      "ALTER TABLE `batch_shards` ADD `claims` integer DEFAULT 0 NOT NULL;"
+    ]
   }
 ];
 export const pgMigrations: Migration[] = [
@@ -97,6 +103,12 @@ export const pgMigrations: Migration[] = [
       "CREATE INDEX \"webhook_endpoints_project\" ON \"webhook_endpoints\" USING btree (\"project\",\"seq\");",
       "CREATE INDEX \"webhook_events_due\" ON \"webhook_events\" USING btree (\"status\",\"next_attempt_at\");",
       "CREATE INDEX \"webhook_events_endpoint_due\" ON \"webhook_events\" USING btree (\"endpoint_id\",\"status\",\"next_attempt_at\");"
+    ]
+  },
+  {
+    "tag": "0001_peaceful_quentin_quire",
+    "statements": [
+      "ALTER TABLE \"batch_shards\" ADD COLUMN \"claims\" bigint DEFAULT 0 NOT NULL;"
     ]
   }
 ];

@@ -23,6 +23,7 @@ import { addUsage } from "./usage";
 import { acquireSlot } from "./slots";
 import { countLine, takeWorkerMetrics } from "../../metrics/worker";
 import { openLocator, s3FileOf } from "../../storage/locator";
+import { CHECKPOINT_MS, PartCheckpoints } from "./checkpoints";
 
 const FLUSH_BYTES = 1 << 20;
 /** While a shard runs, each part file is flushed to disk (fdatasync, on the thread pool) every this many bytes, so the flush before "done" is small. */
@@ -44,6 +45,11 @@ class PartWriter {
   ) {
     this.size = fstatSync(fd).size;
     this.nextSyncAt = this.size + SYNC_BYTES;
+  }
+
+  /** Bytes in the file (whole lines): what recovery kept plus what this run wrote so far. */
+  get written(): number {
+    return this.size;
   }
 
   push(line: string): void {
@@ -99,6 +105,11 @@ async function syncPartDirs(paths: string[]): Promise<void> {
 }
 
 export async function runShard(task: RunTask, models: Map<string, PricedModel>, control: ShardControl, post: (m: FromWorker) => void): Promise<void> {
+  // With the files in a bucket, the part files are checkpointed there while
+  // the shard runs (checkpoints.ts): first, take what an earlier run left.
+  const t = task.partTargets;
+  const ckpt = t && !("path" in t.out) && !("path" in t.err) ? { out: new PartCheckpoints(t.out, task.outPath, task.claim), err: new PartCheckpoints(t.err, task.errPath, task.claim) } : null;
+  if (ckpt) await Promise.all([ckpt.out.restore(), ckpt.err.restore()]);
   const { done, totals } = await recoverParts(task.outPath, task.errPath);
   const kind = endpointKind(task.endpoint);
   if (task.stopCode) control.stopCode ??= task.stopCode;
@@ -135,6 +146,14 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
     }
   };
   const heldBack = setInterval(() => unsent && postProgress(), 2 * PROGRESS_MS);
+  const checkpointing = ckpt
+    ? setInterval(() => {
+        out.flush();
+        err.flush();
+        ckpt.out.tick(out.written);
+        ckpt.err.tick(err.written);
+      }, CHECKPOINT_MS)
+    : null;
 
   // Requests in flight, and the line loop's single waiter: woken by every
   // completion, it re-checks its condition (room for one more, or none left).
@@ -207,13 +226,20 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
     // reuse the descriptor numbers and receive their lines.
     while (inFlight > 0) await nextCompletion();
     clearInterval(heldBack);
+    if (checkpointing) clearInterval(checkpointing);
     // A failed shard runs again from what its parts hold: no flush needed.
     const durable = finished && !failure;
     await Promise.all([out.close(durable), err.close(durable)]);
   }
   if (failure) throw failure;
   await syncPartDirs([task.outPath, task.errPath]);
-  if (!paused) await uploadParts(task);
+  // Paused (a stop, an outage): every line finished so far goes to the
+  // bucket, so whichever node runs the shard next sends none of them again.
+  if (paused && ckpt) await Promise.all([ckpt.out.flush(out.written), ckpt.err.flush(err.written)]);
+  if (!paused) {
+    await uploadParts(task);
+    if (ckpt) await Promise.all([ckpt.out.clear(), ckpt.err.clear()]);
+  }
   post({ type: paused ? "paused" : "done", batchId: task.batchId, idx: task.idx, totals, metrics: takeWorkerMetrics() });
 }
 

@@ -13,6 +13,7 @@ export const batchShards = pgTable(
     status: text("status").notNull(),
     leaseOwner: text("lease_owner"),
     leaseExpiresAt: bigint("lease_expires_at", { mode: "number" }),
+    claims: bigint("claims", { mode: "number" }).notNull().default(0),
     completed: bigint("completed", { mode: "number" }).notNull().default(0),
     failed: bigint("failed", { mode: "number" }).notNull().default(0),
     inputTokens: bigint("input_tokens", { mode: "number" }).notNull().default(0),

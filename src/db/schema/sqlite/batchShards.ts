@@ -20,6 +20,8 @@ export const batchShards = sqliteTable(
     status: text("status").notNull(),
     leaseOwner: text("lease_owner"),
     leaseExpiresAt: integer("lease_expires_at"),
+    /** Times the shard was claimed to run: names the bucket checkpoints of each run (worker/checkpoints.ts). */
+    claims: integer("claims").notNull().default(0),
     completed: integer("completed").notNull().default(0),
     failed: integer("failed").notNull().default(0),
     inputTokens: integer("input_tokens").notNull().default(0),

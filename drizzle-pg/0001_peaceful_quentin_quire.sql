@@ -1,0 +1,1 @@
+ALTER TABLE "batch_shards" ADD COLUMN "claims" bigint DEFAULT 0 NOT NULL;

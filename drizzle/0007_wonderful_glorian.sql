@@ -1,0 +1,1 @@
+ALTER TABLE `batch_shards` ADD `claims` integer DEFAULT 0 NOT NULL;
