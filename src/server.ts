@@ -21,6 +21,7 @@ import { WebhookSender } from "./webhooks/sender";
 import { Scheduler } from "./inference/scheduler";
 import { RateLimiter } from "./inference/rateLimit";
 import { Membership } from "./nodes/membership";
+import { KeyUsageSync } from "./nodes/keyUsage";
 
 export interface RunningServer {
   ctx: AppContext;
@@ -64,6 +65,9 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
   members.afterBeat(() => {
     for (const m of registry.list()) if (m.maxConcurrency !== null) ctx.scheduler.setLimit(m, members.shareOf(m.maxConcurrency));
   });
+  // Per-key rpm/tpm for the cluster: only where other nodes can share the database.
+  const keyUsage = db.engine === "postgres" ? new KeyUsageSync(ctx, members) : null;
+  keyUsage?.start();
   const leftovers = () => sweepBatchLeftovers(ctx).catch((e) => log.error("batch leftovers sweep failed", { error: String(e) }));
   void leftovers();
   const stopLoopMonitor = startEventLoopMonitor();
@@ -114,6 +118,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
       const closing = server.stop(true);
       await runner!.stop();
       await closing;
+      keyUsage?.stop();
       await members.stop().catch((e) => log.error("node stop not recorded", { error: String(e) }));
       // On S3, removals and aborted uploads started before the stop are
       // requests to the bucket: let them finish, for at most a few seconds

@@ -123,6 +123,33 @@ describe("three nodes on one Postgres and one bucket", () => {
     expect((await c.client.files.retrieve(file.id)).bytes).toBe(bytes.length);
   });
 
+  test("a key's rpm holds for the cluster (within 10%), whichever node the requests reach", async () => {
+    const a = nodes[0]!;
+    const created = (await (await a.api("/keys", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "limited", rate_limits: { rpm: 30 } }) })).json()) as { key: string };
+    const body = JSON.stringify({ model: "offpeak-echo", messages: [{ role: "user", content: "hi" }] });
+    for (let attempt = 0; ; attempt++) {
+      // All in one wall-clock minute (the cluster's windows), else once more in the next.
+      const minute = Math.floor(Date.now() / 60_000);
+      const statuses: number[] = [];
+      for (let i = 0; i < 90; i++) {
+        const n = nodes[i % 3]!;
+        const res = await n.api("/chat/completions", { method: "POST", headers: { "content-type": "application/json" }, body, key: created.key });
+        statuses.push(res.status);
+        await res.arrayBuffer();
+      }
+      if (Math.floor(Date.now() / 60_000) !== minute && attempt === 0) {
+        await sleep(60_000 - (Date.now() % 60_000) + 100);
+        continue;
+      }
+      const ok = statuses.filter((s) => s === 200).length;
+      expect(statuses.every((s) => s === 200 || s === 429)).toBe(true);
+      expect(ok).toBeLessThanOrEqual(33);
+      expect(ok).toBeGreaterThanOrEqual(24);
+      console.log(`cluster: rpm 30 over three nodes: ${ok} of 90 admitted`);
+      break;
+    }
+  }, 150_000);
+
   test("a batch created on one, polled on another, is run by all three within the cluster's max_concurrency", async () => {
     const [a, b, c] = nodes as [ChildServer, ChildServer, ChildServer];
     const { ids, text } = lines("all", 9000);

@@ -73,6 +73,12 @@ export const sqliteMigrations: Migration[] = [
     "statements": [
       "ALTER TABLE `batch_shards` ADD `claims` integer DEFAULT 0 NOT NULL;"
     ]
+  },
+  {
+    "tag": "0008_glossy_marvel_boy",
+    "statements": [
+      "CREATE TABLE `key_usage` (\n\t`key_id` text NOT NULL,\n\t`node_id` text NOT NULL,\n\t`window_start` integer NOT NULL,\n\t`requests` integer NOT NULL,\n\t`tokens` integer NOT NULL,\n\t`reserved_requests` integer DEFAULT 0 NOT NULL,\n\t`reserved_tokens` integer DEFAULT 0 NOT NULL,\n\tPRIMARY KEY(`window_start`, `key_id`, `node_id`)\n);"
+    ]
   }
 ];
 export const pgMigrations: Migration[] = [
@@ -109,6 +115,12 @@ export const pgMigrations: Migration[] = [
     "tag": "0001_peaceful_quentin_quire",
     "statements": [
       "ALTER TABLE \"batch_shards\" ADD COLUMN \"claims\" bigint DEFAULT 0 NOT NULL;"
+    ]
+  },
+  {
+    "tag": "0002_low_lila_cheney",
+    "statements": [
+      "CREATE TABLE \"key_usage\" (\n\t\"key_id\" text NOT NULL,\n\t\"node_id\" text NOT NULL,\n\t\"window_start\" bigint NOT NULL,\n\t\"requests\" bigint NOT NULL,\n\t\"tokens\" bigint NOT NULL,\n\t\"reserved_requests\" bigint DEFAULT 0 NOT NULL,\n\t\"reserved_tokens\" bigint DEFAULT 0 NOT NULL,\n\tCONSTRAINT \"key_usage_window_start_key_id_node_id_pk\" PRIMARY KEY(\"window_start\",\"key_id\",\"node_id\")\n);"
     ]
   }
 ];

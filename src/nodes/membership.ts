@@ -52,6 +52,11 @@ export class Membership {
     return this.live.length;
   }
 
+  /** This node's place among the live nodes (by id), and their number. */
+  place(): { index: number; count: number } {
+    return { index: this.live.indexOf(this.id), count: this.live.length };
+  }
+
   /**
    * This node's part of a cluster-wide `total`: the total split as evenly as
    * whole numbers allow, the remainder to the first nodes by id, so that the

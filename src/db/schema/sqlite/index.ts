@@ -6,3 +6,4 @@ export * from "./batchShards";
 export * from "./chats";
 export * from "./webhooks";
 export * from "./nodes";
+export * from "./keyUsage";
