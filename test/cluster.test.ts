@@ -111,6 +111,31 @@ describe("three nodes on one Postgres and one bucket", () => {
     for (const n of nodes) await pollUntil(async () => (await n.api("/files", { key: secret })).status, (s) => s === 401, 2000, 25, "revocation seen");
   });
 
+  test("the interactive hot path asks the database nothing: statements per chat request ≈ 0 beyond the background", async () => {
+    const a = nodes[0]!;
+    const created = (await (await a.api("/keys", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "hot" }) })).json()) as { key: string };
+    const queries = async () => Number(/^offpeak_db_queries_total\{database="postgres"\} (\d+)/m.exec(await (await a.api("/metrics")).text())?.[1] ?? NaN);
+    const body = JSON.stringify({ model: "offpeak-echo", messages: [{ role: "user", content: "hi" }] });
+    const chat = async () => {
+      const res = await a.api("/chat/completions", { method: "POST", headers: { "content-type": "application/json" }, body, key: created.key });
+      expect(res.status).toBe(200);
+      await res.arrayBuffer();
+    };
+    await chat(); // the key's one lookup, then it is cached
+    const N = 300;
+    // The background (heartbeats, the batch runner's ticks, key-usage syncs) over the same time, without requests…
+    const t0 = Date.now();
+    const q0 = await queries();
+    for (let i = 0; i < N; i++) await chat();
+    const busyMs = Date.now() - t0;
+    const q1 = await queries();
+    await sleep(busyMs);
+    const q2 = await queries();
+    const perRequest = (q1 - q0 - (q2 - q1)) / N;
+    console.log(`cluster: ${N} chat requests in ${busyMs} ms: ${q1 - q0} statements, ${q2 - q1} in the same time idle → ${perRequest.toFixed(3)} per request`);
+    expect(perRequest).toBeLessThan(0.1);
+  });
+
   test("a file uploaded on one is downloaded on another, with Range on a third", async () => {
     const [a, b, c] = nodes as [ChildServer, ChildServer, ChildServer];
     const bytes = new Uint8Array(3 * 1024 * 1024 + 17).map((_, i) => (i * 131 + 7) % 251);

@@ -1,6 +1,14 @@
 // The few SQL fragments whose text differs between SQLite and Postgres.
 import { sql, type SQL, type SQLWrapper } from "drizzle-orm";
+import type { Logger } from "drizzle-orm";
 import type { Dialect } from "./client";
+import { m } from "../metrics";
+
+/** Drizzle's logger, used to count statements (offpeak_db_queries_total), never to print them. */
+export function countQueries(engine: Dialect): Logger {
+  const label = [engine];
+  return { logQuery: () => m.dbQueries.inc(label) };
+}
 
 export interface DialectSql {
   /** The larger of two values (SQLite's two-argument max(), Postgres's greatest()). */

@@ -5,7 +5,7 @@ import { drizzle } from "drizzle-orm/bun-sql";
 import * as schema from "./schema/pg";
 import { pgTables } from "./schema";
 import { pgMigrations } from "./migrations.gen";
-import { dialectSql } from "./dialect";
+import { countQueries, dialectSql } from "./dialect";
 import type { Db } from "./client";
 
 /** Any 64-bit number that no other user of the database takes: "offpeak" in ASCII. */
@@ -15,7 +15,7 @@ const KEYS_POLL_MS = 250;
 export async function openPostgres(url: string): Promise<Db> {
   const client = new SQL({ url, max: Number(process.env.OFFPEAK_PG_POOL ?? 10), idleTimeout: 30 });
   await applyMigrations(client);
-  const base = drizzle({ client, schema });
+  const base = drizzle({ client, schema, logger: countQueries("postgres") });
 
   // Revocations by other nodes: a key is never un-revoked, so the number of
   // revoked keys grows with every revocation. Polled, never per request.

@@ -10,7 +10,7 @@ import { FSYNC_ENABLED, flushDelayForTests, noteDurable } from "../fsync";
 import * as schema from "./schema/sqlite";
 import { sqliteTables } from "./schema";
 import { sqliteMigrations } from "./migrations.gen";
-import { dialectSql } from "./dialect";
+import { countQueries, dialectSql } from "./dialect";
 import type { Db } from "./client";
 
 /**
@@ -38,7 +38,7 @@ export function openSqlite(path: string, opts: { synchronous?: "NORMAL" | "FULL"
   sqlite.exec(`PRAGMA synchronous = ${opts.synchronous ?? "NORMAL"}`);
   sqlite.exec("PRAGMA foreign_keys = ON");
   applyMigrations(sqlite);
-  const base = drizzle(sqlite, { schema });
+  const base = drizzle(sqlite, { schema, logger: countQueries("sqlite") });
   const syncer = new CommitSyncer(path);
   const dataVersion = sqlite.query<{ data_version: number }, []>("PRAGMA data_version");
   const transaction = asyncTransaction(base, sqlite);

@@ -21,6 +21,11 @@ export const m = {
     ["method", "route"],
     LATENCY_BUCKETS,
   ),
+  dbQueries: registry.counter(
+    "offpeak_db_queries_total",
+    "Statements sent to the database by the query builder, by database (sqlite, postgres): the interactive hot path sends none for a known key (SPEC §14).",
+    ["database"],
+  ),
   batchLinesProcessed: registry.counter("offpeak_batch_lines_processed_total", "Batch request lines that got a result (output or error line), by model.", ["model"]),
   batchLinesFailed: registry.counter("offpeak_batch_lines_failed_total", "Batch request lines that ended in the error file, by model.", ["model"]),
   batches: registry.gauge("offpeak_batches", "Batches in the database, by status.", ["status"]),
