@@ -42,14 +42,17 @@ async function step(ctx: AppContext, batchId: string, name: string, fields: Reco
 /** Part moves in flight at once (each is a stat and a rename on the thread pool); one at a time under the test hook, so steps are in a known order. */
 const ADOPT_CONCURRENCY = TEST_PAUSE_MS > 0 ? 1 : 8;
 
-async function adoptParts(ctx: AppContext, batchId: string, fileId: string, kind: "out" | "err", idxs: number[]): Promise<{ idx: number; part: BlobPart }[]> {
+/** `shards`: those whose part of this kind has lines (a shard's totals count its part files' lines exactly), with the run that ended each. */
+async function adoptParts(ctx: AppContext, batchId: string, fileId: string, kind: "out" | "err", shards: { idx: number; claims: number }[]): Promise<{ idx: number; part: BlobPart }[]> {
+  const idxs = shards.map((s) => s.idx);
+  const claimOf = new Map(shards.map((s) => [s.idx, s.claims]));
   const adopted: ({ idx: number; part: BlobPart } | null)[] = new Array(idxs.length).fill(null);
   let next = 0;
   const lane = async () => {
     while (next < idxs.length) {
       const i = next++;
       const idx = idxs[i]!;
-      const part = await ctx.store.adoptPart(fileId, idx, partPath(ctx, batchId, kind, idx));
+      const part = await ctx.store.adoptPart(fileId, idx, partPath(ctx, batchId, kind, idx), claimOf.get(idx)!);
       if (part) {
         adopted[i] = { idx, part };
         await step(ctx, batchId, "part adopted", { kind, idx });
@@ -66,10 +69,9 @@ export const resultFileIds = (batchId: string) => ({ out: derivedId("file-", `${
 export async function finalizeBatch(ctx: AppContext, batch: BatchRow): Promise<void> {
   const { batches, batchShards, fileParts, files } = ctx.db.t;
   const shards = await ctx.db.select().from(batchShards).where(eq(batchShards.batchId, batch.id)).orderBy(batchShards.idx);
-  const idxs = shards.map((s) => s.idx);
   const { out: outId, err: errId } = resultFileIds(batch.id);
-  const outParts = await adoptParts(ctx, batch.id, outId, "out", idxs);
-  const errParts = await adoptParts(ctx, batch.id, errId, "err", idxs);
+  const outParts = await adoptParts(ctx, batch.id, outId, "out", shards.filter((s) => s.completed > 0));
+  const errParts = await adoptParts(ctx, batch.id, errId, "err", shards.filter((s) => s.failed > 0));
   // The moved parts' names are on disk before any record points at them.
   await Promise.all([ctx.store.syncParts(outId), ctx.store.syncParts(errId)]);
   await step(ctx, batch.id, "parts durable");

@@ -323,8 +323,9 @@ export class BatchRunner {
         .returning({ idx: batchShards.idx, claims: batchShards.claims });
       if (claimed.length === 0) continue;
       const ids = resultFileIds(batch.id);
-      const out = this.ctx.store.partTarget(ids.out, shard.idx);
-      const err = this.ctx.store.partTarget(ids.err, shard.idx);
+      const claim = claimed[0]!.claims;
+      const out = this.ctx.store.partTarget(ids.out, shard.idx, claim);
+      const err = this.ctx.store.partTarget(ids.err, shard.idx, claim);
       this.live.set(`${shard.batchId}/${shard.idx}`, { batchId: shard.batchId, idx: shard.idx, totals: zeroTotals() });
       mkdirSync(batchDir(this.ctx, batch.id), { recursive: true });
       pool.dispatch({
@@ -338,7 +339,7 @@ export class BatchRunner {
         outPath: partPath(this.ctx, batch.id, "out", shard.idx),
         errPath: partPath(this.ctx, batch.id, "err", shard.idx),
         partTargets: out && err ? { out, err } : null,
-        claim: claimed[0]!.claims,
+        claim,
         stopCode: stopCodeOf(batch.stopReason),
         deadline: batch.expiresAt * 1000,
         maxAttempts: this.ctx.config.batches.maxAttempts,

@@ -3,6 +3,7 @@ import type { ModelSpec } from "../inference/registry";
 import type { WorkerMetricsDelta } from "../metrics/worker";
 import type { HealthMemory } from "../inference/upstreamHealth";
 import type { BlobLocator } from "../storage/locator";
+import type { PartTarget } from "../storage/blobStore";
 
 export interface PricedModel extends ModelSpec {
   inputPerMillion: number;
@@ -34,7 +35,7 @@ export interface RunTask extends ShardRef {
   outPath: string;
   errPath: string;
   /** Where the finished part files go (objects in the bucket), uploaded by the Worker before it reports "done"; null: they stay on this disk until finalize takes them. */
-  partTargets: { out: BlobLocator; err: BlobLocator } | null;
+  partTargets: { out: PartTarget; err: PartTarget } | null;
   /** This run's number among the shard's claims (batch_shards.claims): names its checkpoints in the bucket. */
   claim: number;
   /** null: execute; else write every unfinished line as an error with this code. */

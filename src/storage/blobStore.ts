@@ -1,7 +1,7 @@
 // File bytes go only through this interface: the local disk (./localDisk.ts)
 // or an S3-compatible bucket (./s3.ts), chosen by storage.url, without the
 // services knowing which.
-import type { BlobLocator } from "./locator";
+import type { BlobLocator, S3Locator } from "./locator";
 
 export type { BlobLocator };
 
@@ -66,13 +66,15 @@ export interface BlobStore {
    * part already taken is found where it went. null: nothing to take (no
    * staged file, or an empty one: empty parts are not kept).
    */
-  adoptPart(key: string, idx: number, staged: string): Promise<BlobPart | null>;
+  adoptPart(key: string, idx: number, staged: string, claim: number): Promise<BlobPart | null>;
   /**
-   * Where the Worker that wrote part `idx` of the composed blob `key` puts it
-   * itself once the part is finished (an object in the bucket), or null: the
-   * part stays where it was written until adoptPart takes it (local disk).
+   * Where the Worker of run `claim` of shard `idx` puts the part of the
+   * composed blob `key` itself once the part is finished (an object in the
+   * bucket, named for the run), and where it checkpoints the part while it
+   * runs; or null: the part stays where it was written until adoptPart
+   * takes it (local disk).
    */
-  partTarget(key: string, idx: number): BlobLocator | null;
+  partTarget(key: string, idx: number, claim: number): PartTarget | null;
   /** Makes the parts taken so far for `key` durable (on disk: fsync of the directories that gained entries). */
   syncParts(key: string): Promise<void>;
   /**
@@ -91,4 +93,10 @@ export interface BlobStore {
   sweepTemporary(): void;
   /** Waits for background work (removals, aborted uploads) started so far: a clean stop. */
   settled(): Promise<void>;
+}
+
+/** A running shard's part in a bucket: its final object (named for the run) and the prefix of its checkpoints (../batches/worker/checkpoints.ts). */
+export interface PartTarget {
+  object: S3Locator;
+  checkpoints: S3Locator;
 }

@@ -166,7 +166,7 @@ export class LocalDiskStore implements BlobStore {
     return taken ? { key: partKey, bytes: taken } : null;
   }
 
-  partTarget(): null {
+  partTarget(_key: string, _idx: number, _claim: number): null {
     // A part file is renamed into the store at finalize: it never moves through a Worker.
     return null;
   }

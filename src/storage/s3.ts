@@ -26,9 +26,9 @@ import { mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "../log";
-import type { BlobLocator, BlobPart, BlobStore, BlobWriter } from "./blobStore";
+import type { BlobLocator, BlobPart, BlobStore, BlobWriter, PartTarget } from "./blobStore";
 import { readParts } from "./composed";
-import { s3ClientOf, type S3Settings } from "./locator";
+import { s3ClientOf, type S3Locator, type S3Settings } from "./locator";
 import { trashIn, type Trash } from "./trash";
 
 const MiB = 1 << 20;
@@ -83,8 +83,8 @@ export class S3Store implements BlobStore {
     return { s3: this.settings, key: this.objectKey(key) };
   }
 
-  partTarget(key: string, idx: number): BlobLocator {
-    return this.locate(partKeyOf(key, idx));
+  partTarget(key: string, idx: number, claim: number): PartTarget {
+    return { object: this.locate(partKeyOf(key, idx, claim)) as S3Locator, checkpoints: this.locate(`${key}.parts/${idx}`) as S3Locator };
   }
 
   createWriter(key: string): BlobWriter {
@@ -207,25 +207,22 @@ export class S3Store implements BlobStore {
     } while (token);
   }
 
-  async adoptPart(key: string, idx: number, staged: string): Promise<BlobPart | null> {
-    const partKey = partKeyOf(key, idx);
-    const local = await localSize(staged);
-    // An empty part file was never uploaded, and is not kept.
-    if (local === 0) return null;
+  async adoptPart(key: string, idx: number, staged: string, claim: number): Promise<BlobPart | null> {
+    // The Worker of the run that ended the shard (claim) uploads its part
+    // under a name of that run before it reports the shard done: that object
+    // is the shard's whole part. A local file here may be older (on a
+    // cluster another node may have ended the shard after this one ran part
+    // of it), and a run that lost its lease uploads under its own name, so
+    // it can never replace the part that counts.
+    const partKey = partKeyOf(key, idx, claim);
     const remote = await this.remoteSize(partKey);
-    // The Worker that ran the shard to its end uploads its part before it
-    // reports the shard done, so an object in the bucket is the shard's
-    // whole part. A local file may be older than it: on a cluster another
-    // node may have run the shard to its end after this one ran part of it.
     if (remote) return { key: partKey, bytes: remote };
-    if (local !== null) {
-      // A part the Worker could not upload goes up now, from this node's
-      // disk (the one copy through this node, and only then).
-      await this.file(partKey).write(Bun.file(staged));
-      return { key: partKey, bytes: local };
-    }
-    // Taken earlier (the working directory is gone after a finalize a crash cut short), or empty.
-    return remote ? { key: partKey, bytes: remote } : null;
+    const local = await localSize(staged);
+    // None, or empty: empty parts are not kept.
+    if (!local) return null;
+    // Not in the bucket (it should be): from this node's disk, the one copy through this node.
+    await this.file(partKey).write(Bun.file(staged));
+    return { key: partKey, bytes: local };
   }
 
   async syncParts(): Promise<void> {
@@ -293,7 +290,8 @@ export class S3Store implements BlobStore {
   }
 }
 
-const partKeyOf = (key: string, idx: number) => `${key}.parts/${idx}`;
+/** A part object: shard `idx`'s part as written by the shard's run number `claim`. */
+const partKeyOf = (key: string, idx: number, claim: number) => `${key}.parts/${idx}.${claim}`;
 
 async function localSize(path: string): Promise<number | null> {
   try {

@@ -108,7 +108,7 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
   // With the files in a bucket, the part files are checkpointed there while
   // the shard runs (checkpoints.ts): first, take what an earlier run left.
   const t = task.partTargets;
-  const ckpt = t && !("path" in t.out) && !("path" in t.err) ? { out: new PartCheckpoints(t.out, task.outPath, task.claim), err: new PartCheckpoints(t.err, task.errPath, task.claim) } : null;
+  const ckpt = t ? { out: new PartCheckpoints(t.out.checkpoints, task.outPath, task.claim), err: new PartCheckpoints(t.err.checkpoints, task.errPath, task.claim) } : null;
   if (ckpt) await Promise.all([ckpt.out.restore(), ckpt.err.restore()]);
   const { done, totals } = await recoverParts(task.outPath, task.errPath);
   const kind = endpointKind(task.endpoint);
@@ -249,8 +249,7 @@ async function uploadParts(task: RunTask): Promise<void> {
   if (!targets) return;
   const up = async (path: string, target: (typeof targets)["out"]) => {
     if ((await stat(path)).size === 0) return;
-    if ("path" in target) throw new Error("a part target must be an object in a bucket");
-    await s3FileOf(target).write(Bun.file(path));
+    await s3FileOf(target.object).write(Bun.file(path));
   };
   await Promise.all([up(task.outPath, targets.out), up(task.errPath, targets.err)]);
 }
