@@ -189,6 +189,15 @@ describe("three nodes on one Postgres and one bucket", () => {
         await sleep(100);
       }
     })();
+    // Partway: any node's GET /batches/{id}/output has every line finished
+    // 1.5 s before (done shards' parts, the answering node's running shard,
+    // the others' checkpoints), each once.
+    const before = await pollUntil(() => b.client.batches.retrieve(batch.id), (x) => (x.request_counts?.completed ?? 0) > 2000, 60_000, 50, "the batch partway");
+    await sleep(1500);
+    const partway = (await (await c.api(`/batches/${batch.id}/output`)).text()).split("\n").filter(Boolean).map((l) => JSON.parse(l).custom_id as string);
+    expect(new Set(partway).size).toBe(partway.length);
+    expect(partway.length).toBeGreaterThanOrEqual(before.request_counts!.completed);
+    for (const id of partway) expect(id.startsWith("all-")).toBe(true);
     const final = await waitBatch(b.client, batch.id, undefined, 90_000);
     done = true;
     await watch;

@@ -14,6 +14,7 @@ import type { AppContext } from "../context";
 import { ApiError } from "../errors";
 import { fileStream } from "../files/content";
 import { partPath } from "./paths";
+import { bucketParts, endOfLastLine } from "./outputBucket";
 import { FINAL_STATES, getBatch, type BatchRow } from "./service";
 
 const JSONL = { "content-type": "application/jsonl" };
@@ -28,6 +29,8 @@ export async function batchOutput(ctx: AppContext, project: string, id: string, 
   if (kind !== "output" && kind !== "error") throw new ApiError("invalid_value", "kind must be 'output' or 'error'", { param: "kind" });
   let b = await getBatch(ctx, project, id);
   if (!isFinal(b) && b.status !== "finalizing") {
+    // Files in a bucket: every shard's lines, from whichever node (outputBucket.ts).
+    if (ctx.store.partTarget(b.id, 0, 0)) return new Response(await bucketParts(ctx, b, kind), { headers: JSONL });
     const live = await openParts(ctx, b, kind);
     if (live) return live;
     // A part vanished: finalize moved it. The file is moments away.
@@ -106,17 +109,4 @@ async function openParts(ctx: AppContext, b: BatchRow, kind: "output" | "error")
     { highWaterMark: 0 },
   );
   return new Response(body, { headers: JSONL });
-}
-
-/** Bytes up to and including the last newline of the first `size` bytes (0 if none). */
-async function endOfLastLine(fh: FileHandle, size: number): Promise<number> {
-  const WINDOW = 65536;
-  const buf = new Uint8Array(WINDOW);
-  for (let end = size; end > 0; end -= WINDOW) {
-    const start = Math.max(0, end - WINDOW);
-    const { bytesRead } = await fh.read(buf, 0, end - start, start);
-    const nl = buf.subarray(0, bytesRead).lastIndexOf(10);
-    if (nl !== -1) return start + nl + 1;
-  }
-  return 0;
 }

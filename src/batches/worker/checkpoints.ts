@@ -38,7 +38,7 @@ interface Segment {
 const segmentKey = (part: S3Locator, claim: number, start: number, end: number) =>
   `${part.key}.ckpt/${String(claim).padStart(8, "0")}-${String(start).padStart(PAD, "0")}-${String(end).padStart(PAD, "0")}`;
 
-async function listSegments(part: S3Locator): Promise<Segment[]> {
+export async function listSegments(part: S3Locator): Promise<Segment[]> {
   const client = s3ClientOf(part.s3);
   const prefix = `${part.key}.ckpt/`;
   const out: Segment[] = [];
