@@ -6,3 +6,4 @@
 export const VALIDATE_WORKER = new URL("./jsonl/validate.worker.ts", import.meta.url);
 export const BATCH_WORKER = new URL("./batches/worker/entry.ts", import.meta.url);
 export const RETRY_WORKER = new URL("./batches/retry.worker.ts", import.meta.url);
+export const CHECKPOINT_WORKER = new URL("./db/checkpoint.worker.ts", import.meta.url);

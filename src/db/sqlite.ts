@@ -12,6 +12,8 @@ import { sqliteTables } from "./schema";
 import { sqliteMigrations } from "./migrations.gen";
 import { countQueries, dialectSql } from "./dialect";
 import type { Db } from "./client";
+import { CHECKPOINT_WORKER } from "../workers";
+import type { CheckpointStart } from "./checkpoint.worker";
 
 /**
  * Opens (creating if needed) the database file, in WAL mode so that the CLI
@@ -19,6 +21,8 @@ import type { Db } from "./client";
  * migration not yet applied.
  */
 export function openSqlite(path: string, opts: { synchronous?: "NORMAL" | "FULL" } = {}): Db {
+  // The server (NORMAL) checkpoints the WAL from a Worker (checkpoint.worker.ts); short CLI runs (FULL) let SQLite do it.
+  const server = (opts.synchronous ?? "NORMAL") === "NORMAL";
   mkdirSync(dirname(path), { recursive: true });
   const sqlite = new Database(path, { create: true, strict: true });
   sqlite.exec("PRAGMA journal_mode = WAL");
@@ -38,6 +42,13 @@ export function openSqlite(path: string, opts: { synchronous?: "NORMAL" | "FULL"
   sqlite.exec(`PRAGMA synchronous = ${opts.synchronous ?? "NORMAL"}`);
   sqlite.exec("PRAGMA foreign_keys = ON");
   applyMigrations(sqlite);
+  let checkpointer: Worker | null = null;
+  if (server && path !== ":memory:") {
+    sqlite.exec("PRAGMA wal_autocheckpoint = 0");
+    checkpointer = new Worker(CHECKPOINT_WORKER);
+    checkpointer.postMessage({ path } satisfies CheckpointStart);
+    checkpointer.unref();
+  }
   const base = drizzle(sqlite, { schema, logger: countQueries("sqlite") });
   const syncer = new CommitSyncer(path);
   const dataVersion = sqlite.query<{ data_version: number }, []>("PRAGMA data_version");
@@ -51,7 +62,10 @@ export function openSqlite(path: string, opts: { synchronous?: "NORMAL" | "FULL"
     syncCommits: () => (FSYNC_ENABLED ? syncer.sync() : Promise.resolve()),
     keysVersion: () => dataVersion.get()!.data_version,
     ping: async () => void sqlite.query("SELECT 1").get(),
-    close: async () => sqlite.close(),
+    close: async () => {
+      await checkpointer?.terminate();
+      sqlite.close();
+    },
   };
   // Own properties on the Drizzle instance: `transaction` shadows the
   // synchronous one of bun-sqlite (see asyncTransaction).
