@@ -6,6 +6,7 @@ import { mkdirSync } from "node:fs";
 import { and, eq, inArray, isNull, sql } from "drizzle-orm";
 import type { AppContext } from "../context";
 import type { Queryable } from "../db/client";
+import { claimShards } from "../db/claims";
 import type { Tables } from "../db/schema";
 import { nowSeconds } from "../ids";
 import { newNodeId, processGone } from "../nodes/identity";
@@ -312,18 +313,15 @@ export class BatchRunner {
     const pool = this.getPool();
     while (this.queue.length > 0 && pool.idle > 0) pool.dispatch(this.queue.shift()!);
     if (pool.idle === 0 || this.stopping) return;
-    const { batchShards } = this.ctx.db.t;
-    const candidates = await this.q.pendingShards.execute({ limit: pool.idle });
-    for (const { shard, batch } of candidates) {
-      if (pool.idle === 0 || this.stopping) return;
-      const claimed = await this.ctx.db
-        .update(batchShards)
-        .set({ status: "running", leaseOwner: this.owner, leaseExpiresAt: now + this.ctx.config.batches.leaseMs, claims: sql`${batchShards.claims} + 1` })
-        .where(and(eq(batchShards.batchId, shard.batchId), eq(batchShards.idx, shard.idx), eq(batchShards.status, "pending")))
-        .returning({ idx: batchShards.idx, claims: batchShards.claims });
-      if (claimed.length === 0) continue;
+    const claimed = await claimShards(this.ctx.db, this.owner, now + this.ctx.config.batches.leaseMs, pool.idle);
+    for (const { shard, batch } of claimed) {
+      // Stopping meanwhile: what was claimed goes back at once.
+      if (this.stopping) {
+        await this.releaseShard(shard.batchId, shard.idx);
+        continue;
+      }
       const ids = resultFileIds(batch.id);
-      const claim = claimed[0]!.claims;
+      const claim = shard.claims;
       const out = this.ctx.store.partTarget(ids.out, shard.idx, claim);
       const err = this.ctx.store.partTarget(ids.err, shard.idx, claim);
       this.live.set(`${shard.batchId}/${shard.idx}`, { batchId: shard.batchId, idx: shard.idx, totals: zeroTotals() });

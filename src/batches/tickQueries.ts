@@ -56,16 +56,6 @@ export function prepareTickQueries(db: Db, owner: string) {
       )
       .prepare("tick_waitingValidation"),
 
-    /** Pending shards of running batches, oldest batch first (param: limit). */
-    pendingShards: db
-      .select({ shard: s, batch: batches })
-      .from(s)
-      .innerJoin(batches, eq(batches.id, s.batchId))
-      .where(and(eq(s.status, "pending"), inArray(batches.status, ["in_progress", "cancelling"])))
-      .orderBy(batches.seq, s.idx)
-      .limit(sql.placeholder("limit"))
-      .prepare("tick_pendingShards"),
-
     /** Batches whose shards are all done. */
     readyToFinalize: db
       .select()
