@@ -14,11 +14,10 @@ import type { AppContext } from "../context";
 import { ApiError } from "../errors";
 import { fileStream } from "../files/content";
 import { partPath } from "./paths";
-import { bucketParts, endOfLastLine } from "./outputBucket";
+import { bucketParts, endOfLastLine, streamOf } from "./outputBucket";
 import { FINAL_STATES, getBatch, type BatchRow } from "./service";
 
 const JSONL = { "content-type": "application/jsonl" };
-const CHUNK = 256 * 1024;
 /** A batch in `finalizing` is a few renames and one transaction from its files: wait that long for them. */
 const FINALIZE_WAIT_MS = 10_000;
 
@@ -80,33 +79,6 @@ async function openParts(ctx: AppContext, b: BatchRow, kind: "output" | "error")
     await closeAll();
     throw e;
   }
-  let i = 0;
-  let pos = 0;
-  const body = new ReadableStream<Uint8Array>(
-    {
-      async pull(controller) {
-        for (;;) {
-          const p = parts[i];
-          if (!p) return controller.close();
-          if (pos >= p.end) {
-            await p.fh.close().catch(() => {});
-            i++;
-            pos = 0;
-            continue;
-          }
-          const buf = new Uint8Array(Math.min(CHUNK, p.end - pos));
-          const { bytesRead } = await p.fh.read(buf, 0, buf.length, pos);
-          if (bytesRead === 0) throw new Error("a part file is shorter than when the answer began");
-          pos += bytesRead;
-          controller.enqueue(bytesRead === buf.length ? buf : buf.subarray(0, bytesRead));
-          return;
-        }
-      },
-      async cancel() {
-        await Promise.all(parts.slice(i).map((p) => p.fh.close().catch(() => {})));
-      },
-    },
-    { highWaterMark: 0 },
-  );
+  const body = streamOf(parts.map((p) => ({ kind: "file" as const, ...p })));
   return new Response(body, { headers: JSONL });
 }

@@ -71,7 +71,8 @@ async function openLocal(path: string): Promise<Source | null> {
   return null;
 }
 
-function streamOf(sources: Source[]): ReadableStream<Uint8Array> {
+/** One stream of the sources in order (each read when its turn comes; local files are open already). */
+export function streamOf(sources: Source[]): ReadableStream<Uint8Array> {
   let i = 0;
   let pos = 0;
   let reader: { read(): Promise<{ value?: Uint8Array; done: boolean }>; cancel(): Promise<void> } | null = null;
