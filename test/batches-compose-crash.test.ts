@@ -8,77 +8,58 @@
 // with each custom_id exactly once, in input order, the content must equal
 // its parts on disk, and nothing may be left over.
 import { afterAll, describe, expect, test } from "bun:test";
-import type { Subprocess } from "bun";
+import { SQL } from "bun";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { Database } from "bun:sqlite";
-import OpenAI from "openai";
 import { chatReq, createBatch, pollUntil, waitBatch } from "./helpers/batches";
-import { ADMIN_KEY } from "./helpers/server";
+import { ChildServer, killChildren } from "./helpers/child";
+import { testDatabaseArgs } from "./helpers/server";
 
-const ROOT = resolve(import.meta.dir, "..");
-const MAIN = join(ROOT, "src", "main.ts");
 const tmp = mkdtempSync(join(tmpdir(), "offpeak-compose-crash-"));
-const children: Subprocess[] = [];
 
-afterAll(() => {
-  for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
+afterAll(async () => {
+  await killChildren();
   rmSync(tmp, { recursive: true, force: true });
 });
 
-function childEnv(extra: Record<string, string>): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("OFFPEAK_") && k !== "PORT" && k !== "HOST") env[k] = v;
-  return { ...env, OFFPEAK_ADMIN_KEY: ADMIN_KEY, OFFPEAK_LOG_LEVEL: "info", OFFPEAK_BATCH_WORKERS: "2", ...extra };
+/** A server on `dataDir` (SQLite there, or its own Postgres database under OFFPEAK_TEST_DATABASE=postgres: the same one on a restart). */
+const start = async (dataDir: string, env: Record<string, string> = {}) =>
+  ChildServer.start({ dataDir, args: await testDatabaseArgs(dataDir), env: { OFFPEAK_LOG_LEVEL: "info", OFFPEAK_BATCH_WORKERS: "2", ...env } });
+
+type Step = { step: string; kind?: string; idx?: number };
+
+/** The finalize steps `c` logged so far (the test hook's lines). */
+function steps(c: ChildServer): Step[] {
+  return c.stderr
+    .split("\n")
+    .filter((l) => l.includes('"batch finalize step"'))
+    .map((l) => JSON.parse(l));
 }
 
-class Child {
-  stdout = "";
-  stderr = "";
-  client!: OpenAI;
-  readonly proc: Subprocess<"ignore", "pipe", "pipe">;
-
-  constructor(dataDir: string, env: Record<string, string>) {
-    this.proc = Bun.spawn([process.execPath, MAIN, "serve", "--port", "0", "--host", "127.0.0.1", "--data-dir", dataDir], {
-      cwd: ROOT,
-      env: childEnv(env),
-      stdin: "ignore",
-      stdout: "pipe",
-      stderr: "pipe",
-    });
-    children.push(this.proc);
-    void this.collect(this.proc.stdout, (s) => (this.stdout += s));
-    void this.collect(this.proc.stderr, (s) => (this.stderr += s));
+/**
+ * Rows of `sql` (`?` placeholders) read straight from the database of the
+ * server on `dataDir`, whether or not it runs: offpeak.db in the data dir, or
+ * under OFFPEAK_TEST_DATABASE=postgres the Postgres database testDatabaseArgs
+ * gave it (the table and column names are the same in both schemas).
+ */
+async function queryDb<T>(dataDir: string, sql: string, ...params: string[]): Promise<T[]> {
+  const args = await testDatabaseArgs(dataDir);
+  if (args.length === 0) {
+    const db = new Database(join(dataDir, "offpeak.db"), { readonly: true });
+    try {
+      return db.query<T, string[]>(sql).all(...params);
+    } finally {
+      db.close();
+    }
   }
-
-  private async collect(stream: ReadableStream<Uint8Array>, add: (s: string) => void) {
-    const dec = new TextDecoder();
-    for await (const chunk of stream) add(dec.decode(chunk, { stream: true }));
-  }
-
-  static async start(dataDir: string, env: Record<string, string> = {}): Promise<Child> {
-    const c = new Child(dataDir, env);
-    const m = await pollUntil(
-      async () => {
-        if (c.proc.exitCode !== null) throw new Error(`server exited with ${c.proc.exitCode}: ${c.stderr}`);
-        return /offpeak listening on (http:\/\/\S+)/.exec(c.stdout);
-      },
-      (m) => m !== null,
-      20_000,
-      25,
-      "the server to listen",
-    );
-    c.client = new OpenAI({ apiKey: ADMIN_KEY, baseURL: `${m![1]!}/api/v1`, maxRetries: 0 });
-    return c;
-  }
-
-  /** The finalize steps logged so far (the test hook's lines). */
-  steps(): { step: string; kind?: string; idx?: number }[] {
-    return this.stderr
-      .split("\n")
-      .filter((l) => l.includes('"batch finalize step"'))
-      .map((l) => JSON.parse(l));
+  const pg = new SQL({ url: args[1]!, max: 1 });
+  try {
+    let n = 0;
+    return [...(await pg.unsafe(sql.replace(/\?/g, () => `$${++n}`), params))] as T[];
+  } finally {
+    await pg.close();
   }
 }
 
@@ -100,23 +81,21 @@ const customIds = (text: string) =>
     .map((l) => JSON.parse(l).custom_id as string);
 
 /** Runs a batch, SIGKILLs the server when `killAt` holds for the logged steps, restarts, and checks the result. */
-async function crashDuringFinalize(name: string, killAt: (steps: ReturnType<Child["steps"]>) => boolean) {
+async function crashDuringFinalize(name: string, killAt: (steps: Step[]) => boolean) {
   const dataDir = join(tmp, name);
   const { ids, text } = batchLines(name);
-  const first = await Child.start(dataDir, { OFFPEAK_TEST_FINALIZE_PAUSE_MS: "1500" });
+  const first = await start(dataDir, { OFFPEAK_TEST_FINALIZE_PAUSE_MS: "1500" });
   const { batch } = await createBatch(first.client, text);
-  await pollUntil(async () => first.steps(), killAt, 60_000, 10, `finalize to reach the kill point (${name})`);
+  await pollUntil(async () => steps(first), killAt, 60_000, 10, `finalize to reach the kill point (${name})`);
   first.proc.kill("SIGKILL");
   await first.proc.exited;
-  const stepsAtKill = first.steps();
+  const stepsAtKill = steps(first);
 
   // Still finalizing: the transaction that ends it did not run.
-  const db = new Database(join(dataDir, "offpeak.db"), { readonly: true });
-  const row = db.query<{ status: string }, [string]>("SELECT status FROM batches WHERE id = ?").get(batch.id)!;
-  db.close();
-  expect(row.status).toBe("finalizing");
+  const [row] = await queryDb<{ status: string }>(dataDir, "SELECT status FROM batches WHERE id = ?", batch.id);
+  expect(row!.status).toBe("finalizing");
 
-  const second = await Child.start(dataDir);
+  const second = await start(dataDir);
   try {
     const done = await waitBatch(second.client, batch.id, undefined, 60_000);
     expect(done.status).toBe("completed");
@@ -128,18 +107,16 @@ async function crashDuringFinalize(name: string, killAt: (steps: ReturnType<Chil
     expect(customIds(out)).toEqual(ids.filter((_, i) => !bad(i)));
     expect(customIds(err)).toEqual(ids.filter((_, i) => bad(i)));
     // Byte-identical to the parts on disk in order (what the old finalize concatenated).
-    const check = new Database(join(dataDir, "offpeak.db"), { readonly: true });
     for (const [id, body] of [
       [done.output_file_id!, out],
       [done.error_file_id!, err],
     ] as const) {
-      const parts = check.query<{ key: string; bytes: number }, [string]>("SELECT key, bytes FROM file_parts WHERE file_id = ? ORDER BY idx").all(id);
+      const parts = await queryDb<{ key: string; bytes: number }>(dataDir, "SELECT key, bytes FROM file_parts WHERE file_id = ? ORDER BY idx", id);
       expect(parts.length).toBeGreaterThan(1);
       const disk = Buffer.concat(parts.map((p) => readFileSync(join(dataDir, "files", p.key))));
       expect(disk.equals(Buffer.from(body))).toBe(true);
       expect(readdirSync(join(dataDir, "files", `${id}.parts`)).length).toBe(parts.length);
     }
-    check.close();
     // Nothing left over: the working directory, temp files, the trash (emptied at start and after).
     expect(existsSync(join(dataDir, "batches", batch.id))).toBe(false);
     expect(readdirSync(join(dataDir, "tmp"))).toEqual([]);

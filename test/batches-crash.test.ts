@@ -5,17 +5,14 @@
 // counters show that nothing was sent twice unless it was in flight at the
 // crash (and nothing at all after a clean SIGTERM).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import type { Subprocess } from "bun";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import OpenAI from "openai";
+import { join } from "node:path";
 import { chatReq, createBatch, expectExactlyOnce, pollUntil, readResults, waitBatch, type ResultLine } from "./helpers/batches";
+import { ChildServer, killChildren } from "./helpers/child";
 import { inShare, plans, startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
-import { ADMIN_KEY } from "./helpers/server";
+import { testDatabaseArgs } from "./helpers/server";
 
-const ROOT = resolve(import.meta.dir, "..");
-const MAIN = join(ROOT, "src", "main.ts");
 const WORKERS = 2;
 /** The upstream's max_concurrency: no more requests than this are in flight at once. */
 const CONCURRENCY = 16;
@@ -24,7 +21,6 @@ const PRICE_OUT = 2000;
 const N = 2000;
 
 const tmp = mkdtempSync(join(tmpdir(), "offpeak-crash-"));
-const children: Subprocess[] = [];
 let fake: FakeUpstream;
 let configPath: string;
 
@@ -43,65 +39,18 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
+  await killChildren();
   await fake?.stop();
   rmSync(tmp, { recursive: true, force: true });
 });
 
-function childEnv(): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("OFFPEAK_") && k !== "PORT" && k !== "HOST") env[k] = v;
-  return { ...env, OFFPEAK_ADMIN_KEY: ADMIN_KEY, OFFPEAK_LOG_LEVEL: "warn", OFFPEAK_BATCH_WORKERS: String(WORKERS), OFFPEAK_BATCH_RETRY_BASE_MS: "5" };
-}
-
-class Child {
-  stdout = "";
-  stderr = "";
-  url = "";
-  client!: OpenAI;
-  readonly proc: Subprocess<"ignore", "pipe", "pipe">;
-
-  constructor(dataDir: string) {
-    this.proc = Bun.spawn([process.execPath, MAIN, "serve", "--port", "0", "--host", "127.0.0.1", "--data-dir", dataDir, "--config", configPath], {
-      cwd: ROOT,
-      env: childEnv(),
-      stdin: "ignore",
-      stdout: "pipe",
-      stderr: "pipe",
-    });
-    children.push(this.proc);
-    void this.collect(this.proc.stdout, (s) => (this.stdout += s));
-    void this.collect(this.proc.stderr, (s) => (this.stderr += s));
-  }
-
-  private async collect(stream: ReadableStream<Uint8Array>, add: (s: string) => void) {
-    const dec = new TextDecoder();
-    for await (const chunk of stream) add(dec.decode(chunk, { stream: true }));
-  }
-
-  static async start(dataDir: string): Promise<Child> {
-    const c = new Child(dataDir);
-    const m = await pollUntil(
-      async () => {
-        if (c.proc.exitCode !== null) throw new Error(`server exited with ${c.proc.exitCode}: ${c.stderr}`);
-        return /offpeak listening on (http:\/\/\S+)/.exec(c.stdout);
-      },
-      (m) => m !== null,
-      20_000,
-      25,
-      "the server to listen",
-    );
-    c.url = m![1]!;
-    c.client = new OpenAI({ apiKey: ADMIN_KEY, baseURL: `${c.url}/api/v1`, maxRetries: 0 });
-    return c;
-  }
-
-  /** Sends `signal`; resolves with the exit code, or null if the process is still running after `ms`. */
-  async stop(signal: "SIGKILL" | "SIGTERM", ms = 10_000): Promise<number | null> {
-    this.proc.kill(signal);
-    return Promise.race([this.proc.exited, Bun.sleep(ms).then(() => null)]);
-  }
-}
+/** A server on `dataDir` (SQLite there, or its own Postgres database under OFFPEAK_TEST_DATABASE=postgres: the same one on a restart). */
+const start = async (dataDir: string) =>
+  ChildServer.start({
+    dataDir,
+    args: ["--config", configPath, ...(await testDatabaseArgs(dataDir))],
+    env: { OFFPEAK_LOG_LEVEL: "warn", OFFPEAK_BATCH_WORKERS: String(WORKERS), OFFPEAK_BATCH_RETRY_BASE_MS: "5" },
+  });
 
 function lines(prefix: string): { ids: string[]; contents: Map<string, string>; text: string[] } {
   // ≈2.3 kB a line, so the ≈4.6 MB file is cut into two shards, run by two Workers.
@@ -142,7 +91,7 @@ describe("SIGKILL mid-batch, then restart", () => {
   test("the killed server's batch completes after a restart on the same data dir", async () => {
     fake.reset();
     fake.plan = null;
-    const first = await Child.start(dataDir);
+    const first = await start(dataDir);
     const { batch } = await createBatch(first.client, text);
     batchId = batch.id;
     const partway = await pollUntil(
@@ -157,7 +106,7 @@ describe("SIGKILL mid-batch, then restart", () => {
     killedAt = { completed: partway.request_counts!.completed, inFlight: fake.stats.inFlight };
     expect(killedAt.completed).toBeLessThan(N); // really partway
 
-    const second = await Child.start(dataDir);
+    const second = await start(dataDir);
     done = await waitBatch(second.client, batchId, undefined, 40_000);
     expect(done.status).toBe("completed");
     out = await readResults(second.client, done.output_file_id);
@@ -218,7 +167,7 @@ describe("SIGTERM mid-batch, then restart", () => {
   test("SIGTERM → exit 0 within 10 s; a restart completes the batch", async () => {
     fake.reset();
     fake.plan = plans.failFirst(1, { status: 500 }, flaky);
-    const first = await Child.start(dataDir);
+    const first = await start(dataDir);
     const { batch } = await createBatch(first.client, text);
     const partway = await pollUntil(
       () => first.client.batches.retrieve(batch.id),
@@ -232,7 +181,7 @@ describe("SIGTERM mid-batch, then restart", () => {
     exitCode = await first.stop("SIGTERM", 10_000);
     expect({ exitCode, stderr: exitCode === 0 ? "" : first.stderr }).toEqual({ exitCode: 0, stderr: "" });
 
-    const second = await Child.start(dataDir);
+    const second = await start(dataDir);
     done = await pollUntil(
       async () => {
         const b = await second.client.batches.retrieve(batch.id);

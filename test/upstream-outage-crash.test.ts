@@ -3,23 +3,19 @@
 // is still away, finishes the batch once the engine returns: completed,
 // failed 0, every custom_id exactly once.
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import type { Subprocess } from "bun";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import OpenAI from "openai";
+import { join } from "node:path";
 import { createBatch, expectExactlyOnce, pollUntil, readResults, sleep, waitBatch, type ResultLine } from "./helpers/batches";
+import { ChildServer, killChildren } from "./helpers/child";
 import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { readStatus, upstreamLines, writeUpstreamConfig, type StatusView } from "./helpers/outage";
-import { ADMIN_KEY } from "./helpers/server";
+import { testDatabaseArgs } from "./helpers/server";
 
-const ROOT = resolve(import.meta.dir, "..");
-const MAIN = join(ROOT, "src", "main.ts");
 const NAME = "outage-k";
 const N = 1500;
 
 const tmp = mkdtempSync(join(tmpdir(), "offpeak-outage-crash-"));
-const children: Subprocess[] = [];
 let fake: FakeUpstream;
 let cfg: { path: string; cleanup(): void };
 
@@ -28,69 +24,19 @@ beforeAll(async () => {
   cfg = writeUpstreamConfig("offpeak-outage-k-", { name: NAME, base_url: fake.baseUrl, models: ["fake-chat"], max_concurrency: 8 });
 });
 afterAll(async () => {
-  for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
+  await killChildren();
   await fake?.stop();
   cfg?.cleanup();
   rmSync(tmp, { recursive: true, force: true });
 });
 
-function childEnv(): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("OFFPEAK_") && k !== "PORT" && k !== "HOST") env[k] = v;
-  return {
-    ...env,
-    OFFPEAK_ADMIN_KEY: ADMIN_KEY,
-    OFFPEAK_LOG_LEVEL: "error",
-    OFFPEAK_BATCH_WORKERS: "2",
-    OFFPEAK_BATCH_RETRY_BASE_MS: "10",
-    OFFPEAK_BATCH_MAX_ATTEMPTS: "4",
-  };
-}
-
-class Child {
-  stdout = "";
-  stderr = "";
-  url = "";
-  client!: OpenAI;
-  readonly proc: Subprocess<"ignore", "pipe", "pipe">;
-
-  constructor(dataDir: string) {
-    this.proc = Bun.spawn([process.execPath, MAIN, "serve", "--port", "0", "--host", "127.0.0.1", "--data-dir", dataDir, "--config", cfg.path], {
-      cwd: ROOT,
-      env: childEnv(),
-      stdin: "ignore",
-      stdout: "pipe",
-      stderr: "pipe",
-    });
-    children.push(this.proc);
-    void this.collect(this.proc.stdout, (s) => (this.stdout += s));
-    void this.collect(this.proc.stderr, (s) => (this.stderr += s));
-  }
-
-  private async collect(stream: ReadableStream<Uint8Array>, add: (s: string) => void) {
-    const dec = new TextDecoder();
-    for await (const chunk of stream) add(dec.decode(chunk, { stream: true }));
-  }
-
-  static async start(dataDir: string): Promise<Child> {
-    const c = new Child(dataDir);
-    const m = await pollUntil(
-      async () => {
-        if (c.proc.exitCode !== null) throw new Error(`server exited with ${c.proc.exitCode}: ${c.stderr}`);
-        return /offpeak listening on (http:\/\/\S+)/.exec(c.stdout);
-      },
-      (m) => m !== null,
-      20_000,
-      25,
-      "the server to listen",
-    );
-    c.url = m![1]!;
-    c.client = new OpenAI({ apiKey: ADMIN_KEY, baseURL: `${c.url}/api/v1`, maxRetries: 0 });
-    return c;
-  }
-
-  api = (path: string) => fetch(`${this.url}/api/v1${path}`, { headers: { authorization: `Bearer ${ADMIN_KEY}` } });
-}
+/** A server on `dataDir` (SQLite there, or its own Postgres database under OFFPEAK_TEST_DATABASE=postgres: the same one on a restart). */
+const start = async (dataDir: string) =>
+  ChildServer.start({
+    dataDir,
+    args: ["--config", cfg.path, ...(await testDatabaseArgs(dataDir))],
+    env: { OFFPEAK_LOG_LEVEL: "error", OFFPEAK_BATCH_WORKERS: "2", OFFPEAK_BATCH_RETRY_BASE_MS: "10", OFFPEAK_BATCH_MAX_ATTEMPTS: "4" },
+  });
 
 const { ids, contents, text } = upstreamLines("crash", N);
 let killed: any;
@@ -101,22 +47,22 @@ let err: ResultLine[] = [];
 
 test("SIGKILL during an outage, restart while the engine is still away, engine back: the batch completes", async () => {
   const dataDir = join(tmp, "data");
-  const first = await Child.start(dataDir);
+  const first = await start(dataDir);
   const { batch } = await createBatch(first.client, text);
   await pollUntil(() => first.client.batches.retrieve(batch.id), (b) => b.request_counts!.completed >= 300, 30_000, 25, "the batch to be partway");
   await fake.down();
   // Let the server notice the outage and its lines start waiting.
-  await pollUntil(() => readStatus(first.api, NAME), (s) => s.upstream?.healthy === false, 5000, 50, "the upstream to be reported down").catch(() => null);
+  await pollUntil(() => readStatus((p) => first.api(p), NAME), (s) => s.upstream?.healthy === false, 5000, 50, "the upstream to be reported down").catch(() => null);
   await sleep(500);
   killed = await first.client.batches.retrieve(batch.id);
   first.proc.kill("SIGKILL");
   await first.proc.exited;
 
-  const second = await Child.start(dataDir);
+  const second = await start(dataDir);
   try {
     // The restarted server finds the engine still away.
     await sleep(1500);
-    restartedWhileDown = await readStatus(second.api, NAME);
+    restartedWhileDown = await readStatus((p) => second.api(p), NAME);
     const midway = await second.client.batches.retrieve(batch.id);
     expect({ status: midway.status, failed: midway.request_counts!.failed }).toEqual({ status: "in_progress", failed: 0 });
     await fake.up();

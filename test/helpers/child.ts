@@ -16,6 +16,20 @@ process.on("exit", () => {
   for (const p of running) if (p.exitCode === null && p.signalCode === null) p.kill("SIGKILL");
 });
 
+/**
+ * SIGKILLs every child started here that still runs, and waits for them to
+ * exit: for a test file's afterAll. `bun test` (1.4) runs no process "exit"
+ * hooks, so the hook above does not fire there and a child left running by a
+ * failed test would outlive the run. Test files run one after another in a
+ * process (each --parallel worker is a process of its own), so at a file's
+ * afterAll the children still running are that file's (or leaks from before).
+ */
+export async function killChildren(): Promise<void> {
+  const procs = [...running];
+  for (const p of procs) if (p.exitCode === null && p.signalCode === null) p.kill("SIGKILL");
+  await Promise.all(procs.map((p) => p.exited));
+}
+
 /** The test process's environment without offpeak's own settings, plus the admin key and `env`. */
 export function childEnv(env: Record<string, string> = {}): Record<string, string> {
   const out: Record<string, string> = {};
