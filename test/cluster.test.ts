@@ -150,6 +150,9 @@ describe("three nodes on one Postgres and one bucket", () => {
 
   test("a key's rpm holds for the cluster (within 10%), whichever node the requests reach", async () => {
     const a = nodes[0]!;
+    // Each node splits what is left among the live nodes it knows of.
+    await pollUntil(() => Promise.all(nodes.map(liveIds)), (all) => all.every((l) => l.length === 3), 10_000, 100, "three live nodes");
+    await sleep(1500); // and each has had a heartbeat since (its own list of live nodes)
     const created = (await (await a.api("/keys", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "limited", rate_limits: { rpm: 30 } }) })).json()) as { key: string };
     const body = JSON.stringify({ model: "offpeak-echo", messages: [{ role: "user", content: "hi" }] });
     for (let attempt = 0; ; attempt++) {

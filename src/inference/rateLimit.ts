@@ -18,7 +18,9 @@ interface Window {
   requests: number;
   tokens: number;
   /** Cluster: the other nodes' counts in this window, and what this node may still admit until the next sync. */
-  others?: { requests: number; tokens: number };
+  others?: Others;
+  /** Cluster: when this node first admitted the key in this window. */
+  firstAt?: number;
   allowance?: { requests: number; tokens: number; requestsAt: number; tokensAt: number };
   /** Cluster: counts changed since they were last published. */
   dirty?: boolean;
@@ -34,11 +36,18 @@ export interface UsageRow {
   reservedTokens: number;
 }
 
+/** The other nodes' use of a key in a window: counts plus unused allowances, and how many nodes have published it. */
+export interface Others {
+  requests: number;
+  tokens: number;
+  nodes: number;
+}
+
 /** What a node learns of the others at a sync (src/nodes/keyUsage.ts). */
 export interface ClusterCounts {
   windowStart: number;
   /** The other nodes' counts in that window plus their unused allowances, by key. */
-  others: Map<string, { requests: number; tokens: number }>;
+  others: Map<string, Others>;
   /** This node's place among the live nodes, and their number. */
   index: number;
   nodes: number;
@@ -50,7 +59,14 @@ export interface Limits {
 }
 
 export const WINDOW_MS = 60_000;
-const NONE = { requests: 0, tokens: 0 };
+const NONE: Others = { requests: 0, tokens: 0, nodes: 0 };
+/**
+ * A node publishes a key within a sync (≈250 ms) of its first admission of
+ * it. For this long after this node's own first admission in a window,
+ * live nodes that have not published the key yet may hold the first share
+ * they took without knowing of the others, and are counted as holding it.
+ */
+const UNSEEN_MS = 1000;
 
 export class RateLimiter {
   private readonly windows = new Map<string, Window>();
@@ -85,7 +101,10 @@ export class RateLimiter {
   admit(keyId: string, limits: Limits, tokens: number, now = Date.now()): Record<string, string> {
     const w = this.window(keyId, now);
     const resetMs = w.start + WINDOW_MS - now;
-    if (this.cluster && !w.allowance) this.seed(keyId, w, limits);
+    if (this.cluster) {
+      w.firstAt ??= now;
+      if (!w.allowance) this.seed(keyId, w, limits, now);
+    }
     const o = w.others ?? NONE;
     const a = w.allowance;
     const over =
@@ -140,7 +159,7 @@ export class RateLimiter {
    * minute no sync has seen) and, if the key's limits are known, this
    * node's share of what is left: until the next sync it admits no more.
    */
-  private seed(keyId: string, w: Window, known?: Limits): void {
+  private seed(keyId: string, w: Window, known?: Limits, now = Date.now()): void {
     const c = this.cluster!.last;
     if (!c) return;
     const o = c.windowStart === w.start ? (c.others.get(keyId) ?? NONE) : NONE;
@@ -149,9 +168,17 @@ export class RateLimiter {
     if (!limits) return;
     const share = (left: number) => Math.floor(left / c.nodes) + (c.index < left % c.nodes ? 1 : 0);
     const before = w.allowance;
+    // Early in this node's use of the key, nodes not heard from yet may hold
+    // the first share each took (before anyone had published). This node's
+    // own first share is taken the same way, from the others it knows of.
+    const unseen = before && w.firstAt !== undefined && now - w.firstAt < UNSEEN_MS ? Math.max(0, c.nodes - 1 - o.nodes) : 0;
+    const left = (limit: number, used: number, theirs: number) => Math.max(0, limit - used - theirs - unseen * Math.ceil(limit / c.nodes));
+    // What this node was allowed and has not used is published: the others
+    // leave it alone, so it is kept; only new budget is split.
+    const keep = (limit: number, at: number, used: number) => (before ? Math.max(0, limit - (used - at)) : 0);
     w.allowance = {
-      requests: limits.rpm === null ? Infinity : share(Math.max(0, limits.rpm - w.requests - o.requests)),
-      tokens: limits.tpm === null ? Infinity : share(Math.max(0, limits.tpm - w.tokens - o.tokens)),
+      requests: limits.rpm === null ? Infinity : Math.max(keep(before?.requests ?? 0, before?.requestsAt ?? 0, w.requests), share(left(limits.rpm, w.requests, o.requests))),
+      tokens: limits.tpm === null ? Infinity : Math.max(keep(before?.tokens ?? 0, before?.tokensAt ?? 0, w.tokens), share(left(limits.tpm, w.tokens, o.tokens))),
       requestsAt: w.requests,
       tokensAt: w.tokens,
     };

@@ -36,22 +36,23 @@ export class KeyUsageSync {
       const u = db.t.keyUsage;
       const now = Date.now();
       const windowStart = now - (now % WINDOW_MS);
-      for (const c of this.ctx.rateLimiter.takeChanged(now))
-        await db
-          .insert(u)
-          .values({ ...c, nodeId: this.members.id })
-          .onConflictDoUpdate({
-            target: [u.windowStart, u.keyId, u.nodeId],
-            set: { requests: c.requests, tokens: c.tokens, reservedRequests: c.reservedRequests, reservedTokens: c.reservedTokens },
-          });
-      // The others' counts and what they may still admit before their next sync.
+      // Ours first (the others' next reads see them), then theirs; the
+      // allowances that reading changes go out at once, not a sync later:
+      // until they do, another node could hand out the same budget.
+      await this.publish(now);
       const rows = await db
-        .select({ keyId: u.keyId, requests: db.sql.sumNumber(sql`${u.requests} + ${u.reservedRequests}`), tokens: db.sql.sumNumber(sql`${u.tokens} + ${u.reservedTokens}`) })
+        .select({
+          keyId: u.keyId,
+          requests: db.sql.sumNumber(sql`${u.requests} + ${u.reservedRequests}`),
+          tokens: db.sql.sumNumber(sql`${u.tokens} + ${u.reservedTokens}`),
+          nodes: db.sql.count(),
+        })
         .from(u)
         .where(and(eq(u.windowStart, windowStart), ne(u.nodeId, this.members.id)))
         .groupBy(u.keyId);
       const { index, count } = this.members.place();
-      this.ctx.rateLimiter.applyCluster({ windowStart, others: new Map(rows.map((r) => [r.keyId, { requests: r.requests, tokens: r.tokens }])), index, nodes: count });
+      this.ctx.rateLimiter.applyCluster({ windowStart, others: new Map(rows.map((r) => [r.keyId, { requests: r.requests, tokens: r.tokens, nodes: r.nodes }])), index, nodes: count });
+      await this.publish(now);
       if (now - this.lastCleanup > WINDOW_MS) {
         this.lastCleanup = now;
         await db.delete(u).where(lt(u.windowStart, sql`${windowStart - 2 * WINDOW_MS}`));
@@ -61,6 +62,20 @@ export class KeyUsageSync {
     } finally {
       this.syncing = false;
     }
+  }
+
+  /** Upserts this node's counts and unused allowances that changed. */
+  private async publish(now: number): Promise<void> {
+    const db = this.ctx.db;
+    const u = db.t.keyUsage;
+    for (const c of this.ctx.rateLimiter.takeChanged(now))
+      await db
+        .insert(u)
+        .values({ ...c, nodeId: this.members.id })
+        .onConflictDoUpdate({
+          target: [u.windowStart, u.keyId, u.nodeId],
+          set: { requests: c.requests, tokens: c.tokens, reservedRequests: c.reservedRequests, reservedTokens: c.reservedTokens },
+        });
   }
 
   stop(): void {
