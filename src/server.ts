@@ -61,9 +61,9 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
   const members = new Membership(ctx, runner.owner, () => runner!.liveShards);
   ctx.members = members;
   await members.start();
-  // A limited model's max_concurrency is the cluster's: this node takes its share at every heartbeat.
+  // A limited model's max_concurrency is the cluster's: this node takes its share (by work) at every heartbeat.
   members.afterBeat(() => {
-    for (const m of registry.list()) if (m.maxConcurrency !== null) ctx.scheduler.setLimit(m, members.shareOf(m.maxConcurrency));
+    for (const m of registry.list()) if (m.maxConcurrency !== null) ctx.scheduler.setLimit(m, members.concurrencyShareOf(m.maxConcurrency));
   });
   // Per-key rpm/tpm for the cluster: only where other nodes can share the database.
   const keyUsage = db.engine === "postgres" ? new KeyUsageSync(ctx, members) : null;
