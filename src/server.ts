@@ -61,7 +61,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
   const members = new Membership(ctx, runner.owner, () => runner!.liveShards);
   ctx.members = members;
   await members.start();
-  // A limited model's max_concurrency is the cluster's: this node takes its share (by work) at every heartbeat.
+  // A limited model's max_concurrency is the cluster's: this node takes its part (an even split) at every heartbeat.
   members.afterBeat(() => {
     for (const m of registry.list()) if (m.maxConcurrency !== null) ctx.scheduler.setLimit(m, members.concurrencyShareOf(m.maxConcurrency));
   });
