@@ -8,18 +8,12 @@
 // file would, and memory holds the failed ids, never a whole file.
 import { eq } from "drizzle-orm";
 import type { AppContext } from "../context";
-import type { FileRow } from "../db/schema";
 import { ApiError } from "../errors";
 import { newId, nowSeconds } from "../ids";
 import type { RetryFromWorker, RetryToWorker } from "./retry.worker";
 import { RETRY_WORKER } from "../workers";
 import { FINAL_STATES, createBatch, getBatch, type BatchRow } from "./service";
 import { fileStream } from "../files/content";
-
-/** The stored bytes of a file, as a stream (whatever the storage keeps them as). */
-function fileBytes(ctx: AppContext, row: FileRow): Promise<ReadableStream<Uint8Array>> {
-  return fileStream(ctx, row);
-}
 
 const conflict = (message: string) => new ApiError("invalid_state", message);
 
@@ -36,7 +30,7 @@ export async function retryBatch(ctx: AppContext, project: string, id: string): 
   const fileId = newId("file-");
   const writer = ctx.store.createWriter(fileId);
   const worker = new Worker(RETRY_WORKER);
-  const readers = { err: (await fileBytes(ctx, errRow)).getReader(), in: (await fileBytes(ctx, inRow)).getReader() };
+  const readers = { err: (await fileStream(ctx, errRow)).getReader(), in: (await fileStream(ctx, inRow)).getReader() };
   // The writer's last wait (S3: parts still being sent): the next read waits for it, so memory stays bounded.
   let sending: Promise<void> | void;
   try {

@@ -57,5 +57,3 @@ export async function openDb(cfg: DatabaseConfig, opts: { synchronous?: "NORMAL"
   return (await import("./sqlite")).openSqlite(cfg.path, opts);
 }
 
-/** Kept for callers that predate Db.syncCommits. */
-export const syncCommits = (db: Db): Promise<void> => db.syncCommits();

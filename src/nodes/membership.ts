@@ -47,11 +47,6 @@ export class Membership {
     f();
   }
 
-  /** Live nodes, this one included. */
-  get count(): number {
-    return this.live.length;
-  }
-
   /** This node's place among the live nodes (by id), and their number. */
   place(): { index: number; count: number } {
     return { index: this.live.indexOf(this.id), count: this.live.length };

@@ -22,8 +22,8 @@
 // Reads stream through this node: an S3File as a Response body makes Bun
 // answer with a redirect to a presigned URL.
 import type { S3File } from "bun";
-import { mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
-import { stat } from "node:fs/promises";
+import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "../log";
 import type { BlobLocator, BlobPart, BlobStore, BlobWriter, PartTarget } from "./blobStore";
@@ -152,7 +152,7 @@ export class S3Store implements BlobStore {
         await end();
         if (failure) throw failure;
         state = "committed";
-        this.journal.remove("upload", key);
+        await this.journal.remove("upload", key);
       },
       abort: () => {
         if (state !== "open") return;
@@ -166,7 +166,7 @@ export class S3Store implements BlobStore {
               await (ending ?? Promise.resolve().then(() => sink.end(new Error("upload aborted"))));
             } catch {}
             await this.client.delete(this.objectKey(key));
-            this.journal.remove("upload", key);
+            await this.journal.remove("upload", key);
           })(),
           "removing an aborted upload failed (removed at the next start)",
           key,
@@ -339,8 +339,9 @@ class Journal {
     writeFileSync(this.path(op, key), "");
   }
 
-  remove(op: "upload" | "delete", key: string): void {
-    rmSync(this.path(op, key), { force: true });
+  /** Off the calling thread (a leftover entry only makes the next start look at the key again); chained work waits for it. */
+  remove(op: "upload" | "delete", key: string): Promise<void> {
+    return rm(this.path(op, key), { force: true }).catch(() => {});
   }
 
   entries(): { op: "upload" | "delete"; key: string }[] {

@@ -1,7 +1,6 @@
 import { Elysia, t } from "elysia";
 import { principalOf } from "../auth/plugin";
 import type { AppContext } from "../context";
-import { syncCommits } from "../db/client";
 import { jsonOnly } from "../http/jsonBody";
 import { intParam } from "../http/query";
 import { createEndpoint, deleteEndpoint, listDeliveries, listEndpoints } from "./service";
@@ -22,7 +21,7 @@ export const webhooksRoutes = (ctx: AppContext) =>
       "",
       async ({ request, body }) => {
         const created = await createEndpoint(ctx, principalOf(request).project, body);
-        await syncCommits(ctx.db);
+        await ctx.db.syncCommits();
         return created;
       },
       { parse: jsonOnly, body: CreateBody, detail: { summary: "Create a webhook endpoint (its signing secret is shown once)" } },
@@ -35,7 +34,7 @@ export const webhooksRoutes = (ctx: AppContext) =>
       "/:id",
       async ({ params }) => {
         const deleted = await deleteEndpoint(ctx, params.id);
-        await syncCommits(ctx.db);
+        await ctx.db.syncCommits();
         return deleted;
       },
       { detail: { summary: "Delete a webhook endpoint" } },
