@@ -313,10 +313,11 @@ export class BatchRunner {
     const pool = this.getPool();
     while (this.queue.length > 0 && pool.idle > 0) pool.dispatch(this.queue.shift()!);
     if (pool.idle === 0 || this.stopping) return;
-    const claimed = await claimShards(this.ctx.db, this.owner, now + this.ctx.config.batches.leaseMs, pool.idle);
-    for (const { shard, batch } of claimed) {
-      // Stopping meanwhile: what was claimed goes back at once.
-      if (this.stopping) {
+    const idle = pool.idle;
+    const claimed = await claimShards(this.ctx.db, this.owner, now + this.ctx.config.batches.leaseMs, idle);
+    for (const [i, { shard, batch }] of claimed.entries()) {
+      // Stopping meanwhile, or more than asked for: what cannot run now goes back at once.
+      if (this.stopping || i >= idle) {
         await this.releaseShard(shard.batchId, shard.idx);
         continue;
       }

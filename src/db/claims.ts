@@ -9,7 +9,7 @@
 // each other or pick the same shard. SQLite (one writer at a time): the
 // candidates are read, then each is taken with an update that only succeeds
 // if it is still pending.
-import { and, eq, inArray, sql } from "drizzle-orm";
+import { and, eq, getTableColumns, inArray, sql } from "drizzle-orm";
 import type { BatchRow, ShardRow } from "./schema";
 import type { Db } from "./client";
 
@@ -27,19 +27,28 @@ export async function claimShards(db: Db, owner: string, until: number, limit: n
 
 async function claimSkipLocked(db: Db, owner: string, until: number, limit: number): Promise<ClaimedShard[]> {
   const { batchShards: s, batches: b } = db.t;
-  const picked = db
-    .select({ batchId: s.batchId, idx: s.idx })
-    .from(s)
-    .innerJoin(b, eq(b.id, s.batchId))
-    .where(and(eq(s.status, "pending"), inArray(b.status, RUNNABLE)))
-    .orderBy(b.seq, s.idx)
-    .limit(limit)
-    .for("update", { of: s, skipLocked: true });
+  // A CTE, not `WHERE (…) IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)`:
+  // Postgres may run such a subquery more than once, each time skipping the
+  // rows it just locked, and so update more than n rows (seen: a node with
+  // one Worker claimed 6 shards, and 5 of them never ran). A CTE with a
+  // row lock is never inlined: it runs once.
+  const picked = db.$with("picked").as(
+    db
+      .select({ batchId: s.batchId, idx: s.idx })
+      .from(s)
+      .innerJoin(b, eq(b.id, s.batchId))
+      .where(and(eq(s.status, "pending"), inArray(b.status, RUNNABLE)))
+      .orderBy(b.seq, s.idx)
+      .limit(limit)
+      .for("update", { of: s, skipLocked: true }),
+  );
   const shards = await db
+    .with(picked)
     .update(s)
     .set({ status: "running", leaseOwner: owner, leaseExpiresAt: until, claims: sql`${s.claims} + 1` })
-    .where(sql`(${s.batchId}, ${s.idx}) IN (${picked})`)
-    .returning();
+    .from(picked)
+    .where(and(eq(s.batchId, picked.batchId), eq(s.idx, picked.idx)))
+    .returning(getTableColumns(s));
   if (shards.length === 0) return [];
   const rows = await db.select().from(b).where(inArray(b.id, [...new Set(shards.map((x) => x.batchId))]));
   const byId = new Map(rows.map((r) => [r.id, r]));
