@@ -7,6 +7,9 @@ import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
 import { BufferedFdSink, createLogger, FLUSH_BYTES } from "../src/log";
+import { requestMembers } from "../src/metrics/requestLine";
+import { principals } from "../src/auth/plugin";
+import { pathOf } from "../src/http/path";
 import { freshDataDir } from "./helpers/server";
 import { pollUntil } from "./helpers/batches";
 
@@ -246,5 +249,32 @@ describe("BufferedFdSink", () => {
     log.error("nowhere to go");
     for (let i = 0; i < 2000; i++) log.info("request", { i });
     log.flush();
+  });
+});
+
+describe("request line fields (src/metrics/requestLine.ts)", () => {
+  const line = (members: string) => {
+    const lines: string[] = [];
+    createLogger("info", (l) => lines.push(l)).members("info", "request", members);
+    return JSON.parse(lines[0]!) as Record<string, unknown>;
+  };
+  test("valid JSON whatever the path holds; the path is cut at 200 characters and keys in it are redacted; no key: nulls", () => {
+    // The path as a server may pass it on (not normalised as new Request would).
+    const raw = '/api/v1/files/a"b\\c\u00e9\n/sk-op-secret-in-path-000000';
+    const request = new Request("http://127.0.0.1/api/v1/files/x");
+    const server = { requestIP: () => ({ address: "10.0.0.7" }) };
+    const l = line(requestMembers(request, server, "/api/v1/files/*", raw, 404, 0.0012345));
+    expect(l).toMatchObject({ msg: "request", method: "GET", route: "/api/v1/files/*", status: 404, duration_ms: 1.23, key_id: null, project: null, client: "10.0.0.7" });
+    expect(l.path).toBe('/api/v1/files/a"b\\c\u00e9\n/sk-[redacted]');
+    const long = new Request(`http://127.0.0.1/${"x".repeat(300)}`);
+    expect(line(requestMembers(long, undefined, "unmatched", pathOf(long.url), 404, 0)).path).toBe(`/${"x".repeat(199)}…`);
+    expect(line(requestMembers(long, undefined, "unmatched", pathOf(long.url), 404, 0)).client).toBeNull();
+  });
+  test("a key's id and project, the project redacted if it looks like a secret", () => {
+    const request = new Request("http://127.0.0.1/api/v1/models");
+    principals.set(request, { keyId: "key_abc", project: 'team "sk-op-0123456789abcdef"', scopes: [], rpm: null, tpm: null });
+    const l = line(requestMembers(request, undefined, "/api/v1/models", "/api/v1/models", 200, 0.001));
+    expect(l.key_id).toBe("key_abc");
+    expect(l.project).toBe('team "[redacted]"');
   });
 });

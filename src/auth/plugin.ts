@@ -12,7 +12,8 @@ import { routeScope } from "./routeScopes";
 import { hasScope } from "./scopes";
 import type { Principal, Verify } from "./verify";
 
-const principals = attached<Principal>("principal");
+/** The key each request was authenticated with (set in admit). */
+export const principals = attached<Principal>("principal");
 
 /** The request's key, if it has been checked (error answers use this: they may come before). */
 export const principalIfKnown = (request: Request): Principal | undefined => principals.get(request);

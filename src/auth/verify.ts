@@ -44,6 +44,8 @@ export function createVerifier(db: Db, adminKey: string | null): Verify {
   const cache = new Map<string, Principal>();
   let cachedAt = { version: -1, generation: -1 };
   const adminScopes: Scope[] = ["admin"];
+  // One object for every request with the admin key (the request log keeps text per principal object).
+  const admin: Principal = { keyId: "key_env_admin", project: "default", scopes: adminScopes, rpm: null, tpm: null };
 
   const lookup = async (hash: string, version: number, generation: number): Promise<Principal | null> => {
     const [row] = await db
@@ -62,7 +64,7 @@ export function createVerifier(db: Db, adminKey: string | null): Verify {
     if (secret.length === 0 || secret.length > 512) return null;
     const hash = hashSecret(secret);
     // Plain comparison of digests is safe: timing can only reveal digest bits, never the secret's.
-    if (hash === adminHash) return { keyId: "key_env_admin", project: "default", scopes: adminScopes, rpm: null, tpm: null };
+    if (hash === adminHash) return admin;
     const version = db.keysVersion();
     const generation = generations.get(db) ?? 0;
     if (version !== cachedAt.version || generation !== cachedAt.generation || cache.size >= MAX_CACHED) {

@@ -7,10 +7,9 @@
 // the raw path: label values must stay bounded (ids in paths would make a new
 // series per file). A request no route matches is labelled "unmatched".
 import type { AppContext } from "../context";
-import { principalOf } from "../auth/plugin";
-import { requestIdOf } from "../app";
 import { pathOf } from "../http/path";
 import { m } from "./index";
+import { requestMembers } from "./requestLine";
 
 interface Node {
   statics: Map<string, Node>;
@@ -76,9 +75,6 @@ export function routeMatcher(routes: readonly { method: string; path: string }[]
   };
 }
 
-/** A key sent where it does not belong (a path) must not reach the log. */
-const redactPath = (p: string) => (p.length > 200 ? p.slice(0, 200) + "…" : p).replace(/sk-[A-Za-z0-9_-]+/g, "sk-[redacted]");
-
 type Fetch = (request: Request, server?: { requestIP(r: Request): { address: string } | null }) => Response | Promise<Response>;
 
 type Level = "debug" | "info" | "warn";
@@ -120,30 +116,7 @@ export function observeRequests(ctx: AppContext, app: { fetch: (request: Request
       // Liveness probes would drown everything else; overload (529) is expected backpressure.
       const level: Level = pattern === "/healthz" ? "debug" : status >= 500 && status !== 529 ? "warn" : "info";
       // Build the line only if it is written: at high request rates this is measurable.
-      if (log.enabled(level)) log[level]("request", requestFields(request, server, pattern, path, status, seconds));
+      if (log.enabled(level)) log.members(level, "request", requestMembers(request, server, pattern, path, status, seconds));
     }
-  };
-}
-
-function requestFields(request: Request, server: Parameters<Fetch>[1], pattern: string, path: string, status: number, seconds: number) {
-  let keyId: string | null = null;
-  let project: string | null = null;
-  try {
-    const p = principalOf(request);
-    keyId = p.keyId;
-    project = p.project;
-  } catch {
-    // no valid key (401, or a route outside the API base)
-  }
-  return {
-    request_id: requestIdOf(request),
-    method: request.method,
-    route: pattern,
-    path: redactPath(path),
-    status,
-    duration_ms: Math.round(seconds * 100_000) / 100,
-    key_id: keyId,
-    project,
-    client: server?.requestIP(request)?.address ?? null,
   };
 }

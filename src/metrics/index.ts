@@ -61,9 +61,13 @@ export const m = {
 
 m.startTime.set([], Math.floor(Date.now() / 1000));
 
+/** Bound counters of interactive upstream calls, by model (a bounded set: configured models). */
+const interactiveCalls = new Map<string, () => void>();
 /** For interactive upstream calls (main thread). */
 export function countUpstreamRequest(model: string): void {
-  m.upstreamRequests.inc([model, "interactive"]);
+  let count = interactiveCalls.get(model);
+  if (!count) interactiveCalls.set(model, (count = m.upstreamRequests.bind([model, "interactive"])));
+  count();
 }
 export function countUpstreamError(model: string, status: number | "timeout" | "connection"): void {
   m.upstreamErrors.inc([model, "interactive", upstreamReason(status)]);
