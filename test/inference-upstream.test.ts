@@ -146,6 +146,17 @@ describe("proxying, not streamed", () => {
     });
   });
 
+  test("the body reaches the engine byte for byte (numbers as written, key order, unknown fields) unless its model name is mapped", async () => {
+    // Spacing, 1.0, 1e2 and the key order would all change if the body were parsed and written again.
+    const raw = `{"messages": [{"role":"user","content":"as sent \u00e9"}], "model":"up-chat", "temperature":1.0, "top_p":1e0, "max_tokens": 50}`;
+    const res = await t.api("/chat/completions", { method: "POST", headers: { "content-type": "application/json" }, body: raw });
+    expect(res.status).toBe(200);
+    expect(up.requests[0]!.text).toBe(raw);
+    const mapped = await t.api("/chat/completions", { method: "POST", headers: { "content-type": "application/json" }, body: raw.replace('"up-chat"', '"alias-chat"') });
+    expect(mapped.status).toBe(200);
+    expect(JSON.parse(up.requests[1]!.text)).toEqual({ ...JSON.parse(raw), model: "real/model-name" });
+  });
+
   test("model_map: the upstream receives its own model name and the key from api_key_env", async () => {
     const res = await client.chat.completions.create({ model: "alias-chat", messages: user("mapped please") });
     expect(res.choices[0]!.message.content).toBe("mapped please");

@@ -6,6 +6,7 @@ import { embeddingInputs, embeddingsResponse, planEmbeddings } from "../inferenc
 import { countTokens } from "../inference/tokens";
 import { callUpstream, checkLooksLikeJson, upstreamFailure, upstreamText } from "../inference/upstream";
 import { embeddings } from "../endpoints/embeddings";
+import { rawBodyOf } from "../http/jsonBody";
 
 export async function createEmbeddings(ctx: AppContext, principal: Principal, body: Record<string, unknown>, request: Request): Promise<Response> {
   const model = resolveModel(ctx, body.model, embeddings);
@@ -18,7 +19,7 @@ export async function createEmbeddings(ctx: AppContext, principal: Principal, bo
     if (plan) {
       return new Response(JSON.stringify(embeddingsResponse(body, plan!)), { headers: { "content-type": "application/json", ...headers } });
     }
-    const res = await callUpstream({ model, path: embeddings.path, body, clientSignal: () => request.signal });
+    const res = await callUpstream({ model, path: embeddings.path, body, raw: rawBodyOf(request), clientSignal: () => request.signal });
     if (!res.ok) {
       const failure = await upstreamFailure(model, res);
       if (failure instanceof ApiError) {

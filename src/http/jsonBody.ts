@@ -7,7 +7,12 @@
 // JSON object with 400, and returns the parsed object. (Elysia wraps what a
 // parse hook throws in its ParseError, which the app answers with its
 // generic 400 "not valid JSON (or does not match its Content-Type)".)
+import { attached } from "../attached";
 import { ApiError } from "../errors";
+
+/** The body as the client sent it, for requests that forward it (a proxied call re-sends it as is when it can). */
+const rawBodies = attached<string>("rawBody");
+export const rawBodyOf = (request: Request): string | undefined => rawBodies.get(request);
 
 const JSON_TYPE = /^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i;
 
@@ -17,7 +22,9 @@ export async function jsonOnly({ request }: { request: Request }): Promise<Recor
     throw new ApiError("invalid_value", `The request body must be JSON with Content-Type: application/json (got ${type ? `'${type.slice(0, 100)}'` : "none"})`);
   let body: unknown;
   try {
-    body = JSON.parse(await request.text());
+    const text = await request.text();
+    body = JSON.parse(text);
+    rawBodies.set(request, text);
   } catch {
     throw new ApiError("invalid_json", "The request body is not valid JSON");
   }

@@ -10,6 +10,7 @@ import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
 import type { EndpointKind, TokenCounts } from "../endpoints/kind";
 import { ApiError } from "../errors";
+import { rawBodyOf } from "../http/jsonBody";
 import { admit } from "./admission";
 import type { ModelEntry } from "./registry";
 import { StreamUsage, callUpstream, checkLooksLikeJson, notJson, passThrough, upstreamFailure, upstreamText } from "./upstream";
@@ -29,7 +30,7 @@ export async function proxyUpstream(ctx: AppContext, principal: Principal, { mod
   const { headers, release, metersTokens } = await admit(ctx, principal, model, promptTokens, () => request.signal);
   let handedOff = false;
   try {
-    const res = await callUpstream({ model, path: kind.path, body, clientSignal: () => request.signal });
+    const res = await callUpstream({ model, path: kind.path, body, raw: rawBodyOf(request), clientSignal: () => request.signal });
     if (!res.ok) {
       const failure = await upstreamFailure(model, res);
       if (failure instanceof ApiError) {

@@ -171,6 +171,8 @@ export interface UpstreamRequest {
   path: string;
   headers: Headers;
   body: any;
+  /** The body as received. */
+  text: string;
   /** Resolves when the client (offpeak) goes away: request signal aborted or response stream cancelled. */
   gone: Promise<void>;
   isGone(): boolean;
@@ -307,7 +309,7 @@ export async function startScriptedUpstream(opts: { models?: string[]; handler?:
       };
       if (req.signal.aborted) markGone();
       req.signal.addEventListener("abort", markGone, { once: true });
-      const rec: UpstreamRequest = { method: req.method, path, headers: req.headers, body, gone: gone.promise, isGone: () => isGone };
+      const rec: UpstreamRequest = { method: req.method, path, headers: req.headers, body, text, gone: gone.promise, isGone: () => isGone };
       up.requests.push(rec);
       const w = waiting.shift();
       if (w) {
