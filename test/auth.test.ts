@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { bearerSecret } from "../src/auth/plugin";
 import { ADMIN_KEY, chatLine, startTestServer, storedBlobs, uploadRaw, type TestServer } from "./helpers/server";
 
 /** Response.json() typed loosely, for assertions. */
@@ -427,5 +428,29 @@ describe("keys", () => {
     expect(bytes.includes(Buffer.from(createHash("sha256").update(k.key).digest("hex")))).toBe(true);
     // …and its secret is not (nor is any other key's).
     for (const secret of [k.key, victimKey, k.key.slice(6)]) expect(bytes.includes(Buffer.from(secret))).toBe(false);
+  });
+});
+
+describe("the Authorization header", () => {
+  test("Bearer <key>: scheme in any case, spaces around the key; anything else is malformed", () => {
+    const cases: [string, string | null][] = [
+      ["Bearer abc", "abc"],
+      ["bearer abc", "abc"],
+      ["BEARER  abc  ", "abc"],
+      ["Bearer sk-op-xyz", "sk-op-xyz"],
+      ["Bearer", null],
+      ["Bearer ", null],
+      ["Bearer  ", null],
+      ["Bearerabc", null],
+      ["Bearer a b", null],
+      ["Bearer a\tb", null],
+      ["Bearer\tabc", null],
+      [" Bearer abc", null],
+      ["Basic abc", null],
+      ["Bearer abc\t", null],
+      ["Bearer \u00a0x", null],
+      ["Bearer x\n", null],
+    ];
+    for (const [header, key] of cases) expect([header, bearerSecret(header)]).toEqual([header, key]);
   });
 });

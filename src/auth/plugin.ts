@@ -28,12 +28,28 @@ export function principalOf(request: Request): Principal {
 export function authenticate(request: Request, verify: Verify, apiPath: string): void | Promise<void> {
   const header = request.headers.get("authorization");
   if (!header) throw new ApiError("invalid_api_key", "Missing API key: send it as 'Authorization: Bearer <key>'");
-  const match = /^Bearer +(\S+) *$/i.exec(header);
-  if (!match) throw new ApiError("invalid_api_key", "Malformed Authorization header: expected 'Bearer <key>'");
-  const found = verify(match[1]!);
+  const secret = bearerSecret(header);
+  if (secret === null) throw new ApiError("invalid_api_key", "Malformed Authorization header: expected 'Bearer <key>'");
+  const found = verify(secret);
   // A cached key answers at once (no promise on the hot path); an unknown one after its lookup.
   if (found instanceof Promise) return found.then((p) => admit(request, p, apiPath));
   admit(request, found, apiPath);
+}
+
+/**
+ * The key in `Bearer <key>` (scheme in any case, one or more spaces before
+ * the key, spaces after it), or null. What /^Bearer +(\S+) *$/i matches,
+ * without the match array (this runs on every request).
+ */
+export function bearerSecret(header: string): string | null {
+  if (header.length < 8 || header.slice(0, 6).toLowerCase() !== "bearer" || header.charCodeAt(6) !== 32) return null;
+  let start = 7;
+  while (header.charCodeAt(start) === 32) start++;
+  let end = header.length;
+  while (end > start && header.charCodeAt(end - 1) === 32) end--;
+  if (end === start) return null;
+  const secret = header.slice(start, end);
+  return /\s/.test(secret) ? null : secret;
 }
 
 function admit(request: Request, principal: Principal | null, apiPath: string): void {
