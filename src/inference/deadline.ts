@@ -5,7 +5,7 @@
 // fires. With the default 600 s upstream timeout and thousands of requests a
 // second, that is millions of pending timers: memory grows, and the timer heap
 // and the GC add milliseconds to the tail of every request. A Deadline is an
-// AbortController with an expiry time, dropped as soon as the answer has
+// AbortController with a plain setTimeout, cleared as soon as the answer has
 // been read. For streams, restart() turns it into an idle timeout: a stream
 // may run for as long as it keeps sending.
 //
@@ -17,34 +17,9 @@
 // nothing from an abort anyway: its upstream answer is all but sent.
 const LINK_AFTER_MS = 25;
 
-// One interval per thread serves every Deadline, instead of a setTimeout
-// and a clearTimeout per call (and per chunk of a stream, which restarts
-// it): ≈2% of the main thread's samples in the chat pass-through went to
-// creating and clearing those timers. The interval runs only while
-// deadlines are live; a deadline fires up to SWEEP_MS after its time.
-const SWEEP_MS = LINK_AFTER_MS;
-const live = new Set<Deadline>();
-let sweeper: ReturnType<typeof setInterval> | null = null;
-
-function watch(d: Deadline): void {
-  live.add(d);
-  if (sweeper) return;
-  sweeper = setInterval(() => {
-    const now = performance.now();
-    for (const d of live) d.check(now);
-    if (live.size === 0) {
-      clearInterval(sweeper!);
-      sweeper = null;
-    }
-  }, SWEEP_MS);
-  // An unanswered call keeps the process alive by itself (its socket); the sweep must not.
-  sweeper.unref?.();
-}
-
 export class Deadline {
   private readonly controller = new AbortController();
-  private readonly startedAt = performance.now();
-  private expiresAt: number;
+  private timer: ReturnType<typeof setTimeout> | null = null;
   private parent: AbortSignal | null = null;
   private onParentAbort: (() => void) | null = null;
   /** Until linked (or cleared): how to read the client's signal. Dropped then, so it holds nothing alive. */
@@ -52,15 +27,25 @@ export class Deadline {
   /** True once the deadline itself (not the client) aborted the call. */
   timedOut = false;
 
-  /** `clientSignal`: the client's abort signal, read only if the call outlives LINK_AFTER_MS. */
+  /**
+   * `clientSignal`: the client's abort signal, read only if the call
+   * outlives LINK_AFTER_MS. One timer serves both: the first LINK_AFTER_MS
+   * of the timeout, then the rest.
+   */
   constructor(
     private readonly ms: number,
     clientSignal?: () => AbortSignal,
   ) {
-    this.expiresAt = this.startedAt + ms;
     this.clientSignal = clientSignal ?? null;
-    if (!this.clientSignal || ms <= LINK_AFTER_MS) this.link();
-    if (!this.controller.signal.aborted) watch(this);
+    if (this.clientSignal && ms > LINK_AFTER_MS) {
+      this.timer = setTimeout(() => {
+        this.link();
+        this.timer = setTimeout(() => this.expire(), this.ms - LINK_AFTER_MS);
+      }, LINK_AFTER_MS);
+    } else {
+      this.link();
+      this.restart();
+    }
   }
 
   get signal(): AbortSignal {
@@ -70,15 +55,16 @@ export class Deadline {
   /** Starts the full timeout again (called on every chunk of a stream, which is a call that lasts: it is linked now). */
   restart(): void {
     this.link();
+    if (this.timer !== null) clearTimeout(this.timer);
     if (this.controller.signal.aborted) return;
-    this.expiresAt = performance.now() + this.ms;
-    watch(this);
+    this.timer = setTimeout(() => this.expire(), this.ms);
   }
 
-  /** The call is over: drop the timeout and the link to the client's signal. */
+  /** The call is over: drop the timer and the link to the client's signal. */
   clear(): void {
     this.clientSignal = null;
-    live.delete(this);
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
     if (this.onParentAbort) this.parent!.removeEventListener("abort", this.onParentAbort);
     this.onParentAbort = null;
   }
@@ -88,15 +74,7 @@ export class Deadline {
     return this.parent?.aborted ?? this.clientSignal?.().aborted ?? false;
   }
 
-  /** Called by the sweep: links a call that has lasted, expires one past its time. */
-  check(now: number): void {
-    if (this.clientSignal && now - this.startedAt >= LINK_AFTER_MS) this.link();
-    if (this.controller.signal.aborted) live.delete(this);
-    else if (now >= this.expiresAt) this.expire();
-  }
-
   private expire(): void {
-    live.delete(this);
     this.timedOut = true;
     this.controller.abort(new DOMException(`timed out after ${this.ms} ms`, "TimeoutError"));
   }
