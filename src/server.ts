@@ -88,7 +88,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
     idleTimeout: 255,
     // Request metrics and the request log see every answer, also those made
     // before routing (401); every answer carries its x-request-id.
-    fetch: observeRequests(ctx, { routes: app.routes, fetch: async (request) => withRequestId(request, await app.fetch(request)) }),
+    fetch: observeRequests(ctx, { routes: app.routes, fetch: (request) => app.fetch(request) }, withRequestId),
   });
   const sweep = setInterval(() => {
     sweepExpiredFiles(ctx).catch((e) => log.error("expired-file sweep failed", { error: String(e) }));

@@ -79,4 +79,14 @@ describe("Deadline", () => {
     expect(await abortedWithin(d.signal, 600)).toBe(true);
     expect(d.timedOut).toBe(true);
   });
+
+  test("many at once: clearing some (first, middle, last made) leaves the others to expire on time", async () => {
+    const ds = Array.from({ length: 9 }, (_, i) => new Deadline(60 + (i % 3) * 20));
+    for (const i of [0, 4, 8]) ds[i]!.clear();
+    await sleep(200);
+    expect(ds.map((d) => d.timedOut)).toEqual([false, true, true, true, false, true, true, true, false]);
+    // A deadline made after the others expired (the sweep stopped when none was left) still fires.
+    const late = new Deadline(50);
+    expect(await abortedWithin(late.signal, 400)).toBe(true);
+  });
 });
