@@ -7,7 +7,7 @@
 // measured with wrk, see BENCHMARKS.md): what is left is the line itself.
 // Usage: bun bench/request-log.ts [lines-per-round=500000] [rounds=7]
 import { openSync } from "node:fs";
-import { BufferedFdSink, createLogger, redact } from "../src/log";
+import { BufferedFdSink, createLogger } from "../src/log";
 import { requestMembers, redactPath } from "../src/metrics/requestLine";
 import { principals } from "../src/auth/plugin";
 
@@ -43,7 +43,6 @@ function generic(i: number) {
     client: server.requestIP().address,
   });
 }
-void redact; // (info() calls it)
 
 function round(f: (i: number) => void): number {
   const t0 = performance.now();
