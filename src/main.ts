@@ -3,6 +3,8 @@
 // directly in the data dir (safe while a server runs on it: SQLite WAL);
 // `files`, `batches`, `batch run` and `healthcheck` are clients of a running
 // server (src/cli/).
+// First: `serve` may re-execute itself before the rest loads (allocator.ts says why).
+import "./allocator";
 import { CLIENT_COMMANDS, CliError } from "./cli";
 import { checkFlags, ConfigError, parseFlags, resolveConfig, SERVER_FLAGS } from "./config";
 import { existsSync } from "node:fs";

@@ -1,0 +1,52 @@
+// `offpeak serve` re-executes itself with MIMALLOC_PURGE_DELAY=0 (src/allocator.ts):
+// the same process (id, pipes) with the variable set, unless the environment
+// already sets it or opts out.
+import { describe, expect, test } from "bun:test";
+import { readFileSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { freshDataDir } from "./helpers/server";
+import { pollUntil } from "./helpers/batches";
+
+const ROOT = join(import.meta.dir, "..");
+
+function cleanEnv(extra: Record<string, string>): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("OFFPEAK_") && k !== "MIMALLOC_PURGE_DELAY" && k !== "PORT") env[k] = v;
+  return { ...env, ...extra };
+}
+
+/** Starts `serve` with `env`, waits for its answer, returns the process's environment as it runs and what it printed. */
+async function serveWith(env: Record<string, string>) {
+  const dataDir = freshDataDir();
+  const port = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
+  const p = port.port!;
+  port.stop(true);
+  const proc = Bun.spawn([process.execPath, join(ROOT, "src/main.ts"), "serve", "--port", String(p), "--host", "127.0.0.1", "--data-dir", dataDir], {
+    cwd: ROOT,
+    env: cleanEnv(env),
+    stdout: "pipe",
+    stderr: "ignore",
+  });
+  try {
+    await pollUntil(() => fetch(`http://127.0.0.1:${p}/healthz`).then((r) => r.status, () => 0), (s) => s === 200, 20_000, 50, "server up");
+    const environ = readFileSync(`/proc/${proc.pid}/environ`, "utf8").split("\0");
+    return { purgeDelay: environ.find((e) => e.startsWith("MIMALLOC_PURGE_DELAY="))?.slice("MIMALLOC_PURGE_DELAY=".length) ?? null, alive: proc.exitCode === null };
+  } finally {
+    proc.kill("SIGTERM");
+    const code = await proc.exited;
+    expect(code).toBe(0); // the process we started is the server: SIGTERM reached it and it shut down cleanly
+    const out = await new Response(proc.stdout).text();
+    expect(out).toContain("listening on"); // its stdout is the pipe we gave it
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+describe.skipIf(process.platform !== "linux")("serve returns freed memory at once", () => {
+  test("the same process runs on with MIMALLOC_PURGE_DELAY=0", async () => {
+    expect(await serveWith({})).toEqual({ purgeDelay: "0", alive: true });
+  });
+  test("a value set by the operator wins; OFFPEAK_NO_REEXEC=1 leaves the environment alone", async () => {
+    expect((await serveWith({ MIMALLOC_PURGE_DELAY: "250" })).purgeDelay).toBe("250");
+    expect((await serveWith({ OFFPEAK_NO_REEXEC: "1" })).purgeDelay).toBeNull();
+  });
+});
