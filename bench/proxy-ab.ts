@@ -5,9 +5,11 @@
 // Needs wrk.
 //
 //   bun bench/proxy-ab.ts ROUNDS SECONDS SERVER...
-//   SERVER: naive | TREE:LEVEL[:null]   (TREE: a checkout with node_modules;
-//           LEVEL: info or warn; ":null" sends stderr to /dev/null instead
-//           of a pipe this script drains)
+//   SERVER: naive | TREE:LEVEL[:pipe|null][:NAME=VALUE,...]
+//           (TREE: a checkout with node_modules; LEVEL: info or warn;
+//           "null" sends stderr to /dev/null instead of a pipe this script
+//           drains; then extra environment for that server only, e.g.
+//           OFFPEAK_NO_REEXEC=1)
 //   CONNS=4 (default 32)
 //   e.g. bun bench/proxy-ab.ts 8 3 naive $PWD:warn $PWD:info /tmp/old:info
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -19,7 +21,7 @@ const [rounds, seconds] = [Number(process.argv[2]), Number(process.argv[3])];
 const specs = process.argv.slice(4);
 const conns = Number(process.env.CONNS ?? 32);
 if (!(rounds > 0 && seconds > 0 && specs.length > 0)) {
-  console.error("usage: bun bench/proxy-ab.ts ROUNDS SECONDS naive|TREE:LEVEL[:null] ...");
+  console.error("usage: bun bench/proxy-ab.ts ROUNDS SECONDS naive|TREE:LEVEL[:pipe|null][:NAME=VALUE,...] ...");
   process.exit(2);
 }
 const here = join(import.meta.dir, "..");
@@ -44,12 +46,13 @@ async function start(spec: string) {
     const p = Bun.spawn([process.execPath, join(here, "bench/naive-proxy.ts"), String(port), upBase], { stdout: "ignore" });
     return { spec, p, url: `http://127.0.0.1:${port}/v1/chat/completions`, health: `http://127.0.0.1:${port}/` };
   }
-  const [tree, level, sink] = spec.split(":");
+  const [tree, level, sink, extra] = spec.split(":");
+  const extraEnv = Object.fromEntries((extra ?? "").split(",").filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
   const dataDir = mkdtempSync(join(work, "data-"));
   writeFileSync(join(dataDir, "config.json"), JSON.stringify(config));
   const p = Bun.spawn([process.execPath, join(tree!, "src/main.ts"), "serve", "--port", String(port), "--data-dir", dataDir, "--config", join(dataDir, "config.json")], {
     cwd: tree,
-    env: { ...process.env, OFFPEAK_ADMIN_KEY: BENCH_KEY, OFFPEAK_LOG_LEVEL: level ?? "info" },
+    env: { ...process.env, OFFPEAK_ADMIN_KEY: BENCH_KEY, OFFPEAK_LOG_LEVEL: level ?? "info", ...extraEnv },
     stdout: "ignore",
     stderr: sink === "null" ? Bun.file("/dev/null") : "pipe",
   });

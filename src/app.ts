@@ -3,7 +3,7 @@
 import { Elysia } from "elysia";
 import { swagger } from "@elysiajs/swagger";
 import { authenticate, principalIfKnown } from "./auth/plugin";
-import { createVerifier } from "./auth/verify";
+import { createVerifier, type Verify } from "./auth/verify";
 import type { AppContext } from "./context";
 import { attached } from "./attached";
 import { ApiError, errorResponse } from "./errors";
@@ -12,10 +12,11 @@ import { pathOf } from "./http/path";
 import { filesRoutes } from "./files/routes";
 import { keysRoutes } from "./keys/routes";
 import { batchesRoutes } from "./batches/routes";
-import { chatRoutes } from "./chat/routes";
-import { embeddingsRoutes } from "./embeddings/routes";
-import { responsesRoutes } from "./responses/routes";
-import { completionsRoutes } from "./completions/routes";
+import { chatRoute, chatRoutes } from "./chat/routes";
+import { embeddingsRoute, embeddingsRoutes } from "./embeddings/routes";
+import { responsesRoute, responsesRoutes } from "./responses/routes";
+import { completionsRoute, completionsRoutes } from "./completions/routes";
+import { directInference } from "./http/direct";
 import { modelsRoutes } from "./models/routes";
 import { chatsRoutes } from "./chats/routes";
 import { statusRoutes } from "./status/routes";
@@ -52,21 +53,47 @@ const apiRoutes = (ctx: AppContext, prefix: string) =>
     .use(meRoutes())
     .use(webhooksRoutes(ctx));
 
-export function buildApp(ctx: AppContext) {
+/**
+ * What the server answers with: the Elysia app, and before it the direct
+ * dispatch of exact POSTs to the inference routes (src/http/direct.ts),
+ * which share its verifier, its request opening and its error answers.
+ */
+export function buildHandler(ctx: AppContext): { routes: readonly { method: string; path: string }[]; fetch: (request: Request) => Response | Promise<Response> } {
   const verify = createVerifier(ctx.db, ctx.config.adminKey);
+  const app = buildApp(ctx, verify);
+  const fetch = directInference(
+    ctx,
+    [chatRoute, embeddingsRoute, responsesRoute, completionsRoute],
+    API_BASES,
+    {
+      open: (request, path) => openRequest(request, verify, path),
+      answerError: (code, error, request) => toErrorResponse(ctx, code, error, request),
+    },
+    (request) => app.fetch(request),
+  );
+  return { routes: app.routes, fetch };
+}
+
+/**
+ * Every request starts here (Elysia's onRequest, or the direct dispatch):
+ * it gets its id; under the API base its key is checked (401/403) before
+ * anything else runs.
+ */
+function openRequest(request: Request, verify: Verify, path: string): void | Promise<void> {
+  requestIds.set(request, newId("req_"));
+  if (!isUnderApi(path)) return;
+  const checked = authenticate(request, verify, path.slice(path.startsWith("/v1") ? 3 : 7));
+  if (checked) return checked.then(() => checkDecodes(path));
+  checkDecodes(path);
+}
+
+export function buildApp(ctx: AppContext, verify: Verify = createVerifier(ctx.db, ctx.config.adminKey)) {
   return (
     new Elysia()
       // The id goes on the answer in withRequestId (server.ts), not through
       // set.headers: any entry there makes Elysia copy every Response a
       // handler returns into a new one with a streamed body.
-      .onRequest(({ request }) => {
-        requestIds.set(request, newId("req_"));
-        const path = pathOf(request.url);
-        if (!isUnderApi(path)) return;
-        const checked = authenticate(request, verify, path.slice(path.startsWith("/v1") ? 3 : 7));
-        if (checked) return checked.then(() => checkDecodes(path));
-        checkDecodes(path);
-      })
+      .onRequest(({ request }) => openRequest(request, verify, pathOf(request.url)))
       .onError(({ code, error, request }) => toErrorResponse(ctx, code, error, request))
       .get("/healthz", () => new Response("ok", { headers: { "content-type": "text/plain" } }), { detail: { hide: true } })
       .use(

@@ -1,6 +1,6 @@
 // Starts offpeak on a resolved Config: opens the database, bootstraps the
 // first key, serves HTTP, runs background sweeps, and shuts down cleanly.
-import { buildApp, withRequestId } from "./app";
+import { buildHandler, withRequestId } from "./app";
 import { observeRequests } from "./metrics/http";
 import type { Config } from "./config";
 import type { AppContext } from "./context";
@@ -79,7 +79,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
     if (!opts.quiet) process.stdout.write(`offpeak: created the first admin key (shown only once):\n${bootstrapKey}\n`);
   }
 
-  const app = buildApp(ctx);
+  const app = buildHandler(ctx);
   const server = Bun.serve({
     port: config.port,
     hostname: config.host,
@@ -88,7 +88,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
     idleTimeout: 255,
     // Request metrics and the request log see every answer, also those made
     // before routing (401); every answer carries its x-request-id.
-    fetch: observeRequests(ctx, { routes: app.routes, fetch: (request) => app.fetch(request) }, withRequestId),
+    fetch: observeRequests(ctx, app, withRequestId),
   });
   const sweep = setInterval(() => {
     sweepExpiredFiles(ctx).catch((e) => log.error("expired-file sweep failed", { error: String(e) }));

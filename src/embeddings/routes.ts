@@ -1,18 +1,18 @@
-import { Elysia, t } from "elysia";
-import { principalOf } from "../auth/plugin";
+import { t } from "elysia";
 import type { AppContext } from "../context";
-import { jsonOnly } from "../http/jsonBody";
-import { requireModel } from "../inference/admission";
-import { embeddings } from "../endpoints/embeddings";
+import { embeddings as kind } from "../endpoints/embeddings";
+import { inferenceRoutePlugin, type InferenceRoute } from "../inference/route";
 import { createEmbeddings } from "./service";
 
-const EmbeddingsBody = t.Object({ model: t.String(), input: t.Unknown() }, { additionalProperties: true });
+export const embeddingsRoute: InferenceRoute = {
+  kind,
+  // A missing input is the service's to refuse (see chat/routes.ts).
+  body: t.Object(
+    { model: t.String(), input: t.Optional(t.Unknown({ description: "Required: a string, an array of strings, or arrays of token ids." })) },
+    { additionalProperties: true },
+  ),
+  summary: "Create embeddings",
+  handle: createEmbeddings,
+};
 
-export const embeddingsRoutes = (ctx: AppContext) =>
-  new Elysia({ detail: { tags: ["inference"] } })
-    .post(embeddings.path, ({ request, body }) => createEmbeddings(ctx, principalOf(request), body as Record<string, unknown>, request), {
-      parse: jsonOnly,
-      transform: requireModel, // a missing model: missing_field, not the schema's invalid_value
-      body: EmbeddingsBody,
-      detail: { summary: "Create embeddings" },
-    });
+export const embeddingsRoutes = (ctx: AppContext) => inferenceRoutePlugin(ctx, embeddingsRoute);
