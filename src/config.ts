@@ -51,6 +51,7 @@ export const ConfigFile = Type.Object(
           host: Type.Optional(Type.String()),
           data_dir: Type.Optional(Type.String()),
           log_level: Type.Optional(Type.Union([Type.Literal("debug"), Type.Literal("info"), Type.Literal("warn"), Type.Literal("error")])),
+          log_client_address: Type.Optional(Type.Union([Type.Literal("unauthenticated"), Type.Literal("always")])),
           sse_keepalive_ms: Type.Optional(Type.Integer({ minimum: 100, maximum: 300_000 })),
         },
         { additionalProperties: false },
@@ -110,6 +111,14 @@ export interface Config {
   /** Memory an upload's custom_id duplicate check may use before it spills fingerprints to <dataDir>/tmp (src/jsonl/duplicateFinder.ts). */
   duplicateCheckBytes: number;
   logLevel: LogLevel;
+  /**
+   * Which request lines carry the peer's address (`client`): those without
+   * a valid key (the address is all there is to say who sent them), or every
+   * line. Bun asks the socket for it on each call (a getpeername), ≈2 µs and
+   * 5% of the HTTP thread in the chat pass-through; on a keyed line the key
+   * already says who sent it.
+   */
+  logClientAddress: "unauthenticated" | "always";
   /** Quiet time after which a chat-session SSE stream sends a `: keep-alive` comment (proxies drop idle streams). */
   sseKeepAliveMs: number;
   /** Exact admin key from OFFPEAK_ADMIN_KEY, if set. */
@@ -271,6 +280,10 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
   const logLevel = (flags["log-level"] ?? env.OFFPEAK_LOG_LEVEL ?? file.server?.log_level ?? "info") as LogLevel;
   if (!["debug", "info", "warn", "error"].includes(logLevel)) throw new ConfigError(`log level must be debug|info|warn|error, got "${logLevel}"`);
 
+  const logClientAddress = env.OFFPEAK_LOG_CLIENT_ADDRESS || file.server?.log_client_address || "unauthenticated";
+  if (logClientAddress !== "unauthenticated" && logClientAddress !== "always")
+    throw new ConfigError(`OFFPEAK_LOG_CLIENT_ADDRESS must be unauthenticated|always, got "${logClientAddress}"`);
+
   const dataDir = pick(flags["data-dir"], env.OFFPEAK_DATA_DIR, file.server?.data_dir) ?? DEFAULTS.dataDir;
   return {
     port: pick(intOf("--port", flags["port"], 0, 65535), intOf("PORT", env.PORT, 0, 65535), file.server?.port) ?? DEFAULTS.port,
@@ -289,6 +302,7 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
     duplicateCheckBytes:
       pick(intOf("OFFPEAK_DUPLICATE_CHECK_BYTES", env.OFFPEAK_DUPLICATE_CHECK_BYTES, 8192), file.limits?.duplicate_check_bytes) ?? DEFAULTS.duplicateCheckBytes,
     logLevel,
+    logClientAddress,
     sseKeepAliveMs: pick(intOf("OFFPEAK_SSE_KEEPALIVE_MS", env.OFFPEAK_SSE_KEEPALIVE_MS, 100, 300_000), file.server?.sse_keepalive_ms) ?? 15_000,
     adminKey: env.OFFPEAK_ADMIN_KEY || null,
     defaultRpm: pick(intOf("OFFPEAK_RPM", env.OFFPEAK_RPM, 1), file.limits?.rpm) ?? null,

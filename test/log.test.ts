@@ -10,6 +10,7 @@ import { BufferedFdSink, createLogger, FLUSH_BYTES } from "../src/log";
 import { requestMembers } from "../src/metrics/requestLine";
 import { principals } from "../src/auth/plugin";
 import { pathOf } from "../src/http/path";
+import { ConfigError, resolveConfig } from "../src/config";
 import { freshDataDir } from "./helpers/server";
 import { pollUntil } from "./helpers/batches";
 
@@ -62,6 +63,10 @@ describe("request log through a real server process", () => {
         await res.arrayBuffer();
         ids.push(res.headers.get("x-request-id")!);
       }
+      // Without a key: the peer's address is all the line can say about who sent it.
+      const anonymous = await fetch(`${url}/api/v1/files`);
+      expect(anonymous.status).toBe(401);
+      ids.push(anonymous.headers.get("x-request-id")!);
       // The last lines are still in the buffer (FLUSH_MS): SIGTERM right away.
       proc.kill("SIGTERM");
       expect(await proc.exited).toBe(0);
@@ -70,6 +75,9 @@ describe("request log through a real server process", () => {
       const requests = lines.filter((l) => l.msg === "request" && l.route !== "/healthz");
       expect(requests.map((l) => l.request_id)).toEqual(ids);
       expect(requests.filter((l) => l.status === 404).length).toBe(N / 5);
+      // By default (log_client_address: unauthenticated) only that line asks the socket for the address.
+      expect(requests.filter((l) => l.key_id !== null).every((l) => l.client === null)).toBe(true);
+      expect(requests.at(-1)).toMatchObject({ status: 401, key_id: null, client: "127.0.0.1" });
       expect(lines.filter((l) => l.msg !== "request").map((l) => l.msg)).toEqual(["listening", "shutting down"]);
       expect(text).not.toContain(admin);
       expect(text).not.toContain(admin.slice(6));
@@ -270,6 +278,40 @@ describe("request line fields (src/metrics/requestLine.ts)", () => {
     expect(line(requestMembers(long, undefined, "unmatched", pathOf(long.url), 404, 0)).path).toBe(`/${"x".repeat(199)}…`);
     expect(line(requestMembers(long, undefined, "unmatched", pathOf(long.url), 404, 0)).client).toBeNull();
   });
+  test("client: asked of the socket only for a line without a key, unless every line wants it", () => {
+    let asked = 0;
+    const server = {
+      requestIP: () => {
+        asked++;
+        return { address: "10.0.0.7" };
+      },
+    };
+    const keyed = new Request("http://127.0.0.1/api/v1/models");
+    principals.set(keyed, { keyId: "key_abc", project: "p", scopes: [], rpm: null, tpm: null });
+    const anonymous = new Request("http://127.0.0.1/api/v1/models");
+    const client = (r: Request, every: boolean) => line(requestMembers(r, server, "/api/v1/models", "/api/v1/models", 200, 0.001, every)).client;
+    expect([client(keyed, false), asked]).toEqual([null, 0]);
+    expect([client(anonymous, false), asked]).toEqual(["10.0.0.7", 1]);
+    expect([client(keyed, true), asked]).toEqual(["10.0.0.7", 2]);
+    expect([client(anonymous, true), asked]).toEqual(["10.0.0.7", 3]);
+  });
+
+  test("log_client_address: unauthenticated by default, always on request, anything else refused", () => {
+    const dir = freshDataDir();
+    try {
+      expect(resolveConfig(["--data-dir", dir], {}).logClientAddress).toBe("unauthenticated");
+      expect(resolveConfig(["--data-dir", dir], { OFFPEAK_LOG_CLIENT_ADDRESS: "always" }).logClientAddress).toBe("always");
+      const file = join(dir, "config.json");
+      writeFileSync(file, JSON.stringify({ server: { log_client_address: "always" } }));
+      expect(resolveConfig(["--data-dir", dir, "--config", file], {}).logClientAddress).toBe("always");
+      expect(() => resolveConfig(["--data-dir", dir], { OFFPEAK_LOG_CLIENT_ADDRESS: "sometimes" })).toThrow(ConfigError);
+      writeFileSync(file, JSON.stringify({ server: { log_client_address: "never" } }));
+      expect(() => resolveConfig(["--data-dir", dir, "--config", file], {})).toThrow();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test("a key's id and project, the project redacted if it looks like a secret", () => {
     const request = new Request("http://127.0.0.1/api/v1/models");
     principals.set(request, { keyId: "key_abc", project: 'team "sk-op-0123456789abcdef"', scopes: [], rpm: null, tpm: null });

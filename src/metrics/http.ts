@@ -109,6 +109,7 @@ export function observeRequests(
   const route = routeMatcher(app.routes);
   const inner = app.fetch;
   const log = ctx.log;
+  const everyClient = ctx.config.logClientAddress === "always";
   return async (request, server) => {
     const t0 = performance.now();
     let status = 500;
@@ -124,7 +125,7 @@ export function observeRequests(
       // Liveness probes would drown everything else; overload (529) is expected backpressure.
       const level: Level = pattern === "/healthz" ? "debug" : status >= 500 && status !== 529 ? "warn" : "info";
       // Build the line only if it is written: at high request rates this is measurable.
-      if (log.enabled(level)) log.members(level, "request", requestMembers(request, server, pattern, path, status, seconds));
+      if (log.enabled(level)) log.members(level, "request", requestMembers(request, server, pattern, path, status, seconds, everyClient));
     }
   };
 }

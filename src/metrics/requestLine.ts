@@ -52,11 +52,25 @@ function principalMembers(p: Principal | undefined): string {
 
 type RequestIP = { requestIP(r: Request): { address: string } | null };
 
-/** The request line's fields as JSON members (see OPERATING.md "Logs" for the fields). */
-export function requestMembers(request: Request, server: RequestIP | undefined, pattern: string, path: string, status: number, seconds: number): string {
-  const address = server?.requestIP(request)?.address;
+/**
+ * The request line's fields as JSON members (see OPERATING.md "Logs" for the
+ * fields). `client` is the peer's address on lines without a valid key, and
+ * on every line with `everyClient` (config logClientAddress: asking the
+ * socket costs a syscall per request); null otherwise.
+ */
+export function requestMembers(
+  request: Request,
+  server: RequestIP | undefined,
+  pattern: string,
+  path: string,
+  status: number,
+  seconds: number,
+  everyClient = true,
+): string {
+  const principal = principalIfKnown(request);
+  const address = principal === undefined || everyClient ? server?.requestIP(request)?.address : undefined;
   return (
     `"request_id":"${requestIdOf(request)}","method":${methodJson(request.method)},"route":${routeJson(pattern)},"path":${pathJson(path)},` +
-    `"status":${status},"duration_ms":${Math.round(seconds * 100_000) / 100},${principalMembers(principalIfKnown(request))},"client":${address === undefined ? "null" : clientJson(address)}`
+    `"status":${status},"duration_ms":${Math.round(seconds * 100_000) / 100},${principalMembers(principal)},"client":${address === undefined ? "null" : clientJson(address)}`
   );
 }
