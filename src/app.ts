@@ -4,6 +4,7 @@ import { Elysia } from "elysia";
 import { swagger } from "@elysiajs/swagger";
 import { authenticate, principalIfKnown } from "./auth/plugin";
 import { createVerifier, type Verify } from "./auth/verify";
+import type { Scope } from "./auth/scopes";
 import type { AppContext } from "./context";
 import { attached } from "./attached";
 import { ApiError, errorResponse } from "./errors";
@@ -66,7 +67,7 @@ export function buildHandler(ctx: AppContext): { routes: readonly { method: stri
     [chatRoute, embeddingsRoute, responsesRoute, completionsRoute],
     API_BASES,
     {
-      open: (request, path) => openRequest(request, verify, path),
+      open: (request, path, scope) => openRequest(request, verify, path, scope),
       answerError: (code, error, request) => toErrorResponse(ctx, code, error, request),
     },
     (request) => app.fetch(request),
@@ -79,10 +80,10 @@ export function buildHandler(ctx: AppContext): { routes: readonly { method: stri
  * it gets its id; under the API base its key is checked (401/403) before
  * anything else runs.
  */
-function openRequest(request: Request, verify: Verify, path: string): void | Promise<void> {
+function openRequest(request: Request, verify: Verify, path: string, scope?: Scope | null): void | Promise<void> {
   requestIds.set(request, newId("req_"));
   if (!isUnderApi(path)) return;
-  const checked = authenticate(request, verify, path.slice(path.startsWith("/v1") ? 3 : 7));
+  const checked = authenticate(request, verify, path.slice(path.startsWith("/v1") ? 3 : 7), scope);
   if (checked) return checked.then(() => checkDecodes(path));
   checkDecodes(path);
 }

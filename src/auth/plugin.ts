@@ -9,7 +9,7 @@
 import { attached } from "../attached";
 import { ApiError } from "../errors";
 import { routeScope } from "./routeScopes";
-import { hasScope } from "./scopes";
+import { hasScope, type Scope } from "./scopes";
 import type { Principal, Verify } from "./verify";
 
 /** The key each request was authenticated with (set in admit). */
@@ -24,16 +24,20 @@ export function principalOf(request: Request): Principal {
   return p;
 }
 
-/** `apiPath` is the path after the API base. */
-export function authenticate(request: Request, verify: Verify, apiPath: string): void | Promise<void> {
+/**
+ * `apiPath` is the path after the API base; `needed`, the scope routeScope
+ * gives it, when the caller knows it already (the direct dispatch decides
+ * it once per route).
+ */
+export function authenticate(request: Request, verify: Verify, apiPath: string, needed: Scope | null = routeScope(request.method, apiPath)): void | Promise<void> {
   const header = request.headers.get("authorization");
   if (!header) throw new ApiError("invalid_api_key", "Missing API key: send it as 'Authorization: Bearer <key>'");
   const secret = bearerSecret(header);
   if (secret === null) throw new ApiError("invalid_api_key", "Malformed Authorization header: expected 'Bearer <key>'");
   const found = verify(secret);
   // A cached key answers at once (no promise on the hot path); an unknown one after its lookup.
-  if (found instanceof Promise) return found.then((p) => admit(request, p, apiPath));
-  admit(request, found, apiPath);
+  if (found instanceof Promise) return found.then((p) => admit(request, p, needed));
+  admit(request, found, needed);
 }
 
 /**
@@ -52,9 +56,8 @@ export function bearerSecret(header: string): string | null {
   return /\s/.test(secret) ? null : secret;
 }
 
-function admit(request: Request, principal: Principal | null, apiPath: string): void {
+function admit(request: Request, principal: Principal | null, needed: Scope | null): void {
   if (!principal) throw new ApiError("invalid_api_key", "Invalid or revoked API key");
   principals.set(request, principal);
-  const needed = routeScope(request.method, apiPath);
   if (needed && !hasScope(principal.scopes, needed)) throw new ApiError("insufficient_scope", `This key lacks the '${needed}' scope`);
 }

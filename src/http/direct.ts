@@ -18,6 +18,8 @@
 import { TypeCompiler, type TypeCheck } from "@sinclair/typebox/compiler";
 import type { TObject } from "@sinclair/typebox";
 import { principalOf } from "../auth/plugin";
+import { routeScope } from "../auth/routeScopes";
+import type { Scope } from "../auth/scopes";
 import type { AppContext } from "../context";
 import { requireModel } from "../inference/admission";
 import type { InferenceRoute } from "../inference/route";
@@ -27,8 +29,8 @@ import { pathOf } from "./path";
 export type Dispatch = (request: Request) => Response | Promise<Response>;
 
 export interface DirectHooks {
-  /** Gives the request its id and checks its key (throws 401/403). */
-  open(request: Request, path: string): void | Promise<void>;
+  /** Gives the request its id and checks its key for `scope` (throws 401/403). */
+  open(request: Request, path: string, scope: Scope | null): void | Promise<void>;
   /** app.ts's error mapping; `code` as Elysia would name the failure ("VALIDATION" reads `valueError`). */
   answerError(code: string, error: unknown, request: Request): Response;
 }
@@ -36,18 +38,20 @@ export interface DirectHooks {
 interface Entry {
   route: InferenceRoute;
   check: TypeCheck<TObject>;
+  /** The scope its key needs, as routeScope says (decided once, not per request). */
+  scope: Scope | null;
 }
 
 export function directInference(ctx: AppContext, routes: readonly InferenceRoute[], bases: readonly string[], hooks: DirectHooks, fallback: Dispatch): Dispatch {
   const table = new Map<string, Entry>();
   for (const route of routes) {
-    const entry = { route, check: TypeCompiler.Compile(route.body) };
+    const entry = { route, check: TypeCompiler.Compile(route.body), scope: routeScope("POST", route.kind.path) };
     for (const base of bases) table.set(base + route.kind.path, entry);
   }
 
   const run = async (entry: Entry, request: Request, path: string): Promise<Response> => {
     try {
-      const opened = hooks.open(request, path);
+      const opened = hooks.open(request, path, entry.scope);
       if (opened) await opened;
       const body = await jsonOnly({ request });
       requireModel({ body });

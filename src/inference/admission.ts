@@ -34,16 +34,20 @@ export interface Admitted {
   metersTokens: boolean;
 }
 
-export async function admit(ctx: AppContext, principal: Principal, model: ModelEntry, promptTokens: number, clientSignal: () => AbortSignal): Promise<Admitted> {
+/** Admitted at once when the model has a free slot (no promise on the hot path), else when the queue gives one. */
+export function admit(ctx: AppContext, principal: Principal, model: ModelEntry, promptTokens: number, clientSignal: () => AbortSignal): Admitted | Promise<Admitted> {
   const limits = limitsOf(ctx, principal);
   const admittedAt = Date.now();
   const headers = ctx.rateLimiter.admit(principal.keyId, limits, promptTokens, admittedAt);
-  try {
-    const release = await ctx.scheduler.acquireInteractive(model, clientSignal);
-    return { headers, release, metersTokens: limits.tpm !== null };
-  } catch (e) {
-    throw notRun(ctx, principal.keyId, limits, promptTokens, admittedAt, headers, e);
-  }
+  const metersTokens = limits.tpm !== null;
+  const now = ctx.scheduler.tryInteractive(model);
+  if (now) return { headers, release: now, metersTokens };
+  return ctx.scheduler.acquireInteractive(model, clientSignal).then(
+    (release) => ({ headers, release, metersTokens }),
+    (e: unknown) => {
+      throw notRun(ctx, principal.keyId, limits, promptTokens, admittedAt, headers, e);
+    },
+  );
 }
 
 /**

@@ -140,10 +140,17 @@ export class Scheduler {
     return model.maxConcurrency === null ? -1 : this.lane(model).sharedBase;
   }
 
+  /** For an interactive request: a slot now if one is free and nobody waits for it, else null (then acquireInteractive). */
+  tryInteractive(model: ModelEntry): Release | null {
+    const lane = this.lane(model);
+    return lane.interactive.length === 0 && lane.tryTake() ? this.releaser(lane, false) : null;
+  }
+
   /** For an interactive request: a slot now, a place in the queue, or 529. `signal` is read only if it has to wait. */
   async acquireInteractive(model: ModelEntry, signal?: () => AbortSignal): Promise<Release> {
+    const now = this.tryInteractive(model);
+    if (now) return now;
     const lane = this.lane(model);
-    if (lane.interactive.length === 0 && lane.tryTake()) return this.releaser(lane, false);
     if (lane.interactive.length >= lane.queueSize) {
       throw new ApiError("overloaded", `Model ${model.id} is overloaded: its queue is full. Retry shortly.`, { headers: { "retry-after": "1" } });
     }

@@ -9,7 +9,7 @@
 import type { AppContext } from "../context";
 import { pathOf } from "../http/path";
 import { m } from "./index";
-import { requestMembers } from "./requestLine";
+import { requestMembers, routeMembers } from "./requestLine";
 
 interface Node {
   statics: Map<string, Node>;
@@ -96,6 +96,15 @@ function recorderOf(method: string, pattern: string, status: number): (seconds: 
   return record;
 }
 
+/** What a request's method and path mean for metrics and the log, kept per method and path. */
+interface RouteSeen {
+  pattern: string;
+  /** Its recorders by status. */
+  byStatus: Map<number, (seconds: number) => void>;
+  /** The request line's method, route and path members, made when first logged. */
+  members: string | undefined;
+}
+
 /**
  * Wraps `app.fetch` with request metrics and the request log. `finish`, if
  * given, decorates each answer first (the request id): in this one async
@@ -110,6 +119,19 @@ export function observeRequests(
   const inner = app.fetch;
   const log = ctx.log;
   const everyClient = ctx.config.logClientAddress === "always";
+  // Most traffic is a few method-and-path pairs: one lookup each finds the
+  // route, its recorders and its log members (bounded: paths with ids rarely repeat).
+  const seen = new Map<string, RouteSeen>();
+  const seenOf = (method: string, path: string): RouteSeen => {
+    const key = method + " " + path;
+    let s = seen.get(key);
+    if (!s) {
+      s = { pattern: route(method, path), byStatus: new Map(), members: undefined };
+      if (seen.size >= 1024) seen.clear();
+      seen.set(key, s);
+    }
+    return s;
+  };
   return async (request, server) => {
     const t0 = performance.now();
     let status = 500;
@@ -119,13 +141,20 @@ export function observeRequests(
       return res;
     } finally {
       const seconds = (performance.now() - t0) / 1000;
+      const method = request.method;
       const path = pathOf(request.url);
-      const pattern = route(request.method, path);
-      recorderOf(request.method, pattern, status)(seconds);
+      const s = seenOf(method, path);
+      const pattern = s.pattern;
+      let record = s.byStatus.get(status);
+      if (!record) s.byStatus.set(status, (record = recorderOf(method, pattern, status)));
+      record(seconds);
       // Liveness probes would drown everything else; overload (529) is expected backpressure.
       const level: Level = pattern === "/healthz" ? "debug" : status >= 500 && status !== 529 ? "warn" : "info";
       // Build the line only if it is written: at high request rates this is measurable.
-      if (log.enabled(level)) log.members(level, "request", requestMembers(request, server, pattern, path, status, seconds, everyClient));
+      if (log.enabled(level)) {
+        const members = (s.members ??= routeMembers(method, pattern, path));
+        log.members(level, "request", requestMembers(request, server, pattern, path, status, seconds, everyClient, members));
+      }
     }
   };
 }
