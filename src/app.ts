@@ -33,8 +33,10 @@ export const API_BASES = ["/api/v1", "/v1"] as const;
 const requestIds = attached<string>("requestId");
 export const requestIdOf = (request: Request) => requestIds.get(request) ?? "req_unknown";
 
-function isUnderApi(pathname: string): boolean {
-  return API_BASES.some((b) => pathname === b || pathname.startsWith(b + "/"));
+/** The API base a path is under ("/api/v1/…" or "/v1/…", or the base itself), or null. Runs on every request: no closures. */
+function apiBaseOf(pathname: string): string | null {
+  for (const b of API_BASES) if (pathname.startsWith(b) && (pathname.length === b.length || pathname.charCodeAt(b.length) === 47)) return b;
+  return null;
 }
 
 /** All routes under one base; mounted once per base path. */
@@ -82,8 +84,9 @@ export function buildHandler(ctx: AppContext): { routes: readonly { method: stri
  */
 function openRequest(request: Request, verify: Verify, path: string, scope?: Scope | null): void | Promise<void> {
   requestIds.set(request, newId("req_"));
-  if (!isUnderApi(path)) return;
-  const checked = authenticate(request, verify, path.slice(path.startsWith("/v1") ? 3 : 7), scope);
+  const base = apiBaseOf(path);
+  if (base === null) return;
+  const checked = authenticate(request, verify, path.slice(base.length), scope);
   if (checked) return checked.then(() => checkDecodes(path));
   checkDecodes(path);
 }

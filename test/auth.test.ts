@@ -453,4 +453,15 @@ describe("the Authorization header", () => {
     ];
     for (const [header, key] of cases) expect([header, bearerSecret(header)]).toEqual([header, key]);
   });
+
+  test("a key with any character that /\\s/ calls a space in it is refused; with any other it is taken", () => {
+    const wrong: number[] = [];
+    for (let c = 0; c <= 0xffff; c++) {
+      const ch = String.fromCharCode(c);
+      const expected = /\s/.test(ch) ? null : `a${ch}b`;
+      if (bearerSecret(`Bearer a${ch}b`) !== expected) wrong.push(c);
+      if (bearerSecret(`bEaReR a${ch}b`) !== expected) wrong.push(c);
+    }
+    expect(wrong).toEqual([]);
+  });
 });

@@ -46,14 +46,26 @@ export function authenticate(request: Request, verify: Verify, apiPath: string, 
  * without the match array (this runs on every request).
  */
 export function bearerSecret(header: string): string | null {
-  if (header.length < 8 || header.slice(0, 6).toLowerCase() !== "bearer" || header.charCodeAt(6) !== 32) return null;
+  if (header.length < 8 || header.charCodeAt(6) !== 32) return null;
+  // "bearer" in any case: each letter with the ASCII case bit set is its lower case.
+  for (let i = 0; i < 6; i++) if ((header.charCodeAt(i) | 32) !== BEARER[i]) return null;
   let start = 7;
   while (header.charCodeAt(start) === 32) start++;
   let end = header.length;
   while (end > start && header.charCodeAt(end - 1) === 32) end--;
   if (end === start) return null;
-  const secret = header.slice(start, end);
-  return /\s/.test(secret) ? null : secret;
+  for (let i = start; i < end; i++) if (isSpace(header.charCodeAt(i))) return null;
+  return header.slice(start, end);
+}
+
+const BEARER = [98, 101, 97, 114, 101, 114]; // "bearer"
+
+/** What /\s/ matches, by code unit (ASCII and Unicode spaces). */
+function isSpace(c: number): boolean {
+  if (c > 32 && c < 160) return false;
+  return (
+    c === 32 || (c >= 9 && c <= 13) || c === 160 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) || c === 0x2028 || c === 0x2029 || c === 0x202f || c === 0x205f || c === 0x3000 || c === 0xfeff
+  );
 }
 
 function admit(request: Request, principal: Principal | null, needed: Scope | null): void {
