@@ -30,26 +30,34 @@ export function isId(prefix: string, value: string): boolean {
 export const nowSeconds = () => Math.floor(Date.now() / 1000);
 
 /**
- * Many ids quickly (three per batch output line): random bytes are drawn
- * 64 KB at a time and the 24 characters are decoded in one latin1 call,
- * ≈5× faster than getRandomValues plus string appends per id.
+ * Many ids quickly (three per batch output line, one per HTTP request):
+ * random bytes are drawn 64 KB at a time, the usable ones (rejection
+ * sampling, as above) decoded into one string of base62 characters, and
+ * each id is 24 characters cut from it: ≈5× faster than getRandomValues
+ * plus string appends per id, and ≈2× faster again than decoding 24
+ * characters per id.
  */
 export class IdStream {
-  private pool = Buffer.allocUnsafe(65536);
-  private pos = this.pool.length;
-  private readonly out = Buffer.allocUnsafe(24);
+  private readonly pool = Buffer.allocUnsafe(65536);
+  private chars = "";
+  private pos = 0;
 
   next(prefix: string): string {
-    let i = 0;
-    while (i < 24) {
-      if (this.pos >= this.pool.length) {
-        crypto.getRandomValues(this.pool);
-        this.pos = 0;
-      }
-      const b = this.pool[this.pos++]! & 0x3f;
-      if (b < 62) this.out[i++] = ALPHABET_CODES[b]!;
+    if (this.pos + 24 > this.chars.length) this.refill();
+    const id = this.chars.substring(this.pos, this.pos + 24);
+    this.pos += 24;
+    return prefix + id;
+  }
+
+  private refill(): void {
+    crypto.getRandomValues(this.pool);
+    let n = 0;
+    for (let i = 0; i < this.pool.length; i++) {
+      const b = this.pool[i]! & 0x3f; // 0..63: two of 64 values rejected
+      if (b < 62) this.pool[n++] = ALPHABET_CODES[b]!;
     }
-    return prefix + this.out.toString("latin1", 0, 24);
+    this.chars = this.pool.toString("latin1", 0, n);
+    this.pos = 0;
   }
 }
 
