@@ -27,6 +27,7 @@ const NOT_SERVE = new Set(["keys", "files", "batches", "batch", "healthcheck", "
 
 /** The arguments this process was started with, exactly (so `ps` and anything matching the command line see the same after the re-exec). */
 function selfArgs(): string[] {
+  // Synchronous on purpose: this runs once, at start, before the server or anything else is loaded.
   try {
     const args = readFileSync("/proc/self/cmdline", "utf8").split("\0");
     args.pop(); // after the last NUL

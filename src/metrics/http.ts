@@ -60,19 +60,9 @@ export function routeMatcher(routes: readonly { method: string; path: string }[]
     if (viaParam) return viaParam;
     return pick(n.wildcard, method);
   };
-  // Most traffic hits a few fixed paths (/chat/completions, /embeddings):
-  // remember answers, in a bounded map, since paths with ids never repeat much.
-  const memo = new Map<string, string>();
-  return (method, path) => {
-    const key = method + " " + path;
-    let pattern = memo.get(key);
-    if (pattern === undefined) {
-      pattern = find(root, segmentsOf(path), 0, method) ?? "unmatched";
-      if (memo.size >= 1024) memo.clear();
-      memo.set(key, pattern);
-    }
-    return pattern;
-  };
+  // Not memoised here: observeRequests keeps each method and path's answer
+  // with the rest of what it needs for them (RouteSeen).
+  return (method, path) => find(root, segmentsOf(path), 0, method) ?? "unmatched";
 }
 
 type Fetch = (request: Request, server?: { requestIP(r: Request): { address: string } | null }) => Response | Promise<Response>;
