@@ -52,6 +52,7 @@ export const ConfigFile = Type.Object(
           data_dir: Type.Optional(Type.String()),
           log_level: Type.Optional(Type.Union([Type.Literal("debug"), Type.Literal("info"), Type.Literal("warn"), Type.Literal("error")])),
           log_client_address: Type.Optional(Type.Union([Type.Literal("unauthenticated"), Type.Literal("always")])),
+          upstream_client: Type.Optional(Type.Union([Type.Literal("builtin"), Type.Literal("fetch")])),
           sse_keepalive_ms: Type.Optional(Type.Integer({ minimum: 100, maximum: 300_000 })),
         },
         { additionalProperties: false },
@@ -119,6 +120,12 @@ export interface Config {
    * already says who sent it.
    */
   logClientAddress: "unauthenticated" | "always";
+  /**
+   * How interactive requests reach plain-http upstreams: offpeak's own
+   * HTTP/1.1 client (src/inference/httpClient.ts, the default) or Bun's
+   * fetch. https upstreams, and any when HTTP_PROXY is set, always use fetch.
+   */
+  upstreamClient: "builtin" | "fetch";
   /** Quiet time after which a chat-session SSE stream sends a `: keep-alive` comment (proxies drop idle streams). */
   sseKeepAliveMs: number;
   /** Exact admin key from OFFPEAK_ADMIN_KEY, if set. */
@@ -284,6 +291,9 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
   if (logClientAddress !== "unauthenticated" && logClientAddress !== "always")
     throw new ConfigError(`OFFPEAK_LOG_CLIENT_ADDRESS must be unauthenticated|always, got "${logClientAddress}"`);
 
+  const upstreamClient = env.OFFPEAK_UPSTREAM_CLIENT || file.server?.upstream_client || "builtin";
+  if (upstreamClient !== "builtin" && upstreamClient !== "fetch") throw new ConfigError(`OFFPEAK_UPSTREAM_CLIENT must be builtin|fetch, got "${upstreamClient}"`);
+
   const dataDir = pick(flags["data-dir"], env.OFFPEAK_DATA_DIR, file.server?.data_dir) ?? DEFAULTS.dataDir;
   return {
     port: pick(intOf("--port", flags["port"], 0, 65535), intOf("PORT", env.PORT, 0, 65535), file.server?.port) ?? DEFAULTS.port,
@@ -303,6 +313,7 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
       pick(intOf("OFFPEAK_DUPLICATE_CHECK_BYTES", env.OFFPEAK_DUPLICATE_CHECK_BYTES, 8192), file.limits?.duplicate_check_bytes) ?? DEFAULTS.duplicateCheckBytes,
     logLevel,
     logClientAddress,
+    upstreamClient,
     sseKeepAliveMs: pick(intOf("OFFPEAK_SSE_KEEPALIVE_MS", env.OFFPEAK_SSE_KEEPALIVE_MS, 100, 300_000), file.server?.sse_keepalive_ms) ?? 15_000,
     adminKey: env.OFFPEAK_ADMIN_KEY || null,
     defaultRpm: pick(intOf("OFFPEAK_RPM", env.OFFPEAK_RPM, 1), file.limits?.rpm) ?? null,

@@ -4,6 +4,7 @@ import type { Config, ModelConfig, UpstreamConfig } from "../config";
 import type { Logger } from "../log";
 import { ECHO_MODEL } from "./echo";
 import { EMBED_MODEL } from "./embed";
+import { canUseOwnClient } from "./httpClient";
 import type { UpstreamMonitor } from "./upstreamMonitor";
 
 export type ModelKind = "echo" | "embed" | "upstream";
@@ -34,6 +35,8 @@ export interface ModelEntry extends ModelSpec {
   readonly healthy: boolean;
   /** The health owner of the model's upstream (null for built-ins). */
   health: UpstreamMonitor | null;
+  /** Interactive calls go through offpeak's own HTTP/1.1 client (httpClient.ts) rather than fetch. */
+  ownClient: boolean;
 }
 
 const CREATED = 1767225600; // 2026-01-01: a fixed date for the built-ins.
@@ -73,6 +76,7 @@ export class ModelRegistry {
       pricing: { inputPerMillion: mc.pricing?.input_per_million ?? 0, outputPerMillion: mc.pricing?.output_per_million ?? 0 },
       upstreamIdx,
       health: upstream ? health : null,
+      ownClient: upstream !== null && this.config.upstreamClient === "builtin" && canUseOwnClient(upstream.base_url),
       get healthy() {
         return !health.isDown(upstreamIdx);
       },

@@ -7,6 +7,7 @@ import { attached } from "../attached";
 import { ApiError } from "../errors";
 import { countUpstreamError, countUpstreamRequest } from "../metrics";
 import { Deadline } from "./deadline";
+import { postOwn } from "./httpClient";
 import type { ModelEntry } from "./registry";
 import { SseDataReader } from "./sse";
 import type { EndpointPath, StreamTally } from "../endpoints/kind";
@@ -39,18 +40,14 @@ export async function callUpstream({ model, path, body, raw, clientSignal }: Ups
   // SPEC §11: while the upstream is down, answer at once instead of waiting
   // out a connection timeout; retry-after says when the next probe runs.
   if (health?.isDown(u)) throw unavailable(model, health.retryAfterSeconds(u));
-  const headers: Record<string, string> = { "content-type": "application/json" };
-  if (model.apiKey) headers.authorization = `Bearer ${model.apiKey}`;
   const deadline = new Deadline(model.timeoutMs, clientSignal);
   const upstreamModel = model.upstreamModel ?? model.id;
+  const payload = raw !== undefined && body.model === upstreamModel ? raw : JSON.stringify({ ...body, model: upstreamModel });
   countUpstreamRequest(model.id);
   try {
-    const res = await fetch(model.baseUrl + path, {
-      method: "POST",
-      headers,
-      body: raw !== undefined && body.model === upstreamModel ? raw : JSON.stringify({ ...body, model: upstreamModel }),
-      signal: deadline.signal,
-    });
+    const res = model.ownClient
+      ? await postOwn(model.baseUrl + path, model.apiKey, payload, deadline.signal)
+      : await fetch(model.baseUrl + path, { method: "POST", headers: jsonHeaders(model.apiKey), body: payload, signal: deadline.signal });
     deadlines.set(res, { model, deadline });
     if (health) {
       const s = res.status;
@@ -73,6 +70,10 @@ export async function callUpstream({ model, path, body, raw, clientSignal }: Ups
     if (health?.isDown(u)) throw unavailable(model, health.retryAfterSeconds(u));
     throw new ApiError("upstream_error", `Upstream ${model.upstreamName} is unreachable`);
   }
+}
+
+function jsonHeaders(apiKey: string | null): Record<string, string> {
+  return apiKey ? { "content-type": "application/json", authorization: `Bearer ${apiKey}` } : { "content-type": "application/json" };
 }
 
 const unavailable = (model: ModelEntry, retryAfter: number) =>
