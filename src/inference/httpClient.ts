@@ -177,6 +177,11 @@ function release(conn: Conn): void {
 
 const latin1 = new TextDecoder("latin1");
 
+/** Bytes [from, to) of `b` as a plain Uint8Array view: Buffer#subarray builds a Buffer through its species constructor (3.5% of the main thread in the chat pass-through). */
+function view(b: Uint8Array, from: number, to: number): Uint8Array {
+  return from === 0 && to === b.length ? b : new Uint8Array(b.buffer, b.byteOffset + from, to - from);
+}
+
 /** One request and its answer, on one connection (or two: see connectionClosed). */
 class Exchange {
   private conn: Conn | null = null;
@@ -259,19 +264,19 @@ class Exchange {
       switch (this.state) {
         case State.Length: {
           const n = Math.min(this.remaining, bytes.length - at);
-          this.deliver(bytes.subarray(at, at + n));
+          this.deliver(view(bytes, at, at + n));
           at += n;
           this.remaining -= n;
           if (this.remaining === 0) this.complete();
           break;
         }
         case State.UntilClose:
-          this.deliver(bytes.subarray(at));
+          this.deliver(view(bytes, at, bytes.length));
           at = bytes.length;
           break;
         case State.ChunkData: {
           const n = Math.min(this.remaining, bytes.length - at);
-          this.deliver(bytes.subarray(at, at + n));
+          this.deliver(view(bytes, at, at + n));
           at += n;
           this.remaining -= n;
           if (this.remaining === 0) this.state = State.ChunkEnd;
@@ -282,7 +287,7 @@ class Exchange {
         case State.Trailer: {
           const nl = bytes.indexOf(10, at);
           const end = nl < 0 ? bytes.length : nl;
-          this.line += latin1.decode(bytes.subarray(at, end));
+          this.line += latin1.decode(view(bytes, at, end));
           if (this.line.length > MAX_LINE_BYTES) throw new Error("upstream sent a malformed chunked body (a line too long)");
           at = nl < 0 ? bytes.length : nl + 1;
           if (nl >= 0) {
@@ -384,7 +389,7 @@ class Exchange {
     }
     // The whole body is here already (the usual case for a JSON answer): no stream needed.
     if (!encoding && this.state === State.Length && bytes.length - bodyAt >= length) {
-      this.resolve(new Response(bytes.subarray(bodyAt, bodyAt + length), init));
+      this.resolve(new Response(view(bytes, bodyAt, bodyAt + length), init));
       this.state = State.Done;
       this.complete();
       return bodyAt + length;
