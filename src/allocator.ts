@@ -1,26 +1,38 @@
 // Imported first by main.ts: before anything else loads, `offpeak serve`
-// re-executes itself with MIMALLOC_PURGE_DELAY=0.
+// re-executes itself with MIMALLOC_PURGE_DELAY=20 (PURGE_DELAY_MS).
 //
 // Why: Bun allocates native memory with mimalloc, which keeps freed pages
 // for a while before giving them back to the OS. A batch churns through
 // such memory on two Worker threads at once, and the kept pages were what
-// took the server's peak RSS past its 256 MB bound. bench/stall.ts,
-// alternating with OFFPEAK_NO_REEXEC=1: a 1M-line batch peaked at 206–210
-// MB instead of 253–257, a 10M-line one at 236 MB instead of 264–270. The
-// price is batch speed: 6.9–7.2 s instead of 5.5–5.7 s for the 1M batch
-// (1.18–1.25× the single-thread floor instead of 0.90–0.94×); the chat
-// pass-through measured the same (bench/proxy-ab.ts, 8 rounds: 1.02×).
-// An operator who prefers speed sets MIMALLOC_PURGE_DELAY (in ms) to
-// mimalloc's own default or more. The option is read once, when the process
-// starts, hence the re-exec: execve keeps the process id, its descriptors
-// and its exact command line, so supervisors, signals and pipes see one
-// process.
+// took the server's peak RSS past its 256 MB bound (bench/stall.ts with
+// OFFPEAK_NO_REEXEC=1: 253–257 MB at 1M lines, 264–270 MB at 10M).
+//
+// How long: the shorter the delay, the lower the peak and the more page
+// faults (a purged page that is used again is faulted back in). On the
+// first machine 0 cost the 1M batch ≈25% (6.9–7.2 s against 5.5–5.7 s); on
+// the AMD EPYC VM of 2026-11-26 it cost 2×: 12.8–13.8 s against 6.1 s, where
+// page faults are dearer. bench/stall.ts there, 1M lines / 10M lines:
+//   delay 0 or 2 ms   12.8–13.8 s, 204–211 MB   /  (2 ms) 137 s, 222 MB
+//   delay 20 ms       8.5 s, 216 MB             /  94.5 s, 239 MB
+//   delay 50 ms       6.6–7.3 s, 236–241 MB     /  71.3 s, 252 MB
+//   delay 250 ms      5.4 s, 263 MB
+//   mimalloc default  6.1 s, 255 MB
+// 20 ms keeps both sizes well under the bound at most of the speed. The
+// chat pass-through barely moves with it (bench/proxy-ab.ts, 12 rounds:
+// 0.881× naive at 0 ms, 0.883× at 2 ms). An operator who prefers speed sets
+// MIMALLOC_PURGE_DELAY (in ms) higher. The option is read once, when the
+// process starts, hence the re-exec: execve keeps the process id, its
+// descriptors and its exact command line, so supervisors, signals and
+// pipes see one process.
 //
 // Not for client commands (short-lived), nor when the environment already
 // sets MIMALLOC_PURGE_DELAY (any value: an operator's choice wins), nor with
 // OFFPEAK_NO_REEXEC=1.
 
 import { readFileSync } from "node:fs";
+
+/** mimalloc's purge delay for `serve` (see above). */
+export const PURGE_DELAY_MS = 20;
 
 /** Words that make the command something other than `serve` (see main.ts). */
 const NOT_SERVE = new Set(["keys", "files", "batches", "batch", "healthcheck", "webhooks", "help", "--help", "-h"]);
@@ -45,7 +57,7 @@ export function returnFreedMemoryAtOnce(env: NodeJS.ProcessEnv = process.env, ar
   if (args.some((a) => NOT_SERVE.has(a))) return;
   if (typeof process.execve !== "function") return;
   try {
-    process.execve(process.execPath, selfArgs(), { ...env, MIMALLOC_PURGE_DELAY: "0" });
+    process.execve(process.execPath, selfArgs(), { ...env, MIMALLOC_PURGE_DELAY: String(PURGE_DELAY_MS) });
   } catch {
     // execve failed (the process goes on as it was): only the memory tuning is lost.
   }
