@@ -89,4 +89,36 @@ describe("Deadline", () => {
     const late = new Deadline(50);
     expect(await abortedWithin(late.signal, 400)).toBe(true);
   });
+
+  test("a listener (offpeak's own client) is told once, with the reason, and needs no AbortSignal; a signal asked for later is already aborted", async () => {
+    const told: unknown[] = [];
+    const d = new Deadline(60);
+    d.listen({ onAbort: (reason) => told.push(reason) });
+    await sleep(250);
+    expect(d.aborted).toBe(true);
+    expect(d.timedOut).toBe(true);
+    expect(told).toHaveLength(1);
+    expect((told[0] as DOMException).name).toBe("TimeoutError");
+    expect(d.signal.aborted).toBe(true);
+    expect(d.signal.reason).toBe(told[0]);
+  });
+
+  test("the client leaving reaches the listener; a listener removed (call over) hears nothing", async () => {
+    const parent = new AbortController();
+    const told: unknown[] = [];
+    const d = new Deadline(10_000, () => parent.signal);
+    d.listen({ onAbort: (reason) => told.push(reason) });
+    await sleep(60); // past the link delay: the client's signal is linked
+    parent.abort(new DOMException("gone", "AbortError"));
+    expect(told.map((r) => (r as DOMException).message)).toEqual(["gone"]);
+    expect(d.timedOut).toBe(false);
+
+    const quiet = new Deadline(40);
+    const heard: unknown[] = [];
+    quiet.listen({ onAbort: (r) => heard.push(r) });
+    quiet.listen(null);
+    await sleep(150);
+    expect(quiet.aborted).toBe(true);
+    expect(heard).toEqual([]);
+  });
 });

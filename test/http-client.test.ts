@@ -6,7 +6,11 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import type { Socket, TCPSocketListener } from "bun";
 import { gzipSync } from "node:zlib";
-import { canUseOwnClient, postOwn, UpstreamConnectionError } from "../src/inference/httpClient";
+import { abortOfSignal } from "../src/inference/deadline";
+import { canUseOwnClient, postOwn as postOwnAbort, UpstreamConnectionError } from "../src/inference/httpClient";
+
+/** The client listens to a CallAbort (a Deadline in offpeak); the tests abort through signals. */
+const postOwn = (url: string, apiKey: string | null, body: string, signal: AbortSignal) => postOwnAbort(url, apiKey, body, abortOfSignal(signal));
 import { freshDataDir, startTestServer } from "./helpers/server";
 import { ConfigError, resolveConfig } from "../src/config";
 import { rmSync, writeFileSync } from "node:fs";

@@ -67,12 +67,52 @@ function unwatch(d: Deadline): void {
   count--;
 }
 
-export class Deadline {
+/** Told once when a call is aborted (timeout or client gone): offpeak's own HTTP client listens this way, without an AbortSignal. */
+export interface AbortListener {
+  onAbort(reason: unknown): void;
+}
+
+/** An abort a call can listen to: a Deadline, or an AbortSignal through abortOfSignal. */
+export interface CallAbort {
+  readonly aborted: boolean;
+  readonly reason: unknown;
+  /** One listener at a time; null stops listening. */
+  listen(listener: AbortListener | null): void;
+}
+
+/** An AbortSignal as a CallAbort (for callers that have a signal rather than a Deadline). */
+export function abortOfSignal(signal: AbortSignal): CallAbort {
+  let current: (() => void) | null = null;
+  return {
+    get aborted() {
+      return signal.aborted;
+    },
+    get reason() {
+      return signal.reason;
+    },
+    listen(listener) {
+      if (current) signal.removeEventListener("abort", current);
+      current = listener ? () => listener.onAbort(signal.reason) : null;
+      if (current) signal.addEventListener("abort", current, { once: true });
+    },
+  };
+}
+
+export class Deadline implements CallAbort {
   /** In the live list (see watch). */
   listed = false;
   prev: Deadline | null = null;
   next: Deadline | null = null;
-  private readonly controller = new AbortController();
+  /**
+   * Made only when someone asks for `signal` (fetch does; offpeak's own
+   * client listens instead): an AbortController and its signal per call were
+   * 1.3% of the main thread in the chat pass-through, and their wrappers are
+   * more for every garbage collection to look at.
+   */
+  private controller: AbortController | null = null;
+  private listener: AbortListener | null = null;
+  aborted = false;
+  reason: unknown = undefined;
   private readonly startedAt = performance.now();
   private expiresAt: number;
   private parent: AbortSignal | null = null;
@@ -90,17 +130,36 @@ export class Deadline {
     this.expiresAt = this.startedAt + ms;
     this.clientSignal = clientSignal ?? null;
     if (!this.clientSignal || ms <= LINK_AFTER_MS) this.link();
-    if (!this.controller.signal.aborted) watch(this);
+    if (!this.aborted) watch(this);
   }
 
   get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.aborted) this.controller.abort(this.reason);
+    }
     return this.controller.signal;
+  }
+
+  listen(listener: AbortListener | null): void {
+    this.listener = listener;
+  }
+
+  private abort(reason: unknown): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    this.reason = reason;
+    unwatch(this);
+    this.controller?.abort(reason);
+    const l = this.listener;
+    this.listener = null;
+    l?.onAbort(reason);
   }
 
   /** Starts the full timeout again (called on every chunk of a stream, which is a call that lasts: it is linked now). */
   restart(): void {
     this.link();
-    if (this.controller.signal.aborted) return;
+    if (this.aborted) return;
     this.expiresAt = performance.now() + this.ms;
     watch(this);
   }
@@ -121,14 +180,13 @@ export class Deadline {
   /** Called by the sweep: links a call that has lasted, expires one past its time. */
   check(now: number): void {
     if (this.clientSignal && now - this.startedAt >= LINK_AFTER_MS) this.link();
-    if (this.controller.signal.aborted) unwatch(this);
+    if (this.aborted) unwatch(this);
     else if (now >= this.expiresAt) this.expire();
   }
 
   private expire(): void {
-    unwatch(this);
     this.timedOut = true;
-    this.controller.abort(new DOMException(`timed out after ${this.ms} ms`, "TimeoutError"));
+    this.abort(new DOMException(`timed out after ${this.ms} ms`, "TimeoutError"));
   }
 
   /** Listens to the client's signal (aborting at once if the client has gone already); once, and not after clear(). */
@@ -137,8 +195,8 @@ export class Deadline {
     if (!read) return;
     this.clientSignal = null;
     const parent = (this.parent = read());
-    if (parent.aborted) return void this.controller.abort(parent.reason);
-    this.onParentAbort = () => this.controller.abort(parent.reason);
+    if (parent.aborted) return void this.abort(parent.reason);
+    this.onParentAbort = () => this.abort(parent.reason);
     parent.addEventListener("abort", this.onParentAbort, { once: true });
   }
 }

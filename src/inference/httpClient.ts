@@ -19,6 +19,7 @@
 // reused). Backpressure: a streamed body pauses the socket while the reader
 // is behind.
 import type { Socket } from "bun";
+import type { AbortListener, CallAbort } from "./deadline";
 
 /** Idle connections older than this are closed instead of reused: uvicorn (vLLM) drops them after 5 s, and a request written as the server closes is lost. */
 const IDLE_MS = 2_000;
@@ -87,12 +88,16 @@ function targetOf(url: string, apiKey: string | null): Target {
   return t;
 }
 
-/** POSTs the JSON `body` to `url` (http:), with the upstream's key if any, and answers once the status and headers have arrived. */
-export function postOwn(url: string, apiKey: string | null, body: string, signal: AbortSignal): Promise<Response> {
-  if (signal.aborted) return Promise.reject(signal.reason);
+/**
+ * POSTs the JSON `body` to `url` (http:), with the upstream's key if any,
+ * and answers once the status and headers have arrived. `abort` (the call's
+ * Deadline) ends it at any point.
+ */
+export function postOwn(url: string, apiKey: string | null, body: string, abort: CallAbort): Promise<Response> {
+  if (abort.aborted) return Promise.reject(abort.reason);
   const target = targetOf(url, apiKey);
   return new Promise<Response>((resolve, reject) => {
-    const ex = new Exchange(target, body, signal, resolve, reject);
+    const ex = new Exchange(target, body, abort, resolve, reject);
     ex.start();
   });
 }
@@ -183,7 +188,7 @@ function view(b: Uint8Array, from: number, to: number): Uint8Array {
 }
 
 /** One request and its answer, on one connection (or two: see connectionClosed). */
-class Exchange {
+class Exchange implements AbortListener {
   private conn: Conn | null = null;
   private state = State.Head;
   private head: Buffer | null = null;
@@ -196,22 +201,22 @@ class Exchange {
   private finished = false;
   private unwritten: Buffer | null = null;
   private controller: ReadableStreamDefaultController<Uint8Array> | null = null;
-  private onAbort: (() => void) | null = null;
 
   constructor(
     private readonly target: Target,
     private readonly body: string,
-    private readonly signal: AbortSignal,
+    private readonly abort: CallAbort,
     private readonly resolve: (r: Response) => void,
     private readonly reject: (e: unknown) => void,
   ) {}
 
   start(): void {
-    this.onAbort = () => {
-      this.fail(this.signal.reason ?? new DOMException("aborted", "AbortError"));
-    };
-    this.signal.addEventListener("abort", this.onAbort, { once: true });
+    this.abort.listen(this);
     this.send();
+  }
+
+  onAbort(reason: unknown): void {
+    this.fail(reason ?? new DOMException("aborted", "AbortError"));
   }
 
   private send(): void {
@@ -449,7 +454,7 @@ class Exchange {
     if (this.finished) return;
     if (this.state === State.UntilClose && !error) return this.complete();
     const conn = this.conn;
-    if (conn && conn.reused && !this.gotBytes && !this.retried && !this.signal.aborted) {
+    if (conn && conn.reused && !this.gotBytes && !this.retried && !this.abort.aborted) {
       // The upstream closed an idle connection as we wrote to it: nothing was
       // answered, so the request goes again on a new connection.
       this.retried = true;
@@ -484,8 +489,7 @@ class Exchange {
     this.finished = true;
     this.state = State.Done;
     this.controller = null;
-    if (this.onAbort) this.signal.removeEventListener("abort", this.onAbort);
-    this.onAbort = null;
+    this.abort.listen(null);
     if (this.conn) this.conn = null;
   }
 }

@@ -46,7 +46,7 @@ export async function callUpstream({ model, path, body, raw, clientSignal }: Ups
   countUpstreamRequest(model.id);
   try {
     const res = model.ownClient
-      ? await postOwn(model.baseUrl + path, model.apiKey, payload, deadline.signal)
+      ? await postOwn(model.baseUrl + path, model.apiKey, payload, deadline)
       : await fetch(model.baseUrl + path, { method: "POST", headers: jsonHeaders(model.apiKey), body: payload, signal: deadline.signal });
     deadlines.set(res, { model, deadline });
     if (health) {
