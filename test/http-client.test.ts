@@ -115,6 +115,19 @@ describe("framing", () => {
     expect(req.body.toString()).toBe(body); // byte for byte, UTF-8
   });
 
+  test("the answer object: headers by any case, repeated ones joined; a whole body also reads as a stream; 204 has no body", async () => {
+    const up = scripted((_r, s) => {
+      if (up.received.length === 2) return void s.write("HTTP/1.1 204 No Content\r\n\r\n");
+      s.write(ok('{"a":1}', "X-Multi: one\r\nx-multi: two\r\n"));
+    });
+    const a = await postOwn(up.url, null, "{}", never());
+    expect([a.ok, a.headers.get("X-MULTI"), a.headers.get("content-type"), a.headers.get("absent")]).toEqual([true, "one, two", "application/json", null]);
+    expect(new TextDecoder().decode((await a.body!.getReader().read()).value)).toBe('{"a":1}');
+    const b = await postOwn(up.url, null, "{}", never());
+    expect([b.status, b.ok, b.body]).toEqual([204, true, null]);
+    expect(await b.text()).toBe("");
+  });
+
   test("an answer split anywhere (status line, the blank line, the body, a chunk-size line, a chunk's CRLF) reads the same", async () => {
     const whole = ok('{"content":"split me"}');
     const chunks = chunked(["data: one\n\n", "data: two\n\n"], "x-a: b\r\n");

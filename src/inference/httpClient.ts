@@ -1,6 +1,7 @@
 // A small HTTP/1.1 client for interactive calls to plain-http upstreams
 // (vLLM, llama.cpp server, Ollama on the same machine or network): POST a
-// JSON body, answer a standard Response whose body streams as it arrives.
+// JSON body, answer with the status, the headers and a body that streams as
+// it arrives (an OwnAnswer: upstreamAnswer.ts says why not a Response).
 //
 // Why not fetch: Bun's fetch runs every call on its own "HTTP Client"
 // thread and hands the request and the answer across threads. In the chat
@@ -20,6 +21,7 @@
 // is behind.
 import type { Socket } from "bun";
 import type { AbortListener, CallAbort } from "./deadline";
+import { OwnAnswer } from "./upstreamAnswer";
 
 /** Idle connections older than this are closed instead of reused: uvicorn (vLLM) drops them after 5 s, and a request written as the server closes is lost. */
 const IDLE_MS = 2_000;
@@ -93,10 +95,10 @@ function targetOf(url: string, apiKey: string | null): Target {
  * and answers once the status and headers have arrived. `abort` (the call's
  * Deadline) ends it at any point.
  */
-export function postOwn(url: string, apiKey: string | null, body: string, abort: CallAbort): Promise<Response> {
+export function postOwn(url: string, apiKey: string | null, body: string, abort: CallAbort): Promise<OwnAnswer> {
   if (abort.aborted) return Promise.reject(abort.reason);
   const target = targetOf(url, apiKey);
-  return new Promise<Response>((resolve, reject) => {
+  return new Promise<OwnAnswer>((resolve, reject) => {
     const ex = new Exchange(target, body, abort, resolve, reject);
     ex.start();
   });
@@ -206,7 +208,7 @@ class Exchange implements AbortListener {
     private readonly target: Target,
     private readonly body: string,
     private readonly abort: CallAbort,
-    private readonly resolve: (r: Response) => void,
+    private readonly resolve: (r: OwnAnswer) => void,
     private readonly reject: (e: unknown) => void,
   ) {}
 
@@ -386,15 +388,14 @@ class Exchange implements AbortListener {
       this.keepAlive = false;
     }
     this.answered = true;
-    const init = { status, headers };
     if (noBody || (this.state === State.Length && length === 0)) {
-      this.resolve(new Response(null, init));
+      this.resolve(new OwnAnswer(status, headers, null, null));
       this.complete();
       return bytes.length;
     }
     // The whole body is here already (the usual case for a JSON answer): no stream needed.
     if (!encoding && this.state === State.Length && bytes.length - bodyAt >= length) {
-      this.resolve(new Response(view(bytes, bodyAt, bodyAt + length), init));
+      this.resolve(new OwnAnswer(status, headers, view(bytes, bodyAt, bodyAt + length), null));
       this.state = State.Done;
       this.complete();
       return bodyAt + length;
@@ -416,7 +417,7 @@ class Exchange implements AbortListener {
       { highWaterMark: 4 },
     );
     const body = encoding && encoding !== "identity" ? raw.pipeThrough(new DecompressionStream(encoding as "gzip" | "deflate") as unknown as ReadableWritablePair<Uint8Array, Uint8Array>) : raw;
-    this.resolve(new Response(body, init));
+    this.resolve(new OwnAnswer(status, headers, null, body));
     return bodyAt;
   }
 

@@ -8,6 +8,7 @@ import { ApiError } from "../errors";
 import { countUpstreamError, countUpstreamRequest } from "../metrics";
 import { Deadline } from "./deadline";
 import { postOwn } from "./httpClient";
+import type { UpstreamAnswer } from "./upstreamAnswer";
 import type { ModelEntry } from "./registry";
 import { SseDataReader } from "./sse";
 import type { EndpointPath, StreamTally } from "../endpoints/kind";
@@ -34,7 +35,7 @@ const deadlines = attached<{ model: ModelEntry; deadline: Deadline }>("deadline"
 
 const timeoutError = (model: ModelEntry) => new ApiError("upstream_timeout", `Upstream ${model.upstreamName} did not answer within ${model.timeoutMs} ms`);
 
-export async function callUpstream({ model, path, body, raw, clientSignal }: UpstreamCall): Promise<globalThis.Response> {
+export async function callUpstream({ model, path, body, raw, clientSignal }: UpstreamCall): Promise<UpstreamAnswer> {
   const health = model.health;
   const u = model.upstreamIdx;
   // SPEC §11: while the upstream is down, answer at once instead of waiting
@@ -87,7 +88,7 @@ const unavailable = (model: ModelEntry, retryAfter: number) =>
  * too: an upstream that sends headers and then stalls used to surface as an
  * unhandled abort (500); it is a 504, and a dropped connection a 502.
  */
-export async function upstreamText(res: globalThis.Response): Promise<string> {
+export async function upstreamText(res: UpstreamAnswer): Promise<string> {
   const t = deadlines.get(res);
   try {
     return await res.text();
@@ -104,7 +105,7 @@ export async function upstreamText(res: globalThis.Response): Promise<string> {
  * every chunk), cleared when the stream ends. Returns the per-chunk and the
  * end callbacks.
  */
-export function streamDeadline(res: globalThis.Response): { onChunk: () => void; onEnd: () => void } {
+export function streamDeadline(res: UpstreamAnswer): { onChunk: () => void; onEnd: () => void } {
   const t = deadlines.get(res);
   return { onChunk: () => t?.deadline.restart(), onEnd: () => t?.deadline.clear() };
 }
@@ -123,7 +124,7 @@ export const notJson = (model: ModelEntry, headers?: Record<string, string>) =>
   new ApiError("upstream_error", `Upstream ${model.upstreamName} answered with invalid JSON`, { headers });
 
 /** Turns a non-2xx upstream answer into our error: 4xx verbatim, 5xx as 502. */
-export async function upstreamFailure(model: ModelEntry, res: globalThis.Response): Promise<Response | ApiError> {
+export async function upstreamFailure(model: ModelEntry, res: UpstreamAnswer): Promise<Response | ApiError> {
   countUpstreamError(model.id, res.status);
   const text = await upstreamText(res);
   if (res.status >= 400 && res.status < 500) {
@@ -150,7 +151,7 @@ export async function upstreamFailure(model: ModelEntry, res: globalThis.Respons
  * Why a streamed upstream answer broke off after it began: its idle
  * timeout (504's error) or anything else (the connection dropped: 502's).
  */
-export function streamFailure(res: globalThis.Response): ApiError {
+export function streamFailure(res: UpstreamAnswer): ApiError {
   const t = deadlines.get(res);
   if (t?.deadline.timedOut) return timeoutError(t.model);
   return new ApiError("upstream_error", `Upstream ${t?.model.upstreamName ?? "(unknown)"} broke off its answer`);
@@ -167,7 +168,7 @@ const encoder = new TextEncoder();
  * once, when the stream ends or the client cancels; `onChunk` sees every
  * upstream chunk.
  */
-export function passThrough(res: globalThis.Response, onEnd: () => void, onChunk?: (chunk: Uint8Array) => void): ReadableStream<Uint8Array> {
+export function passThrough(res: UpstreamAnswer, onEnd: () => void, onChunk?: (chunk: Uint8Array) => void): ReadableStream<Uint8Array> {
   const deadline = streamDeadline(res);
   const reader = res.body!.getReader();
   let ended = false;

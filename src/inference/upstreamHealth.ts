@@ -23,6 +23,8 @@
 // dispatch until its `retry-after` has passed. Interactive requests do not
 // take from the window: they keep their priority and their scheduler slots.
 
+import type { HeaderReader } from "./upstreamAnswer";
+
 /** Int32 cells per upstream. */
 export const HEALTH_CELLS = 8;
 const STATE = 0; // UP, DOWN or SUSPECT
@@ -156,7 +158,7 @@ export function markUp(mem: HealthMemory, u: number): number {
 }
 
 /** `retry-after-ms` or `retry-after` (seconds or an HTTP date), in ms; null if absent or unreadable. */
-export function retryAfterMs(headers: Headers): number | null {
+export function retryAfterMs(headers: HeaderReader): number | null {
   const ms = headers.get("retry-after-ms");
   if (ms && /^\d+(\.\d+)?$/.test(ms)) return Number(ms);
   const h = headers.get("retry-after");
