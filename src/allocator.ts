@@ -17,7 +17,11 @@
 //   delay 50 ms       6.6–7.3 s, 236–241 MB     /  71.3 s, 252 MB
 //   delay 250 ms      5.4 s, 263 MB
 //   mimalloc default  6.1 s, 255 MB
-// 20 ms keeps both sizes well under the bound at most of the speed. The
+// 20 ms keeps both sizes well under the bound. What it still cost came
+// mostly from the batch part writers' churn (a new string and a new encoded
+// buffer per MB of results); they now encode into pooled buffers
+// (batches/worker/runShard.ts): 1M lines in 7.5–7.9 s instead of 11.1–11.8
+// at 20 ms, 10M in 82.8 s at 231 MB (BENCHMARKS.md "Stall"). The
 // chat pass-through barely moves with it (bench/proxy-ab.ts, 12 rounds:
 // 0.881× naive at 0 ms, 0.883× at 2 ms). An operator who prefers speed sets
 // MIMALLOC_PURGE_DELAY (in ms) higher. The option is read once, when the
