@@ -221,8 +221,9 @@ class Exchange implements AbortListener {
     this.fail(reason ?? new DOMException("aborted", "AbortError"));
   }
 
-  private send(): void {
-    const conn = takeIdle(this.target.origin);
+  /** On a kept connection if there is one (not for the retry: `fresh`). */
+  private send(fresh = false): void {
+    const conn = fresh ? null : takeIdle(this.target.origin);
     if (conn) return this.sendOn(conn);
     connect(this.target.origin).then(
       (c) => {
@@ -462,7 +463,7 @@ class Exchange implements AbortListener {
       conn.ex = null;
       this.conn = null;
       this.unwritten = null;
-      return this.send();
+      return this.send(true);
     }
     this.fail(new UpstreamConnectionError(error?.message ?? (this.answered ? "upstream closed the connection before the end of its answer" : "upstream closed the connection without answering")));
   }
