@@ -6,10 +6,26 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import type { Socket, TCPSocketListener } from "bun";
 import { gzipSync } from "node:zlib";
-import { abortOfSignal } from "../src/inference/deadline";
+import type { CallAbort } from "../src/inference/deadline";
 import { canUseOwnClient, postOwn as postOwnAbort, UpstreamConnectionError } from "../src/inference/httpClient";
 
 /** The client listens to a CallAbort (a Deadline in offpeak); the tests abort through signals. */
+function abortOfSignal(signal: AbortSignal): CallAbort {
+  let current: (() => void) | null = null;
+  return {
+    get aborted() {
+      return signal.aborted;
+    },
+    get reason() {
+      return signal.reason;
+    },
+    listen(listener) {
+      if (current) signal.removeEventListener("abort", current);
+      current = listener ? () => listener.onAbort(signal.reason) : null;
+      if (current) signal.addEventListener("abort", current, { once: true });
+    },
+  };
+}
 const postOwn = (url: string, apiKey: string | null, body: string, signal: AbortSignal) => postOwnAbort(url, apiKey, body, abortOfSignal(signal));
 import { freshDataDir, startTestServer } from "./helpers/server";
 import { ConfigError, resolveConfig } from "../src/config";

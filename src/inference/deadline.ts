@@ -72,30 +72,12 @@ export interface AbortListener {
   onAbort(reason: unknown): void;
 }
 
-/** An abort a call can listen to: a Deadline, or an AbortSignal through abortOfSignal. */
+/** An abort a call can listen to (a Deadline). */
 export interface CallAbort {
   readonly aborted: boolean;
   readonly reason: unknown;
   /** One listener at a time; null stops listening. */
   listen(listener: AbortListener | null): void;
-}
-
-/** An AbortSignal as a CallAbort (for callers that have a signal rather than a Deadline). */
-export function abortOfSignal(signal: AbortSignal): CallAbort {
-  let current: (() => void) | null = null;
-  return {
-    get aborted() {
-      return signal.aborted;
-    },
-    get reason() {
-      return signal.reason;
-    },
-    listen(listener) {
-      if (current) signal.removeEventListener("abort", current);
-      current = listener ? () => listener.onAbort(signal.reason) : null;
-      if (current) signal.addEventListener("abort", current, { once: true });
-    },
-  };
 }
 
 export class Deadline implements CallAbort {

@@ -56,6 +56,8 @@ interface Target {
   origin: Origin;
   /** The start of every request's head, up to the content-length value. */
   headPrefix: string;
+  /** Its length in bytes (the key may not be ASCII). */
+  headPrefixBytes: number;
 }
 
 class Origin {
@@ -84,7 +86,8 @@ function targetOf(url: string, apiKey: string | null): Target {
     if (/[\r\n]/.test(apiKey)) throw new TypeError("the upstream's API key holds a line break");
     head += `authorization: Bearer ${apiKey}\r\n`;
   }
-  t = { origin, headPrefix: head + "content-length: " };
+  head += "content-length: ";
+  t = { origin, headPrefix: head, headPrefixBytes: Buffer.byteLength(head) };
   if (targets.size > 1024) targets.clear(); // bounded: a handful of upstreams and paths in practice
   targets.set(key, t);
   return t;
@@ -238,11 +241,11 @@ class Exchange implements AbortListener {
     this.conn = conn;
     conn.ex = this;
     const bodyBytes = Buffer.byteLength(this.body);
-    const head = this.target.headPrefix + bodyBytes + "\r\n\r\n";
-    const text = head + this.body;
+    const length = String(bodyBytes);
+    const text = this.target.headPrefix + length + "\r\n\r\n" + this.body;
     const written = conn.socket!.write(text);
     // Partly written (a large body, a slow reader): the rest goes on drain.
-    if (written < Buffer.byteLength(head) + bodyBytes) this.unwritten = Buffer.from(text).subarray(Math.max(0, written));
+    if (written < this.target.headPrefixBytes + length.length + 4 + bodyBytes) this.unwritten = Buffer.from(text).subarray(Math.max(0, written));
   }
 
   writeRest(): void {
@@ -397,7 +400,6 @@ class Exchange implements AbortListener {
     // The whole body is here already (the usual case for a JSON answer): no stream needed.
     if (!encoding && this.state === State.Length && bytes.length - bodyAt >= length) {
       this.resolve(new OwnAnswer(status, headers, view(bytes, bodyAt, bodyAt + length), null));
-      this.state = State.Done;
       this.complete();
       return bodyAt + length;
     }
@@ -431,7 +433,6 @@ class Exchange implements AbortListener {
 
   /** The answer has been read whole. */
   private complete(): void {
-    this.state = State.Done;
     const conn = this.conn;
     const c = this.controller;
     this.finish();
@@ -492,6 +493,6 @@ class Exchange implements AbortListener {
     this.state = State.Done;
     this.controller = null;
     this.abort.listen(null);
-    if (this.conn) this.conn = null;
+    this.conn = null;
   }
 }
