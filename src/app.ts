@@ -2,14 +2,17 @@
 // use this; nothing here reads the environment.
 import { Elysia } from "elysia";
 import { swagger } from "@elysiajs/swagger";
-import { authenticate, principalIfKnown } from "./auth/plugin";
+import { authenticate, principalIfKnown, principalOf } from "./auth/plugin";
 import { createVerifier, type Verify } from "./auth/verify";
 import type { Scope } from "./auth/scopes";
 import type { AppContext } from "./context";
 import { attached } from "./attached";
 import { ApiError, errorResponse } from "./errors";
 import { newId } from "./ids";
-import { pathOf } from "./http/path";
+import { pathOf, routable } from "./http/path";
+import { isPublic, type PublicRoute } from "./auth/publicRoutes";
+import { routeScope } from "./auth/routeScopes";
+import { hasScope } from "./auth/scopes";
 import { filesRoutes } from "./files/routes";
 import { keysRoutes } from "./keys/routes";
 import { batchesRoutes } from "./batches/routes";
@@ -61,43 +64,67 @@ const apiRoutes = (ctx: AppContext, prefix: string) =>
  * dispatch of exact POSTs to the inference routes (src/http/direct.ts),
  * which share its verifier, its request opening and its error answers.
  */
-export function buildHandler(ctx: AppContext): { routes: readonly { method: string; path: string }[]; fetch: (request: Request) => Response | Promise<Response> } {
+export function buildHandler(ctx: AppContext, publicRoute: PublicRoute = isPublic): { routes: readonly { method: string; path: string }[]; fetch: (request: Request) => Response | Promise<Response> } {
   const verify = createVerifier(ctx.db, ctx.config.adminKey);
-  const app = buildApp(ctx, verify);
+  const app = buildApp(ctx, verify, publicRoute);
   const fetch = directInference(
     ctx,
     [chatRoute, embeddingsRoute, responsesRoute, completionsRoute],
     API_BASES,
     {
-      open: (request, path, scope) => openRequest(request, verify, path, scope),
+      open: (request, path, scope) => openRequest(request, verify, publicRoute, path, scope),
       answerError: (code, error, request) => toErrorResponse(ctx, code, error, request),
     },
     (request) => app.fetch(request),
   );
-  return { routes: app.routes, fetch };
+  // Every request is read in the one form in which the router and the key check see the same path.
+  return { routes: app.routes, fetch: (request) => fetch(routable(request)) };
 }
 
 /**
  * Every request starts here (Elysia's onRequest, or the direct dispatch):
- * it gets its id; under the API base its key is checked (401/403) before
- * anything else runs.
+ * it gets its id; unless it is on the public list (src/auth/publicRoutes.ts)
+ * its key is checked (401/403) before anything else runs. Fail closed: a
+ * path outside the API base needs a valid key too (a valid key then meets
+ * the 404 of an unknown route).
  */
-function openRequest(request: Request, verify: Verify, path: string, scope?: Scope | null): void | Promise<void> {
+function openRequest(request: Request, verify: Verify, publicRoute: PublicRoute, path: string, scope?: Scope | null): void | Promise<void> {
   requestIds.set(request, newId("req_"));
+  if (publicRoute(request.method, path)) return;
   const base = apiBaseOf(path);
-  if (base === null) return;
-  const checked = authenticate(request, verify, path.slice(base.length), scope);
+  const needed = scope !== undefined ? scope : base === null ? null : routeScope(request.method, path.slice(base.length));
+  const checked = authenticate(request, verify, needed);
   if (checked) return checked.then(() => checkDecodes(path));
   checkDecodes(path);
 }
 
-export function buildApp(ctx: AppContext, verify: Verify = createVerifier(ctx.db, ctx.config.adminKey)) {
+/**
+ * The second lock, on the route the router matched (its pattern, not the
+ * URL): every API route's handler runs only for a key that holds the scope
+ * of that route, whatever path the first check read. Admin routes (keys,
+ * metrics, webhook endpoints) are refused here to any other key even if
+ * the two ever disagreed again.
+ */
+function checkMatchedRoute(request: Request, route: string): void {
+  const base = apiBaseOf(route);
+  if (base === null) return; // the public routes: /healthz, /docs, the console
+  const principal = principalOf(request);
+  const needed = routeScope(request.method, route.slice(base.length));
+  if (needed && !hasScope(principal.scopes, needed)) throw new ApiError("insufficient_scope", `This key lacks the '${needed}' scope`);
+}
+
+/**
+ * `publicRoute` is the public list (src/auth/publicRoutes.ts); a test gives
+ * another one to show that the matched-route check holds by itself.
+ */
+export function buildApp(ctx: AppContext, verify: Verify = createVerifier(ctx.db, ctx.config.adminKey), publicRoute: PublicRoute = isPublic) {
   return (
     new Elysia()
       // The id goes on the answer in withRequestId (server.ts), not through
       // set.headers: any entry there makes Elysia copy every Response a
       // handler returns into a new one with a streamed body.
-      .onRequest(({ request }) => openRequest(request, verify, pathOf(request.url)))
+      .onRequest(({ request }) => openRequest(request, verify, publicRoute, pathOf(request.url)))
+      .onBeforeHandle({ as: "global" }, ({ request, route }) => checkMatchedRoute(request, route))
       .onError(({ code, error, request }) => toErrorResponse(ctx, code, error, request))
       .get("/healthz", () => new Response("ok", { headers: { "content-type": "text/plain" } }), { detail: { hide: true } })
       .use(

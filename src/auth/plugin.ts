@@ -8,7 +8,6 @@
 // parameter, and SPEC §2/§10 require a key in the query string to be refused.
 import { attached } from "../attached";
 import { ApiError } from "../errors";
-import { routeScope } from "./routeScopes";
 import { hasScope, type Scope } from "./scopes";
 import type { Principal, Verify } from "./verify";
 
@@ -25,11 +24,10 @@ export function principalOf(request: Request): Principal {
 }
 
 /**
- * `apiPath` is the path after the API base; `needed`, the scope routeScope
- * gives it, when the caller knows it already (the direct dispatch decides
- * it once per route).
+ * `needed`: the scope routeScope gives the route (null: any valid key); the
+ * direct dispatch decides it once per route.
  */
-export function authenticate(request: Request, verify: Verify, apiPath: string, needed: Scope | null = routeScope(request.method, apiPath)): void | Promise<void> {
+export function authenticate(request: Request, verify: Verify, needed: Scope | null): void | Promise<void> {
   const header = request.headers.get("authorization");
   if (!header) throw new ApiError("invalid_api_key", "Missing API key: send it as 'Authorization: Bearer <key>'");
   const secret = bearerSecret(header);
