@@ -67,12 +67,16 @@ interface ConnState {
 function scripted(answer: Answer) {
   const received: Received[] = [];
   let conns = 0;
+  let closed = 0;
   const server: TCPSocketListener<ConnState> = Bun.listen<ConnState>({
     hostname: "127.0.0.1",
     port: 0,
     socket: {
       open(s) {
         s.data = { id: ++conns, reader: new RequestReader(), served: 0 };
+      },
+      close() {
+        closed++;
       },
       async data(s, d) {
         for (const r of s.data.reader.push(d)) {
@@ -85,7 +89,7 @@ function scripted(answer: Answer) {
     },
   });
   servers.push(server);
-  return { url: `http://127.0.0.1:${server.port}/v1/chat/completions`, received, connections: () => conns, server };
+  return { url: `http://127.0.0.1:${server.port}/v1/chat/completions`, received, connections: () => conns, closed: () => closed, server };
 }
 const servers: TCPSocketListener<ConnState>[] = [];
 afterAll(() => {
@@ -93,6 +97,14 @@ afterAll(() => {
 });
 
 const never = () => new AbortController().signal;
+
+async function pollFor(done: () => boolean, ms = 3000) {
+  const until = Date.now() + ms;
+  while (!done()) {
+    if (Date.now() > until) throw new Error("condition not met in time");
+    await Bun.sleep(5);
+  }
+}
 const ok = (body: string, extra = "") => `HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n${extra}content-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
 const chunked = (parts: string[], extra = "") =>
   `HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n${extra}transfer-encoding: chunked\r\n\r\n` +
@@ -270,18 +282,32 @@ describe("framing", () => {
 });
 
 describe("failures", () => {
-  test("a keep-alive connection the upstream dropped unanswered: the request goes again, once, on a new connection", async () => {
+  test("a kept connection the upstream closed before the next request: that request goes on a new connection, once", async () => {
     const up = scripted((r, s) => {
-      // The first connection answers once, then drops the next request unanswered (as a server closing an idle connection would).
+      s.write(ok(`{"conn":${r.conn}}`));
+      // The first connection is closed by the upstream after its answer (as an idle timeout would).
+      if (r.conn === 1) setTimeout(() => s.end(), 5);
+    });
+    expect(await (await postOwn(up.url, null, '{"n":1}', never())).json()).toEqual({ conn: 1 });
+    await Bun.sleep(30);
+    expect(await (await postOwn(up.url, null, '{"n":2}', never())).json()).toEqual({ conn: 2 });
+    expect(up.received.map((r) => [r.conn, r.body.toString()])).toEqual([
+      [1, '{"n":1}'],
+      [2, '{"n":2}'],
+    ]);
+  });
+
+  test("a request the upstream read on a kept connection and dropped unanswered is not sent again (SPEC §17)", async () => {
+    const up = scripted((r, s) => {
+      // The first connection answers once, then reads the next request and drops it (a worker killed mid-request).
       if (r.conn === 1 && s.data.served === 2) return void s.terminate();
       s.write(ok(`{"conn":${r.conn}}`));
     });
     expect(await (await postOwn(up.url, null, '{"n":1}', never())).json()).toEqual({ conn: 1 });
-    expect(await (await postOwn(up.url, null, '{"n":2}', never())).json()).toEqual({ conn: 2 });
+    await expect(postOwn(up.url, null, '{"n":2}', never())).rejects.toBeInstanceOf(UpstreamConnectionError);
     expect(up.received.map((r) => [r.conn, r.body.toString()])).toEqual([
       [1, '{"n":1}'],
       [1, '{"n":2}'],
-      [2, '{"n":2}'],
     ]);
   });
 
@@ -342,6 +368,8 @@ describe("failures", () => {
     const reader = res.body!.getReader();
     await reader.read();
     await reader.cancel();
+    // The upstream sees its connection closed: none is left open and unused.
+    await pollFor(() => up.closed() === 1);
     expect(await (await postOwn(up.url, null, "{}", never())).text()).toBe("next");
     expect(up.connections()).toBe(2);
   });
@@ -427,4 +455,105 @@ test("upstream_client: builtin by default, fetch on request (environment or conf
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+/**
+ * Answers llhttp (Node's HTTP parser, no lenient flags) refuses, each written
+ * byte by byte. Named after the llhttp test fixtures they mirror
+ * (test/response/*.md, test/request/*.md for the shared header rules).
+ */
+const MALFORMED: [string, string][] = [
+  ["invalid.md: CR inside a header value", "HTTP/1.1 200 OK\r\ncontent-type: text/event\rstream\r\ncontent-length: 2\r\n\r\nok"],
+  ["invalid.md: NUL inside a header value", "HTTP/1.1 200 OK\r\nx-a: b\0c\r\ncontent-length: 2\r\n\r\nok"],
+  ["lenient-headers: a control character (0x01) in a header value", "HTTP/1.1 200 OK\r\nx-a: b\x01c\r\ncontent-length: 2\r\n\r\nok"],
+  ["lf-only: bare LF line endings", "HTTP/1.1 200 OK\ncontent-length: 2\n\nok"],
+  ["lf-only: one header line ending in a bare LF", "HTTP/1.1 200 OK\r\nx-a: b\ncontent-length: 2\r\n\r\nok"],
+  ["invalid.md: a folded header line (obs-fold)", "HTTP/1.1 200 OK\r\nx-a: b\r\n c\r\ncontent-length: 2\r\n\r\nok"],
+  ["invalid.md: whitespace before the colon", "HTTP/1.1 200 OK\r\ncontent-length : 2\r\n\r\nok"],
+  ["content-length.md: Content-Length with Transfer-Encoding", "HTTP/1.1 200 OK\r\ncontent-length: 2\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"],
+  ["transfer-encoding.md: a Transfer-Encoding other than chunked", "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\nok"],
+  ["transfer-encoding.md: chunked not alone", "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"],
+  ["content-length.md: an overflowing Content-Length", "HTTP/1.1 200 OK\r\ncontent-length: 99999999999999999999999\r\n\r\nok"],
+  ["content-length.md: a duplicate Content-Length", "HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 2\r\n\r\nok"],
+  ["content-length.md: a Content-Length that is not digits", "HTTP/1.1 200 OK\r\ncontent-length: +2\r\n\r\nok"],
+  ["content-length.md: spaces inside Content-Length", "HTTP/1.1 200 OK\r\ncontent-length: 1 1\r\n\r\nok"],
+  ["chunked: a chunk-size line ending in a bare LF", "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\nok\r\n0\r\n\r\n"],
+  ["invalid.md: a status code of four digits", "HTTP/1.1 2000 OK\r\ncontent-length: 2\r\n\r\nok"],
+  ["invalid.md: a control character in the reason phrase", "HTTP/1.1 200 O\x01K\r\ncontent-length: 2\r\n\r\nok"],
+  ["invalid.md: not HTTP/1.x", "HTTP/2 200\r\ncontent-length: 2\r\n\r\nok"],
+];
+
+describe("malformed answers are refused as llhttp refuses them: no resend, no leaked connection", () => {
+  for (const [name, answer] of MALFORMED) {
+    test(name, async () => {
+      const up = scripted(async (_r, s) => {
+        for (let i = 0; i < answer.length; i++) {
+          if (s.write(answer.slice(i, i + 1)) <= 0) return;
+          await Bun.sleep(0);
+        }
+      });
+      const failure = await postOwn(up.url, null, '{"n":1}', never()).then(
+        (res) => res.text().then(() => null, (e) => e),
+        (e) => e,
+      );
+      expect(failure).not.toBeNull();
+      expect(up.received.length).toBe(1); // sent once, never again
+      await pollFor(() => up.closed() === 1); // the connection is closed, not kept
+    });
+  }
+
+  test("a head that never completes fails at the head deadline, not the call's timeout", async () => {
+    const up = scripted((_r, s) => void s.write("HTTP/1.1 200 OK\r\nx-a: b\r\n"));
+    const t0 = Date.now();
+    await expect(postOwn(up.url, null, "{}", never())).rejects.toThrow(/within 5000 ms/);
+    expect(Date.now() - t0).toBeLessThan(30_000);
+    expect(up.received.length).toBe(1);
+  }, 40_000);
+
+  test("well-formed neighbours still pass: obs-text and tabs in values, chunk extensions, Content-Length 0", async () => {
+    const up = scripted((r, s) => {
+      const n = Number(r.body.toString());
+      if (n === 1) s.write("HTTP/1.1 200 OK\r\nx-a: caf\xe9\tb\r\ncontent-length: 2\r\n\r\nok");
+      else if (n === 2) s.write("HTTP/1.1 200 OK\r\ntransfer-encoding: Chunked\r\n\r\n2;x=y\r\nok\r\n0\r\n\r\n");
+      else s.write("HTTP/1.1 200\r\ncontent-length: 0\r\n\r\n");
+    });
+    expect(await (await postOwn(up.url, null, "1", never())).text()).toBe("ok");
+    expect(await (await postOwn(up.url, null, "2", never())).text()).toBe("ok");
+    expect(await (await postOwn(up.url, null, "3", never())).text()).toBe("");
+  });
+});
+
+describe("a misbehaving engine never keeps a model's concurrency slot", () => {
+  test("answers with a CR or NUL in a header (streamed or not) are 502s, and the model (max_concurrency 1) still answers after them", async () => {
+    let bad = true;
+    const up = scripted((r, s) => {
+      if (r.head.startsWith("GET")) return void s.write(ok(JSON.stringify({ object: "list", data: [{ id: "jam-model", object: "model", created: 0, owned_by: "t" }] })));
+      const streamed = r.body.toString().includes('"stream":true');
+      if (bad) return void s.write(streamed ? "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\x00\r\ntransfer-encoding: chunked\r\n\r\n" : "HTTP/1.1 200 OK\r\ncontent-type: application/json\rx\r\ncontent-length: 2\r\n\r\n{}");
+      const answer = JSON.stringify({ id: "chatcmpl-x", object: "chat.completion", created: 0, model: "jam-model", choices: [{ index: 0, message: { role: "assistant", content: "fine" }, finish_reason: "stop", logprobs: null }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
+      s.write(ok(answer));
+    });
+    const dir = freshDataDir();
+    const config = join(dir, "offpeak.json");
+    writeFileSync(config, JSON.stringify({ upstreams: [{ name: "jammer", base_url: up.url.replace("/chat/completions", ""), models: ["jam-model"], max_concurrency: 1, queue_size: 0 }] }));
+    const srv = await startTestServer({ dataDir: dir, argv: ["--config", config] });
+    try {
+      const call = (stream: boolean) =>
+        srv.api("/chat/completions", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "jam-model", stream, messages: [{ role: "user", content: "hi" }] }) });
+      for (const stream of [false, true, false, true]) {
+        const res = await call(stream);
+        expect(res.status).toBe(502);
+        expect(((await res.json()) as { error: { code: string } }).error.code).toBe("upstream_error");
+      }
+      bad = false;
+      const res = await call(false);
+      expect(res.status).toBe(200);
+      expect(((await res.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content).toBe("fine");
+      // Each bad answer was asked once: nothing was sent twice.
+      expect(up.received.filter((r) => r.head.startsWith("POST")).length).toBe(5);
+    } finally {
+      await srv.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 });

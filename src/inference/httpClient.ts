@@ -17,7 +17,9 @@
 // last-in first-out. Bodies: Content-Length, chunked, or up to the close;
 // gzip/deflate are decoded (we ask for identity; a server may not listen).
 // The caller's signal aborts the call (the connection is closed, not
-// reused). Backpressure: a streamed body pauses the socket while the reader
+// reused). Strict, as SPEC §17 asks: heads and chunked framing are judged
+// as llhttp (Node's parser) judges them, and a request is sent again on a
+// new connection only if not one byte of it was written on the old one. Backpressure: a streamed body pauses the socket while the reader
 // is behind.
 import type { Socket } from "bun";
 import type { AbortListener, CallAbort } from "./deadline";
@@ -31,6 +33,16 @@ const MAX_IDLE = 256;
 const MAX_HEAD_BYTES = 64 * 1024;
 /** A chunk-size or trailer line may not be longer. */
 const MAX_LINE_BYTES = 4096;
+/** A status line and headers that began to arrive must be whole within this (SPEC §17: never wait long on a head it cannot parse). */
+const HEAD_DEADLINE_MS = 5_000;
+/** The longest Content-Length taken (15 digits, under 2^53): llhttp refuses lengths that overflow; an absurd one would wait for bytes that never come. */
+const LENGTH = /^\d{1,15}$/;
+/** A header name: an RFC 9110 token. "Content-Length : 5" (space before the colon) is not one. */
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+/** A control character other than HTAB, a lone CR or a bare LF: llhttp refuses these in a status line or header (no lenient flags). */
+const CONTROL = /[\x00-\x08\x0a-\x1f\x7f]/;
+/** The status line llhttp takes: HTTP/1.0 or 1.1, three digits, an optional reason of visible characters, spaces and tabs. */
+const STATUS_LINE = /^HTTP\/1\.([01]) (\d{3})(?: [^]*)?$/;
 
 /**
  * Whether calls to `baseUrl` go through this client: plain http and no
@@ -121,8 +133,6 @@ const enum State {
 class Conn {
   socket: Socket<Conn> | null = null;
   ex: Exchange | null = null;
-  /** Answered a request before (a failure before any byte of the answer may be a stale keep-alive). */
-  reused = false;
   idleSince = 0;
   closed = false;
   constructor(readonly origin: Origin) {}
@@ -180,7 +190,6 @@ function release(conn: Conn): void {
   if (conn.closed) return;
   const idle = conn.origin.idle;
   if (idle.length >= MAX_IDLE) return conn.close();
-  conn.reused = true;
   conn.idleSince = performance.now();
   idle.push(conn);
 }
@@ -203,6 +212,9 @@ class Exchange implements AbortListener {
   private answered = false;
   private gotBytes = false;
   private retried = false;
+  /** Some byte of the request went to the socket: from then on the engine may have it, so it is never sent again. */
+  private wrote = false;
+  private headTimer: ReturnType<typeof setTimeout> | null = null;
   private finished = false;
   private unwritten: Buffer | null = null;
   private controller: ReadableStreamDefaultController<Uint8Array> | null = null;
@@ -244,6 +256,7 @@ class Exchange implements AbortListener {
     const length = String(bodyBytes);
     const text = this.target.headPrefix + length + "\r\n\r\n" + this.body;
     const written = conn.socket!.write(text);
+    if (written > 0) this.wrote = true;
     // Partly written (a large body, a slow reader): the rest goes on drain.
     if (written < this.target.headPrefixBytes + length.length + 4 + bodyBytes) this.unwritten = Buffer.from(text).subarray(Math.max(0, written));
   }
@@ -252,6 +265,7 @@ class Exchange implements AbortListener {
     const rest = this.unwritten;
     if (!rest || !this.conn?.socket) return;
     const n = this.conn.socket.write(rest);
+    if (n > 0) this.wrote = true;
     this.unwritten = n >= rest.length ? null : rest.subarray(Math.max(0, n));
   }
 
@@ -302,8 +316,11 @@ class Exchange implements AbortListener {
           if (this.line.length > MAX_LINE_BYTES) throw new Error("upstream sent a malformed chunked body (a line too long)");
           at = nl < 0 ? bytes.length : nl + 1;
           if (nl >= 0) {
-            const line = this.line.endsWith("\r") ? this.line.slice(0, -1) : this.line;
+            // llhttp wants CRLF here too: a bare LF is refused, as is any other control character.
+            if (!this.line.endsWith("\r")) throw new Error("upstream sent a malformed chunked body (a line without CR before its LF)");
+            const line = this.line.slice(0, -1);
             this.line = "";
+            if (CONTROL.test(line) || line.includes("\r")) throw new Error("upstream sent a malformed chunked body (a control character in a line)");
             this.lineDone(line);
           }
           break;
@@ -342,14 +359,30 @@ class Exchange implements AbortListener {
     const end = buf.indexOf("\r\n\r\n", from);
     if (end < 0) {
       if (buf.length > MAX_HEAD_BYTES) throw new Error(`upstream sent a status line and headers longer than ${MAX_HEAD_BYTES} bytes`);
+      // What can be judged already is judged now, not at the head deadline.
+      if (buf.length >= 5 && buf.toString("latin1", 0, 5) !== "HTTP/") throw new Error("upstream did not answer with HTTP/1.x");
+      const lf = buf.indexOf(10, Math.max(1, from));
+      if (lf > 0 && buf[lf - 1] !== 13) throw new Error("upstream sent a head with a bare LF line ending");
       this.head = buf;
+      this.headTimer ??= setTimeout(() => this.fail(new UpstreamConnectionError(`upstream did not complete its status line and headers within ${HEAD_DEADLINE_MS} ms`)), HEAD_DEADLINE_MS);
       return -1;
     }
     this.head = null;
+    if (this.headTimer) {
+      clearTimeout(this.headTimer);
+      this.headTimer = null;
+    }
     const bodyAt = end + 4 - (buf.length - bytes.length); // where the body starts in `bytes`
     const lines = buf.toString("latin1", 0, end).split("\r\n");
-    const m = /^HTTP\/1\.([01]) (\d{3})/.exec(lines[0]!);
-    if (!m) throw new Error("upstream did not answer with HTTP/1.x");
+    // The checks llhttp makes without lenient flags (Node's http client): a
+    // lone CR, a bare LF, NUL or another control character anywhere in the
+    // head; a folded line; a header name that is not a token (a space before
+    // the colon); Content-Length that is not digits, too long, or twice;
+    // Content-Length beside Transfer-Encoding; a Transfer-Encoding other than
+    // chunked. Any of them makes the answer a 502, never a 500 or a hang.
+    const statusLine = lines[0]!;
+    const m = STATUS_LINE.exec(statusLine);
+    if (!m || CONTROL.test(statusLine)) throw new Error("upstream did not answer with a valid HTTP/1.x status line");
     const status = Number(m[2]);
     if (status >= 100 && status < 200) {
       // 100 Continue, 103 Early Hints: a final answer follows.
@@ -360,25 +393,32 @@ class Exchange implements AbortListener {
     const headers: [string, string][] = [];
     let length = -1;
     let chunked = false;
+    let transferEncoding = false;
     let encoding = "";
     this.keepAlive = m[1] === "1";
     for (let i = 1; i < lines.length; i++) {
       const l = lines[i]!;
+      if (CONTROL.test(l)) throw new Error("upstream sent a control character, a lone CR or a bare LF in a header");
       const colon = l.indexOf(":");
-      if (colon <= 0) continue;
-      const name = l.slice(0, colon).trim().toLowerCase();
+      const rawName = colon > 0 ? l.slice(0, colon) : "";
+      // A line starting with a space or tab is a folded one (obs-fold): not a token either.
+      if (!TOKEN.test(rawName)) throw new Error("upstream sent a malformed header line");
+      const name = rawName.toLowerCase();
       const value = l.slice(colon + 1).trim();
       if (name === "content-length") {
-        if (!/^\d+$/.test(value) || (length >= 0 && Number(value) !== length)) throw new Error("upstream sent an invalid Content-Length");
+        if (!LENGTH.test(value) || length >= 0) throw new Error("upstream sent an invalid Content-Length");
         length = Number(value);
-      } else if (name === "transfer-encoding") chunked = /(^|,)\s*chunked\s*$/i.test(value);
-      else if (name === "connection") {
+      } else if (name === "transfer-encoding") {
+        if (transferEncoding || value.toLowerCase() !== "chunked") throw new Error(`upstream sent Transfer-Encoding ${value.slice(0, 40)}, which offpeak does not take`);
+        transferEncoding = chunked = true;
+      } else if (name === "connection") {
         const v = value.toLowerCase();
         if (v.includes("close")) this.keepAlive = false;
         else if (v.includes("keep-alive")) this.keepAlive = true;
       } else if (name === "content-encoding") encoding = value.toLowerCase();
       else if (name !== "keep-alive") headers.push([name, value]);
     }
+    if (chunked && length >= 0) throw new Error("upstream sent both Content-Length and Transfer-Encoding");
     if (encoding && encoding !== "identity" && encoding !== "gzip" && encoding !== "deflate")
       throw new Error(`upstream answered with Content-Encoding ${encoding}, which offpeak does not decode`);
     const noBody = status === 204 || status === 304;
@@ -412,9 +452,15 @@ class Exchange implements AbortListener {
           this.conn?.socket?.resume();
         },
         cancel: () => {
-          // The reader gave up mid-answer: the rest would arrive on a connection nobody reads.
+          // The reader gave up mid-answer: the rest would arrive on a
+          // connection nobody reads, so it is closed (taken before finish()
+          // forgets it).
+          const conn = this.conn;
           this.finish();
-          this.conn?.close();
+          if (conn) {
+            conn.ex = null;
+            conn.close();
+          }
         },
       },
       { highWaterMark: 4 },
@@ -457,9 +503,11 @@ class Exchange implements AbortListener {
     if (this.finished) return;
     if (this.state === State.UntilClose && !error) return this.complete();
     const conn = this.conn;
-    if (conn && conn.reused && !this.gotBytes && !this.retried && !this.abort.aborted) {
-      // The upstream closed an idle connection as we wrote to it: nothing was
-      // answered, so the request goes again on a new connection.
+    if (conn && !this.wrote && !this.gotBytes && !this.retried && !this.abort.aborted) {
+      // The connection closed before one byte of the request reached it (a
+      // kept one the upstream had just closed): the engine cannot have seen
+      // the request, so it goes again on a new connection. Once any byte was
+      // written, the engine may be running it: a failure, never a resend.
       this.retried = true;
       conn.ex = null;
       this.conn = null;
@@ -489,6 +537,10 @@ class Exchange implements AbortListener {
   }
 
   private finish(): void {
+    if (this.headTimer) {
+      clearTimeout(this.headTimer);
+      this.headTimer = null;
+    }
     this.finished = true;
     this.state = State.Done;
     this.controller = null;
