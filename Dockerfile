@@ -31,8 +31,9 @@ COPY src ./src
 # `npm run build`: embeds the migrations, then bun build --compile (with the Worker entry points).
 RUN bun run build && ./dist/offpeak --help > /dev/null
 
-# distroless has no shell to create the volume's mount point with the right owner.
-RUN mkdir -p /rootfs/data
+# distroless has no shell to create the volume's mount point with the right owner;
+# 0700 as offpeak makes its data directory (a new named volume takes this mode).
+RUN mkdir -p -m 0700 /rootfs/data
 
 # ── run ──────────────────────────────────────────────────────────────────
 # glibc + libstdc++ + CA certificates, nothing else; runs as uid 65532 (nonroot).

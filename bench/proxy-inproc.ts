@@ -5,8 +5,9 @@
 // handler measured the same way. Far less noisy than anything over
 // loopback (medians agree within ≈3% between runs), it shows what a change
 // to offpeak's own JavaScript saves; over sockets the same code costs about
-// twice as much (colder caches), see BENCHMARKS.md. Each measurement runs in
-// its own process; trees alternate.
+// twice as much (colder caches), see docs/benchmarks/history.md ("Chat
+// completions through a proxy"). Each measurement runs in its own process;
+// trees alternate.
 //   bun bench/proxy-inproc.ts [rounds=3] [requests-per-sample=100000] TREE[:LEVEL] ...   (TREE "naive": the naive handler)
 if (process.argv[2] !== "--child") {
   const rounds = Number(process.argv[2] ?? 3);

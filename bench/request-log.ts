@@ -4,7 +4,8 @@
 // built before (a fields object, JSON.stringify, the secret scan of
 // `redact`), both through the same logger and buffered sink into /dev/null.
 // `requestIP` is a stand-in here (the real call is a getpeername: ≈1.6 µs
-// measured with wrk, see BENCHMARKS.md): what is left is the line itself.
+// measured with wrk, see docs/benchmarks/history.md, "Chat completions
+// through a proxy"): what is left is the line itself.
 // Usage: bun bench/request-log.ts [lines-per-round=500000] [rounds=7]
 import { openSync } from "node:fs";
 import { BufferedFdSink, createLogger } from "../src/log";

@@ -7,7 +7,8 @@ import { createVerifier, type Verify } from "./auth/verify";
 import type { Scope } from "./auth/scopes";
 import type { AppContext } from "./context";
 import { attached } from "./attached";
-import { ApiError, errorResponse } from "./errors";
+import { ApiError, databaseUnavailableError, errorResponse } from "./errors";
+import { databaseUnavailable, unavailableLogger } from "./db/unavailable";
 import { newId } from "./ids";
 import { pathOf, routable } from "./http/path";
 import { isPublic, type PublicRoute } from "./auth/publicRoutes";
@@ -27,7 +28,7 @@ import { statusRoutes } from "./status/routes";
 import { metricsRoutes } from "./metrics/routes";
 import { webhooksRoutes } from "./webhooks/routes";
 import { meRoutes } from "./keys/me";
-import { consoleRoutes } from "./console/routes";
+import { consoleRoutes, docsRoutes } from "./console/routes";
 import { rateLimitHeadersNow } from "./inference/admission";
 import { ENDPOINT_KINDS } from "./endpoints";
 
@@ -127,13 +128,20 @@ export function buildApp(ctx: AppContext, verify: Verify = createVerifier(ctx.db
       .onBeforeHandle({ as: "global" }, ({ request, route }) => checkMatchedRoute(request, route))
       .onError(({ code, error, request }) => toErrorResponse(ctx, code, error, request))
       .get("/healthz", () => new Response("ok", { headers: { "content-type": "text/plain" } }), { detail: { hide: true } })
+      // The OpenAPI document at /docs/json comes from the swagger plugin; its
+      // page at /docs (Scalar from a CDN, inline styles) is replaced by ours
+      // (src/console/client/docs.html), served from the executable under the
+      // console's CSP: in Elysia a later route with the same method and
+      // path replaces the earlier one (test/docs.test.ts checks it did).
       .use(
         swagger({
           path: "/docs",
+          specPath: "/docs/json",
           documentation: { info: { title: "offpeak", version: "0.1.0", description: "OpenAI-compatible Files + Batch API" } },
           exclude: [/^\/v1\//],
         }),
       )
+      .use(docsRoutes())
       .use(apiRoutes(ctx, "/api/v1"))
       .use(apiRoutes(ctx, "/v1"))
       // The web console (SPEC §15) at "/" and its files at "/<name>".
@@ -174,6 +182,13 @@ export function withRequestId(request: Request, res: Response): Response {
 }
 
 
+const unavailableLogs = new WeakMap<AppContext, ReturnType<typeof unavailableLogger>>();
+const unavailableOf = (ctx: AppContext) => {
+  let f = unavailableLogs.get(ctx);
+  if (!f) unavailableLogs.set(ctx, (f = unavailableLogger((msg, fields) => ctx.log.warn(msg, fields))));
+  return f;
+};
+
 /** The single place where anything thrown becomes an HTTP answer. */
 function toErrorResponse(ctx: AppContext, code: string | number, error: unknown, request: Request): Response {
   const requestId = requestIdOf(request);
@@ -198,6 +213,12 @@ function toErrorResponse(ctx: AppContext, code: string | number, error: unknown,
   // A client that went away (e.g. while queued for a model) is not a server
   // fault: nobody reads the answer; 499 is what the request log records.
   if (request.signal.aborted || (error as Error)?.name === "AbortError") return new Response(null, { status: 499 });
+  // The database not answering is no bug: 503 with retry-after, one log line per few seconds, no stack.
+  const down = databaseUnavailable(error);
+  if (down) {
+    unavailableOf(ctx)("requests", down, { request_id: requestId });
+    return answer(databaseUnavailableError());
+  }
   ctx.log.error("unhandled error", { request_id: requestId, method: request.method, path: pathOf(request.url).slice(0, 200), error: String((error as Error)?.stack || error) });
   return answer(new ApiError("internal_error", `Internal server error (request ${requestId})`));
 }

@@ -8,6 +8,7 @@ import { hostname } from "node:os";
 import { join, resolve } from "node:path";
 import type { DatabaseConfig } from "./db/client";
 import type { S3Settings } from "./storage/locator";
+import { parseAllowedHosts } from "./webhooks/egress";
 
 const Pricing = Type.Object(
   {
@@ -17,6 +18,9 @@ const Pricing = Type.Object(
   { additionalProperties: false },
 );
 
+/** A fixed number of requests at once, or "auto": found while running, up to max_concurrency_limit (SPEC §18; src/inference/adaptive.ts). */
+const MaxConcurrency = Type.Union([Type.Integer({ minimum: 1 }), Type.Literal("auto")]);
+
 const UpstreamFile = Type.Object(
   {
     name: Type.String({ minLength: 1 }),
@@ -24,7 +28,8 @@ const UpstreamFile = Type.Object(
     api_key_env: Type.Optional(Type.String()),
     models: Type.Optional(Type.Array(Type.String({ minLength: 1 }))),
     model_map: Type.Optional(Type.Record(Type.String(), Type.String())),
-    max_concurrency: Type.Optional(Type.Integer({ minimum: 1 })),
+    max_concurrency: Type.Optional(MaxConcurrency),
+    max_concurrency_limit: Type.Optional(Type.Integer({ minimum: 1 })),
     queue_size: Type.Optional(Type.Integer({ minimum: 0 })),
     timeout_s: Type.Optional(Type.Number({ exclusiveMinimum: 0 })),
   },
@@ -35,7 +40,8 @@ const ModelFile = Type.Object(
   {
     latency_ms: Type.Optional(Type.Number({ minimum: 0 })),
     tokens_per_second: Type.Optional(Type.Number({ minimum: 0 })),
-    max_concurrency: Type.Optional(Type.Integer({ minimum: 1 })),
+    max_concurrency: Type.Optional(MaxConcurrency),
+    max_concurrency_limit: Type.Optional(Type.Integer({ minimum: 1 })),
     queue_size: Type.Optional(Type.Integer({ minimum: 0 })),
     pricing: Type.Optional(Pricing),
   },
@@ -64,6 +70,10 @@ export const ConfigFile = Type.Object(
           max_file_bytes: Type.Optional(Type.Integer({ minimum: 1 })),
           max_batch_lines: Type.Optional(Type.Integer({ minimum: 1 })),
           duplicate_check_bytes: Type.Optional(Type.Integer({ minimum: 8192 })),
+          max_json_bytes: Type.Optional(Type.Integer({ minimum: 1024 })),
+          max_concurrent_uploads: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000 })),
+          max_concurrent_uploads_per_key: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000 })),
+          upload_idle_timeout_s: Type.Optional(Type.Integer({ minimum: 1, maximum: 3600 })),
           rpm: Type.Optional(Type.Integer({ minimum: 1 })),
           tpm: Type.Optional(Type.Integer({ minimum: 1 })),
         },
@@ -82,9 +92,10 @@ export const ConfigFile = Type.Object(
       ),
     ),
     storage: Type.Optional(Type.Object({ url: Type.Optional(Type.String()) }, { additionalProperties: false })),
-    database: Type.Optional(Type.Object({ url: Type.Optional(Type.String()) }, { additionalProperties: false })),
+    database: Type.Optional(Type.Object({ url: Type.Optional(Type.String()), start_wait_s: Type.Optional(Type.Integer({ minimum: 0 })) }, { additionalProperties: false })),
     upstreams: Type.Optional(Type.Array(UpstreamFile)),
     models: Type.Optional(Type.Record(Type.String(), ModelFile)),
+    webhooks: Type.Optional(Type.Object({ allowed_hosts: Type.Optional(Type.Array(Type.String())) }, { additionalProperties: false })),
   },
   { additionalProperties: false },
 );
@@ -107,10 +118,19 @@ export interface Config {
   nodeName: string;
   /** Where records live (database.url): SQLite in the data dir, or Postgres. */
   database: DatabaseConfig;
+  /** How long a server waits for a Postgres that does not answer at start before it gives up (database.start_wait_s, OFFPEAK_DATABASE_START_WAIT_S; default 300 s). */
+  databaseStartWaitMs: number;
   maxFileBytes: number;
   maxBatchLines: number;
   /** Memory an upload's custom_id duplicate check may use before it spills fingerprints to <dataDir>/tmp (src/jsonl/duplicateFinder.ts). */
   duplicateCheckBytes: number;
+  /** Largest JSON request body read (413 request_too_large above; src/http/jsonBody.ts). */
+  maxJsonBytes: number;
+  /** Uploads (POST /files) streaming at once on this server, and per key; more are answered 429 (src/files/uploadSlots.ts). */
+  maxConcurrentUploads: number;
+  maxConcurrentUploadsPerKey: number;
+  /** An upload whose client sends no byte for this long is ended with 408 (src/http/idleReader.ts). */
+  uploadIdleTimeoutS: number;
   logLevel: LogLevel;
   /**
    * Which request lines carry the peer's address (`client`): those without
@@ -133,6 +153,8 @@ export interface Config {
   /** Default per-key limits when a key sets none (null: unlimited). */
   defaultRpm: number | null;
   defaultTpm: number | null;
+  /** Length of one "minute" of rpm/tpm in seconds: 60, shortened only by tests of the cluster's limits. */
+  rateLimitMinuteSeconds: number;
   batches: {
     workers: number;
     maxAttempts: number;
@@ -145,6 +167,8 @@ export interface Config {
   models: Record<string, ModelConfig>;
   /** The first webhook retry's delay (ms; later ones scale with it): 5000, shortened only by tests. */
   webhookRetryBaseMs: number;
+  /** webhooks.allowed_hosts: host names, `*.name`s, IPs and CIDRs webhooks may reach although internal (src/webhooks/egress.ts). */
+  webhookAllowedHosts: string[];
 }
 
 export class ConfigError extends Error {}
@@ -175,7 +199,21 @@ export function parseFlags(argv: string[]): { flags: Flags; positional: string[]
 }
 
 /** The flags `serve` takes (and `keys`, which opens the same data dir). */
-export const SERVER_FLAGS = ["config", "data-dir", "host", "log-level", "max-batch-lines", "max-file-bytes", "port", "storage-url", "database-url"] as const;
+export const SERVER_FLAGS = [
+  "config",
+  "data-dir",
+  "host",
+  "log-level",
+  "max-batch-lines",
+  "max-file-bytes",
+  "max-json-bytes",
+  "max-concurrent-uploads",
+  "max-concurrent-uploads-per-key",
+  "upload-idle-timeout-s",
+  "port",
+  "storage-url",
+  "database-url",
+] as const;
 
 /**
  * Refuses a flag the command does not know (a typo like --prot used to be
@@ -259,6 +297,20 @@ export function databaseOf(url: string, dataDir: string): DatabaseConfig {
   return { kind: "sqlite", path: m[1] ? resolve(m[1]) : join(dataDir, "offpeak.db") };
 }
 
+/** OFFPEAK_WEBHOOK_ALLOWED_HOSTS (comma-separated) or webhooks.allowed_hosts, checked here so a typo stops the start. */
+function webhookAllowedHostsOf(raw: string | string[] | undefined): string[] {
+  const entries = (typeof raw === "string" ? raw.split(",") : (raw ?? [])).map((s) => s.trim()).filter(Boolean);
+  try {
+    parseAllowedHosts(entries);
+  } catch (e) {
+    throw new ConfigError(`webhooks.allowed_hosts: ${(e as Error).message}`);
+  }
+  return entries;
+}
+
+/** 32 MiB: far above any real chat or embeddings request, far below what a hostile body could make the server hold. */
+export const DEFAULT_MAX_JSON_BYTES = 32 << 20;
+
 const DEFAULTS = {
   port: 8080,
   host: "127.0.0.1",
@@ -267,6 +319,10 @@ const DEFAULTS = {
   maxBatchLines: 10_000_000,
   /** 4 MiB: up to 367K ids checked in memory, more spill to <dataDir>/tmp (src/jsonl/duplicateFinder.ts; BENCHMARKS.md "Upload"). */
   duplicateCheckBytes: 4 << 20,
+  maxJsonBytes: DEFAULT_MAX_JSON_BYTES,
+  maxConcurrentUploads: 16,
+  maxConcurrentUploadsPerKey: 4,
+  uploadIdleTimeoutS: 60,
 };
 
 export function resolveConfig(argv: string[], env: Record<string, string | undefined> = process.env): Config {
@@ -302,6 +358,7 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
     configPath,
     nodeName: env.OFFPEAK_NODE_NAME || hostname(),
     database: databaseOf(pick(flags["database-url"], env.OFFPEAK_DATABASE_URL, file.database?.url) ?? "sqlite:", resolve(dataDir)),
+    databaseStartWaitMs: (pick(intOf("OFFPEAK_DATABASE_START_WAIT_S", env.OFFPEAK_DATABASE_START_WAIT_S, 0), file.database?.start_wait_s) ?? 300) * 1000,
     storage: storageOf(pick(flags["storage-url"], env.OFFPEAK_STORAGE_URL, file.storage?.url) ?? "file:", env),
     maxFileBytes:
       pick(intOf("--max-file-bytes", flags["max-file-bytes"], 1), intOf("OFFPEAK_MAX_FILE_BYTES", env.OFFPEAK_MAX_FILE_BYTES, 1), file.limits?.max_file_bytes) ??
@@ -311,6 +368,27 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
       DEFAULTS.maxBatchLines,
     duplicateCheckBytes:
       pick(intOf("OFFPEAK_DUPLICATE_CHECK_BYTES", env.OFFPEAK_DUPLICATE_CHECK_BYTES, 8192), file.limits?.duplicate_check_bytes) ?? DEFAULTS.duplicateCheckBytes,
+    maxJsonBytes:
+      pick(intOf("--max-json-bytes", flags["max-json-bytes"], 1024), intOf("OFFPEAK_MAX_JSON_BYTES", env.OFFPEAK_MAX_JSON_BYTES, 1024), file.limits?.max_json_bytes) ??
+      DEFAULTS.maxJsonBytes,
+    maxConcurrentUploads:
+      pick(
+        intOf("--max-concurrent-uploads", flags["max-concurrent-uploads"], 1, 100_000),
+        intOf("OFFPEAK_MAX_CONCURRENT_UPLOADS", env.OFFPEAK_MAX_CONCURRENT_UPLOADS, 1, 100_000),
+        file.limits?.max_concurrent_uploads,
+      ) ?? DEFAULTS.maxConcurrentUploads,
+    maxConcurrentUploadsPerKey:
+      pick(
+        intOf("--max-concurrent-uploads-per-key", flags["max-concurrent-uploads-per-key"], 1, 100_000),
+        intOf("OFFPEAK_MAX_CONCURRENT_UPLOADS_PER_KEY", env.OFFPEAK_MAX_CONCURRENT_UPLOADS_PER_KEY, 1, 100_000),
+        file.limits?.max_concurrent_uploads_per_key,
+      ) ?? DEFAULTS.maxConcurrentUploadsPerKey,
+    uploadIdleTimeoutS:
+      pick(
+        intOf("--upload-idle-timeout-s", flags["upload-idle-timeout-s"], 1, 3600),
+        intOf("OFFPEAK_UPLOAD_IDLE_TIMEOUT_S", env.OFFPEAK_UPLOAD_IDLE_TIMEOUT_S, 1, 3600),
+        file.limits?.upload_idle_timeout_s,
+      ) ?? DEFAULTS.uploadIdleTimeoutS,
     logLevel,
     logClientAddress,
     upstreamClient,
@@ -318,6 +396,7 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
     adminKey: env.OFFPEAK_ADMIN_KEY || null,
     defaultRpm: pick(intOf("OFFPEAK_RPM", env.OFFPEAK_RPM, 1), file.limits?.rpm) ?? null,
     defaultTpm: pick(intOf("OFFPEAK_TPM", env.OFFPEAK_TPM, 1), file.limits?.tpm) ?? null,
+    rateLimitMinuteSeconds: intOf("OFFPEAK_RATE_LIMIT_MINUTE_SECONDS", env.OFFPEAK_RATE_LIMIT_MINUTE_SECONDS, 1, 60) ?? 60,
     batches: {
       workers: pick(intOf("OFFPEAK_BATCH_WORKERS", env.OFFPEAK_BATCH_WORKERS, 0, 64), file.batches?.workers) ?? Math.max(1, navigator.hardwareConcurrency ?? 2),
       maxAttempts: pick(intOf("OFFPEAK_BATCH_MAX_ATTEMPTS", env.OFFPEAK_BATCH_MAX_ATTEMPTS, 1, 20), file.batches?.max_attempts) ?? 10,
@@ -328,5 +407,6 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
     upstreams,
     models: file.models ?? {},
     webhookRetryBaseMs: intOf("OFFPEAK_WEBHOOK_RETRY_BASE_MS", env.OFFPEAK_WEBHOOK_RETRY_BASE_MS, 1, 5000) ?? 5000,
+    webhookAllowedHosts: webhookAllowedHostsOf(env.OFFPEAK_WEBHOOK_ALLOWED_HOSTS ?? file.webhooks?.allowed_hosts),
   };
 }

@@ -7,17 +7,24 @@ const CODES = {
   missing_field: 400,
   invalid_file: 400,
   duplicate_custom_id: 400,
+  webhook_url_not_allowed: 400,
   invalid_api_key: 401,
   insufficient_scope: 403,
   not_found: 404,
   model_not_found: 404,
+  /** A request body that stopped arriving (an upload idle for upload_idle_timeout_s). */
+  request_timeout: 408,
   invalid_state: 409,
   file_too_large: 413,
+  /** A JSON body over max_json_bytes. */
+  request_too_large: 413,
   range_not_satisfiable: 416,
   rate_limit_exceeded: 429,
   internal_error: 500,
   upstream_error: 502,
   upstream_unavailable: 503,
+  /** The database does not answer (a restart, a failover, a network cut: SPEC §17); has retry-after. */
+  database_unavailable: 503,
   upstream_timeout: 504,
   overloaded: 529,
 } as const;
@@ -29,6 +36,7 @@ const TYPE_BY_STATUS: Record<number, string> = {
   401: "authentication_error",
   403: "permission_error",
   404: "not_found_error",
+  408: "invalid_request_error",
   409: "conflict_error",
   413: "invalid_request_error",
   416: "invalid_request_error",
@@ -65,6 +73,13 @@ export class ApiError extends Error {
 
 export const notFound = (what: string, id: string, param: string | null = null) =>
   new ApiError("not_found", `No ${what} with id '${id.length > 80 ? id.slice(0, 80) + "…" : id}' found`, { param });
+
+/** Seconds a client is told to wait when the database does not answer: a restart takes a few. */
+export const DATABASE_RETRY_AFTER_S = 2;
+
+/** The answer to a request that needed the database while it does not answer (src/db/unavailable.ts tells). */
+export const databaseUnavailableError = () =>
+  new ApiError("database_unavailable", "The database is temporarily unavailable; try again shortly", { headers: { "retry-after": String(DATABASE_RETRY_AFTER_S) } });
 
 export const invalid = (param: string | null, message: string) => new ApiError("invalid_value", message, { param });
 

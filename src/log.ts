@@ -6,8 +6,9 @@
 // Lines are buffered and written to fd 2 together, every FLUSH_MS or
 // FLUSH_BYTES, whichever comes first: a write(2) per request cost the chat
 // pass-through 15–25% of its throughput (0.52–0.60× a naive proxy with the
-// request log on, 0.70× with it off; see BENCHMARKS.md "Chat proxy"). An
-// error line, and everything buffered before it, is written at once and
+// request log on, 0.70× with it off; see docs/benchmarks/history.md,
+// "Chat completions through a proxy"). An error line, and everything
+// buffered before it, is written at once and
 // synchronously (the process may die right after it); so is the buffer at
 // process exit (SIGTERM and SIGINT end in process.exit through main.ts; an
 // uncaught exception is written as an error line before the runtime's own

@@ -5,10 +5,12 @@
 // server (src/cli/).
 // First: `serve` may re-execute itself before the rest loads (allocator.ts says why).
 import "./allocator";
-import { CLIENT_COMMANDS, CliError } from "./cli";
+import { CLIENT_COMMANDS, CliError, forProgram } from "./cli";
 import { checkFlags, ConfigError, parseFlags, resolveConfig, SERVER_FLAGS } from "./config";
 import { existsSync } from "node:fs";
 import { openDb } from "./db/client";
+import { DatabaseUnavailable } from "./db/unavailable";
+import { restrictNewFiles, secureDataDir } from "./dataDir";
 import { ApiError } from "./errors";
 import { createKey, listKeys, revokeKey } from "./keys/service";
 import { startServer } from "./server";
@@ -18,6 +20,8 @@ const HELP = `offpeak — OpenAI-compatible Files + Batch API server
 Server (works on the data directory):
   offpeak [serve] [--port N] [--host H] [--data-dir D] [--config FILE]
                   [--max-file-bytes N] [--max-batch-lines N] [--log-level L]
+                  [--max-json-bytes N] [--max-concurrent-uploads N]
+                  [--max-concurrent-uploads-per-key N] [--upload-idle-timeout-s S]
                   [--storage-url file:|s3://BUCKET[/PREFIX]]
   offpeak keys create --name N [--scopes a,b] [--project P] [--data-dir D]
   offpeak keys list [--data-dir D]
@@ -25,7 +29,7 @@ Server (works on the data directory):
 
 Client (talks to a running server; --base-url, --api-key):
   offpeak files upload|list|get|download|rm …
-  offpeak batches create|get|list|cancel|retry|wait …
+  offpeak batches create|get|list|cancel|retry|wait …   (wait --out FILE: download the results)
   offpeak webhooks create|list|rm …
   offpeak batch run FILE.jsonl [--out RESULTS.jsonl] [--errors ERRORS.jsonl]
   offpeak healthcheck [--url URL]
@@ -40,7 +44,8 @@ S3_REGION, S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY or AWS_*); for the client: OFF
 
 Exit codes: 0 success; 1 a batch failed, expired or was cancelled (batch run,
 batches wait); 2 bad usage, an unreachable server or a refused request;
-3 --timeout passed before the batch ended (batch run, batches wait).
+3 --timeout passed before the batch ended (batch run, batches wait);
+130 interrupted with Ctrl-C (batch run, batches wait: the batch keeps running).
 `;
 
 async function main(argv: string[]): Promise<number> {
@@ -54,20 +59,20 @@ async function main(argv: string[]): Promise<number> {
   }
   if (command === "help" && positional[1] && CLIENT_COMMANDS[positional[1]]) return CLIENT_COMMANDS[positional[1]]!(["--help"]);
   if (flags["help"] || command === "help" || command === "-h") {
-    process.stdout.write(HELP);
+    process.stdout.write(forProgram(HELP));
     return 0;
   }
   if (command === "serve") return serve(argv);
   if (command === "keys") return keys(argv, positional.slice(1), flags);
-  process.stderr.write(`offpeak: unknown command '${command}'\n\n${HELP}`);
+  process.stderr.write(`offpeak: unknown command '${command}'\n\n${forProgram(HELP)}`);
   return 2;
 }
 
 async function serve(argv: string[]): Promise<number> {
   checkFlags(argv, SERVER_FLAGS);
   const config = resolveConfig(argv);
+  // It says where it is (the console, the API base, the data) once it answers: startServer's banner.
   const server = await startServer(config);
-  process.stdout.write(`offpeak listening on ${server.url} (data: ${config.dataDir})\n`);
   await new Promise<void>((resolve) => {
     let stopping = false;
     const shutdown = (signal: string) => {
@@ -99,6 +104,11 @@ async function keys(argv: string[], args: string[], flags: Record<string, string
   const dbc = config.database;
   if (verb !== "create" && dbc.kind === "sqlite" && !existsSync(dbc.path))
     throw new ConfigError(`no offpeak database at ${dbc.path}: is --data-dir right? (keys create makes one)`);
+  // The database this may create holds webhook secrets and chats: 0700/0600 as the server makes them (src/dataDir.ts).
+  if (dbc.kind === "sqlite") {
+    for (const p of secureDataDir(config.dataDir, dbc))
+      process.stderr.write(`offpeak: ${p.path} was open to other users (${p.was}): ${p.tightened ? "tightened" : "could not tighten it"}\n`);
+  } else restrictNewFiles();
   // FULL: each commit is fsynced before the key (or "revoked") is printed (Postgres: every commit is).
   const db = await openDb(dbc, { synchronous: "FULL" });
   try {
@@ -130,6 +140,11 @@ main(process.argv.slice(2)).then(
     if (err instanceof CliError) {
       process.stderr.write(`offpeak: ${err.message}\n`);
       process.exit(err.exitCode);
+    }
+    // A database that did not answer within database.start_wait_s: the message says which and how long.
+    if (err instanceof DatabaseUnavailable) {
+      process.stderr.write(`offpeak: ${err.message}\n`);
+      process.exit(1);
     }
     if (err instanceof ConfigError || err instanceof ApiError) {
       process.stderr.write(`offpeak: ${err.message}\n`);

@@ -8,6 +8,7 @@ import { openDb } from "./db/client";
 import { sweepExpiredFiles } from "./files/service";
 import { createKey, countKeys } from "./keys/service";
 import { createLogger } from "./log";
+import { secureDataDir } from "./dataDir";
 import { LocalDiskStore } from "./storage/localDisk";
 import { S3Store } from "./storage/s3";
 import type { BlobStore } from "./storage/blobStore";
@@ -22,6 +23,10 @@ import { Scheduler } from "./inference/scheduler";
 import { RateLimiter } from "./inference/rateLimit";
 import { Membership } from "./nodes/membership";
 import { KeyUsageSync } from "./nodes/keyUsage";
+import { watchRevocations } from "./auth/revocations";
+import { framed, startBanner } from "./banner";
+import { prog } from "./cli/program";
+import pkg from "../package.json";
 
 export interface RunningServer {
   ctx: AppContext;
@@ -34,7 +39,15 @@ export interface RunningServer {
 
 export async function startServer(config: Config, opts: { quiet?: boolean } = {}): Promise<RunningServer> {
   const log = createLogger(config.logLevel);
-  const db = await openDb(config.database);
+  // Before anything is created in it: 0700 and 0600 from here on (SPEC §16; src/dataDir.ts).
+  const openPaths = secureDataDir(config.dataDir, config.database);
+  const listed = (tightened: boolean) => openPaths.filter((p) => p.tightened === tightened).map((p) => `${p.path} (was ${p.was})`);
+  if (listed(true).length > 0) log.warn("data directory was open to other users: tightened", { paths: listed(true) });
+  if (listed(false).length > 0) log.warn("data directory is open to other users and could not be tightened: chmod it yourself", { paths: listed(false) });
+  // A Postgres that does not answer yet is waited for (logged at each try), up to database.start_wait_s.
+  const db = await openDb(config.database, { wait: { ms: config.databaseStartWaitMs, log: (msg, fields) => log.warn(msg, fields) } });
+  // Keys revoked by other nodes or the keys CLI: their open streams here end too (SPEC §16).
+  const stopRevocations = watchRevocations(db);
   const st = config.storage;
   const store: BlobStore =
     st.kind === "s3" ? new S3Store(st.s3, st.prefix, config.dataDir, { maxBlobBytes: config.maxFileBytes, log }) : new LocalDiskStore(config.dataDir);
@@ -53,7 +66,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
     startedAt: Date.now(),
     registry,
     scheduler: new Scheduler(),
-    rateLimiter: new RateLimiter(),
+    rateLimiter: new RateLimiter(config.rateLimitMinuteSeconds * 1000),
     members: null,
     kickBatches: () => runner?.kick(),
   };
@@ -72,15 +85,15 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
   void leftovers();
   const stopLoopMonitor = startEventLoopMonitor();
 
+  // Shown once, framed, in the banner below, when the server answers.
   let bootstrapKey: string | null = null;
   if (!config.adminKey && (await countKeys(db)) === 0) {
     bootstrapKey = (await createKey(db, { name: "bootstrap admin", scopes: ["admin"] })).key;
     await db.syncCommits(); // on disk before it is shown
-    if (!opts.quiet) process.stdout.write(`offpeak: created the first admin key (shown only once):\n${bootstrapKey}\n`);
   }
 
   const app = buildHandler(ctx);
-  const server = Bun.serve({
+  const server = listenOrShowKey(bootstrapKey, opts.quiet, () => Bun.serve({
     port: config.port,
     hostname: config.host,
     // Uploads are bounded by max_file_bytes in the handler, not here.
@@ -89,7 +102,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
     // Request metrics and the request log see every answer, also those made
     // before routing (401); every answer carries its x-request-id.
     fetch: observeRequests(ctx, app, withRequestId),
-  });
+  }));
   const sweep = setInterval(() => {
     sweepExpiredFiles(ctx).catch((e) => log.error("expired-file sweep failed", { error: String(e) }));
     // Upstream health and model lists; a failure marks the upstream's models unhealthy.
@@ -102,6 +115,21 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
   const webhooks = new WebhookSender(ctx);
   webhooks.start();
   const url = `http://${config.host}:${server.port}`;
+  // For people, on stdout, before the JSON log lines (stderr) of what follows: SPEC §19.
+  if (!opts.quiet)
+    process.stdout.write(
+      startBanner({
+        version: pkg.version,
+        host: config.host,
+        port: server.port!,
+        dataDir: config.dataDir,
+        database: config.database,
+        storageUrl: st.kind === "s3" ? st.url : "file:",
+        bootstrapKey,
+        envAdminKey: !!config.adminKey,
+        cli: prog(),
+      }),
+    );
   log.info("listening", { url, data_dir: config.dataDir, storage: st.kind === "s3" ? st.url : "file:" });
   return {
     ctx,
@@ -110,6 +138,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
     bootstrapKey,
     async stop() {
       clearInterval(sweep);
+      ctx.scheduler.stop();
       stopLoopMonitor();
       health.stop();
       batchEventsOf(ctx).close();
@@ -120,6 +149,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
       await closing;
       keyUsage?.stop();
       await members.stop().catch((e) => log.error("node stop not recorded", { error: String(e) }));
+      stopRevocations();
       // On S3, removals and aborted uploads started before the stop are
       // requests to the bucket: let them finish, for at most a few seconds
       // (what is cut short is done at the next start). On disk, the trash is
@@ -130,4 +160,18 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
       log.flush();
     },
   };
+}
+
+/**
+ * Bun.serve, and if it fails (the port is taken), the first start's key on
+ * stdout before the error: it is in the database now, and no later start
+ * would show it again.
+ */
+function listenOrShowKey<T>(bootstrapKey: string | null, quiet: boolean | undefined, listen: () => T): T {
+  try {
+    return listen();
+  } catch (e) {
+    if (bootstrapKey && !quiet) process.stdout.write(`\n${framed(["The server could not start, but an admin key was made:", "it is shown only this once: keep it somewhere safe.", "", `  ${bootstrapKey}`])}\n`);
+    throw e;
+  }
 }

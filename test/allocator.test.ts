@@ -4,7 +4,7 @@
 import { describe, expect, test } from "bun:test";
 import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { freshDataDir } from "./helpers/server";
+import { freshDataDir, SERVE_READY } from "./helpers/server";
 import { pollUntil } from "./helpers/batches";
 
 const ROOT = join(import.meta.dir, "..");
@@ -36,7 +36,7 @@ async function serveWith(env: Record<string, string>) {
     const code = await proc.exited;
     expect(code).toBe(0); // the process we started is the server: SIGTERM reached it and it shut down cleanly
     const out = await new Response(proc.stdout).text();
-    expect(out).toContain("listening on"); // its stdout is the pipe we gave it
+    expect(out).toMatch(SERVE_READY); // its stdout is the pipe we gave it: the banner is there
     rmSync(dataDir, { recursive: true, force: true });
   }
 }

@@ -241,6 +241,14 @@ describe("POST /files purpose=batch: line checks", () => {
     expect(err.message).toMatch(/\bline 3\b/);
   });
 
+  test("non-JSON line → the message gives the byte column and the reason (SPEC §19)", async () => {
+    // A missing comma after "method": the byte where the next key starts (after a multi-byte "é").
+    const bad = '{"custom_id": "é", "method": "POST" "url": "/v1/chat/completions", "body": {"model": "offpeak-echo"}}';
+    const err = await rejected(t, () => uploadRaw(t, lines(good("a"), good("b"), bad)), 400, { code: "invalid_file" });
+    expect(err.message).toBe(`Invalid batch file: line 3, column ${Buffer.byteLength(bad.slice(0, bad.indexOf('"url"'))) + 1}: not valid JSON: expected ',' or '}' after an object member, found '"'`);
+    expect(err.param).toBe("file");
+  });
+
   test("non-object lines (array, string, number, null) → 400 naming the line", async () => {
     for (const bad of ["[1,2]", '"str"', "42", "null", "true"]) {
       const err = await rejected(t, () => uploadRaw(t, lines(good("a"), bad)), 400, { code: "invalid_file" });

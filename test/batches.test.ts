@@ -433,7 +433,7 @@ describe("built-in models", () => {
     });
 
     test("a bad completion_window → 400", async () => {
-      for (const w of ["0h", "169h", "1d", "24", "", "24H", " 24h", "-1h", "1.5h", "1000h", "001h", "024h"]) {
+      for (const w of ["0h", "169h", "0d", "8d", "24", "", "24H", "1D", " 24h", "-1h", "1.5h", "1000h", "001h", "024h", "01d", "1w", "1h30m"]) {
         const res = await post({ input_file_id: batchFile, endpoint: "/v1/chat/completions", completion_window: w });
         expect({ w, status: res.status }).toEqual({ w, status: 400 });
         expectError(await json(res), "invalid_request_error", "completion_window");

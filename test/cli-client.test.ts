@@ -33,9 +33,9 @@ interface Run {
 }
 
 /** Runs `offpeak ARGS` against the test server (base URL and admin key in the environment unless overridden). */
-async function cli(args: string[], env: Record<string, string> = {}): Promise<Run> {
+async function cli(args: string[], env: Record<string, string> = {}, cwd = work): Promise<Run> {
   const proc = Bun.spawn([process.execPath, MAIN, ...args], {
-    cwd: work,
+    cwd,
     env: cleanEnv({ OFFPEAK_BASE_URL: t.base, OFFPEAK_API_KEY: t.admin, ...env }),
     stdout: "pipe",
     stderr: "pipe",
@@ -68,7 +68,8 @@ beforeAll(async () => {
   // A slow-enough echo model (2 ms per line, 2 at a time: 8000 lines take 8 s) so a batch can be cancelled while it runs.
   const config = join(work, "config.json");
   writeFileSync(config, JSON.stringify({ models: { "offpeak-echo": { latency_ms: 2, max_concurrency: 2 } } }));
-  t = await startTestServer({ argv: ["--config", config], env: { OFFPEAK_BATCH_WORKERS: "2" } });
+  // The webhook test registers a loopback URL, which only an opened host may be (SPEC §16).
+  t = await startTestServer({ argv: ["--config", config], env: { OFFPEAK_BATCH_WORKERS: "2", OFFPEAK_WEBHOOK_ALLOWED_HOSTS: "127.0.0.1" } });
 });
 
 afterAll(async () => {
@@ -168,7 +169,7 @@ describe("batches", () => {
 
     const list = await cli(["batches", "list", "--limit", "5"]);
     expectCode(list, 0);
-    expect(list.stdout.split("\n")[0]).toMatch(/^ID\s+STATUS\s+DONE\s+FAILED\s+TOTAL\s+CREATED\s+ENDPOINT$/);
+    expect(list.stdout.split("\n")[0]).toMatch(/^ID\s+STATUS\s+COMPLETED\s+FAILED\s+TOTAL\s+CREATED\s+ENDPOINT$/);
     expect(list.stdout).toMatch(new RegExp(`${batch.id}\\s+completed\\s+4\\s+0\\s+4\\s`));
     const listJson = await cli(["batches", "list", "--json"]);
     expect(JSON.parse(listJson.stdout).data.map((b: { id: string }) => b.id)).toContain(batch.id);
@@ -231,6 +232,9 @@ describe("retry and webhooks", () => {
     expect(await (await t.sdk().files.content(again.input_file_id)).text()).toBe(lines[1] + "\n");
     const refused = await cli(["batches", "retry", batch.id + "x"]);
     expectCode(refused, 2);
+    // batches list: COMPLETED is the lines that succeeded (the failed one is not among them).
+    const listed = await cli(["batches", "list", "--limit", "10"]);
+    expect(listed.stdout).toMatch(new RegExp(`${batch.id}\\s+completed\\s+1\\s+1\\s+2\\s`));
   });
 
   test("webhooks create (secret shown once) → list → rm", async () => {
@@ -325,7 +329,7 @@ describe("batch run", () => {
 
     expect(r.stdout).toMatch(/^batch_[0-9A-Za-z]{24} completed: 24 completed, 1 failed of 25 in \S+\n/);
     expect(r.stdout).toContain(`results: ${out} (24 lines)`);
-    expect(r.stdout).toContain(`errors: ${errs} (1 lines)`);
+    expect(r.stdout).toContain(`errors: ${errs} (1 line)`);
 
     // Not a terminal: whole lines only, no carriage returns or escape codes.
     expect(r.stderr).not.toContain("\r");
@@ -470,5 +474,116 @@ describe("progress rendering", () => {
     ]);
     expect(renderPlain("", { label: "uploading", done: 1536, total: 3072, unit: "B" }, 1024)).toBe("uploading 1.50 KiB/3.00 KiB (50.0%) 1.00 KiB/s ETA 2s");
     expect([formatDuration(59), formatDuration(61), formatDuration(3725), formatDuration(90000)]).toEqual(["59s", "1m01s", "1h02m", "1d01h"]);
+  });
+});
+
+/** Runs a command line the CLI printed, as a person would paste it (sh -c), in the test's folder and environment. */
+async function runPrinted(command: string): Promise<Run> {
+  const proc = Bun.spawn(["sh", "-c", command], { cwd: work, env: cleanEnv({ OFFPEAK_BASE_URL: t.base, OFFPEAK_API_KEY: t.admin }), stdout: "pipe", stderr: "pipe", stdin: "ignore" });
+  const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+  return { code, stdout, stderr };
+}
+
+/** The command after "LABEL: " on its own line of `text`. */
+function printedCommand(text: string, label: string): string {
+  const line = text.split("\n").find((l) => l.trim().startsWith(`${label}: `));
+  if (!line) throw new Error(`no "${label}:" line in ${JSON.stringify(text)}`);
+  return line.trim().slice(label.length + 2);
+}
+
+describe("resuming a batch (SPEC §19)", () => {
+  test("batches wait --out --errors downloads the results when the batch ends; an older errors file there is replaced", async () => {
+    const lines = ids(30, "wo").map((id) => chatLine(id));
+    lines.splice(4, 0, chatLine("wo-bad", "x", { n: 0 }));
+    const file = (await t.sdk().files.create({ file: new File([lines.join("\n")], "wo.jsonl"), purpose: "batch" })).id;
+    const batch = await t.sdk().batches.create({ input_file_id: file, endpoint: "/v1/chat/completions", completion_window: "24h" });
+    const out = join(work, "wo.results.jsonl");
+    const errs = join(work, "wo.errors.jsonl");
+    writeFileSync(errs, '{"stale":true}\n');
+    const r = await cli(["batches", "wait", batch.id, "--out", out, "--errors", errs, "--interval", "0.05"]);
+    expectCode(r, 0);
+    expect(JSON.parse(r.stdout)).toMatchObject({ id: batch.id, status: "completed" }); // stdout stays the record
+    expect(parseLines(readFileSync(out, "utf8")).map((l) => l.custom_id).sort()).toEqual(ids(30, "wo").sort());
+    expect(parseLines(readFileSync(errs, "utf8")).map((l) => l.custom_id)).toEqual(["wo-bad"]);
+    expect(r.stderr).toContain(`results: ${out} (30 lines)`);
+    expect(r.stderr).toContain(`errors: ${errs} (1 line)`);
+    // Without --errors: the failed lines are named, not fetched.
+    const onlyOut = await cli(["batches", "wait", batch.id, "--out", join(work, "wo2.jsonl")]);
+    expectCode(onlyOut, 0);
+    expect(onlyOut.stderr).toMatch(/errors: 1 line failed, not downloaded \(.* files download file-[0-9A-Za-z]{24} --out FILE\)/);
+    // A place that cannot be written is refused before waiting.
+    const bad = await cli(["batches", "wait", batch.id, "--out", "/no/such/dir/x.jsonl"]);
+    expectCode(bad, 2);
+    expect(bad.stderr).toMatch(/--out \/no\/such\/dir\/x\.jsonl: its folder does not exist/);
+  });
+
+  test("batch run --timeout prints a batches wait command; run as printed, it follows the batch and downloads its results", async () => {
+    const input = writeLines("resume-to.jsonl", ids(1500, "rt").map((id) => chatLine(id)));
+    const out = join(work, "resume to.results.jsonl"); // a space: the printed command must quote it
+    const r = await cli(["batch", "run", input, "--out", out, "--interval", "0.05", "--timeout", "0.3"]);
+    expectCode(r, 3);
+    expect(existsSync(out)).toBe(false);
+    // Said up front, and again when it stops.
+    const upFront = printedCommand(r.stderr, "if this stops before the batch ends, resume with");
+    const resume = printedCommand(r.stderr, "to follow it and download the results when it ends");
+    expect(resume).toBe(upFront);
+    expect(resume).toMatch(/ batches wait batch_[0-9A-Za-z]{24} --out '.*resume to\.results\.jsonl' --errors .*resume-to\.errors\.jsonl$/);
+    // Outside the checkout the CLI is named by its path (npx finds it only inside).
+    expect(resume.startsWith(`${ROOT}/bin/offpeak batches wait`)).toBe(true);
+    const resumed = await runPrinted(resume);
+    expectCode(resumed, 0);
+    expect(parseLines(readFileSync(out, "utf8"))).toHaveLength(1500);
+    expect(resumed.stderr).toContain("(1,500 lines)");
+  }, 30_000);
+
+  test("Ctrl-C during batch run: exit 130, the batch keeps running, and the command it prints resumes it", async () => {
+    const input = writeLines("resume-int.jsonl", ids(3000, "ri").map((id) => chatLine(id)));
+    const out = join(work, "resume-int.out.jsonl");
+    const errs = join(work, "resume-int.err.jsonl");
+    const proc = Bun.spawn([process.execPath, MAIN, "batch", "run", input, "--out", out, "--errors", errs, "--interval", "0.05"], {
+      cwd: work,
+      env: cleanEnv({ OFFPEAK_BASE_URL: t.base, OFFPEAK_API_KEY: t.admin }),
+      stdout: "pipe",
+      stderr: "pipe",
+      stdin: "ignore",
+    });
+    let stderr = "";
+    const reading = (async () => {
+      for await (const c of proc.stderr) stderr += new TextDecoder().decode(c);
+    })();
+    const deadline = Date.now() + 15_000;
+    while (!/^created batch_/m.test(stderr) && Date.now() < deadline) await Bun.sleep(20);
+    proc.kill("SIGINT");
+    expect(await proc.exited).toBe(130);
+    await reading;
+    const id = /interrupted: batch (batch_[0-9A-Za-z]{24}) keeps running on the server/.exec(stderr)?.[1];
+    expect(id).toBeDefined();
+    expect(["validating", "in_progress", "finalizing", "completed"]).toContain((await t.sdk().batches.retrieve(id!)).status);
+    const resume = printedCommand(stderr, "to follow it and download the results when it ends");
+    expect(resume).toBe(`${ROOT}/bin/offpeak batches wait ${id} --out ${out} --errors ${errs}`);
+    expect(printedCommand(stderr, "to stop it")).toBe(`${ROOT}/bin/offpeak batches cancel ${id}`);
+    const resumed = await runPrinted(resume);
+    expectCode(resumed, 0);
+    expect(parseLines(readFileSync(out, "utf8"))).toHaveLength(3000);
+    expect(existsSync(errs)).toBe(false);
+  }, 40_000);
+
+  test("inside the checkout the CLI's own hints say npx offpeak (package.json bin), as typed there", async () => {
+    const r = await cli(["batches", "get"], {}, ROOT);
+    expectCode(r, 2);
+    expect(r.stderr).toContain("usage: npx offpeak batches get BATCH_ID");
+    const help = await cli(["batch", "run", "--help"], {}, ROOT);
+    expect(help.stdout).toContain("  npx offpeak batch run FILE.jsonl");
+    const unknown = await cli(["files", "frobnicate"], {}, ROOT);
+    expect(unknown.stderr).toContain("see npx offpeak files --help");
+  });
+
+  test("the help of batch run, batches and the top level give exit code 130 (Ctrl-C) and wait --out", async () => {
+    for (const args of [["batch", "run", "--help"], ["batches", "--help"], ["--help"]]) {
+      const r = await cli(args);
+      expectCode(r, 0);
+      expect({ args, has130: /\b130\b.*Ctrl-C|Ctrl-C.*\b130\b/s.test(r.stdout) }).toEqual({ args, has130: true });
+    }
+    expect((await cli(["batches", "--help"])).stdout).toContain("wait BATCH_ID [--out RESULTS.jsonl] [--errors ERRORS.jsonl]");
   });
 });

@@ -5,7 +5,7 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
-import { ADMIN_KEY, chatLine, startTestServer, uploadRaw, type TestServer } from "./helpers/server";
+import { ADMIN_KEY, chatLine, SERVE_READY, startTestServer, uploadRaw, type TestServer } from "./helpers/server";
 
 /** Response.json() typed loosely, for assertions. */
 const json = (res: Response): Promise<any> => res.json();
@@ -73,6 +73,7 @@ class Output {
 interface Served {
   proc: Subprocess<"ignore", "pipe", "pipe">;
   out: Output;
+  err: Output;
   url: string;
 }
 
@@ -87,15 +88,16 @@ async function serve(dataDir: string, env: Record<string, string>): Promise<Serv
   });
   children.push(proc);
   const out = new Output(proc.stdout);
+  const err = new Output(proc.stderr);
   const url = `http://127.0.0.1:${port}`;
-  await waitHealthy(url, proc);
-  return { proc, out, url };
+  await waitHealthy(url, proc, () => err.text);
+  return { proc, out, err, url };
 }
 
-async function waitHealthy(url: string, proc: Subprocess): Promise<void> {
+async function waitHealthy(url: string, proc: Subprocess, stderr: () => string): Promise<void> {
   const deadline = Date.now() + 20_000;
   for (;;) {
-    if (proc.exitCode !== null) throw new Error(`server exited early with ${proc.exitCode}: ${await new Response(proc.stderr as ReadableStream).text()}`);
+    if (proc.exitCode !== null) throw new Error(`server exited early with ${proc.exitCode}: ${stderr()}`);
     try {
       const res = await fetch(`${url}/healthz`);
       if (res.status === 200 && (await res.text()) === "ok") return;
@@ -255,6 +257,18 @@ describe("offpeak serve", () => {
     const m = await s.out.waitFor(/\bsk-op-[0-9A-Za-z]{40}\b/);
     const key = m[0];
     expect(s.out.text.match(/sk-op-[0-9A-Za-z]+/g)).toEqual([key]);
+    // SPEC §19: a banner for people says where the console, the API and the data are, and frames the key.
+    await s.out.waitFor(SERVE_READY);
+    const banner = s.out.text;
+    expect(banner).toMatch(new RegExp(`^\\s*Console\\s+${s.url}/\\s*$`, "m"));
+    expect(banner).toMatch(new RegExp(`^\\s*API base\\s+${s.url}/api/v1\\b`, "m"));
+    expect(banner).toMatch(new RegExp(`^\\s*Data\\s+${dir.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}\\s*$`, "m"));
+    const keyLine = banner.split("\n").findIndex((l) => l.includes(key));
+    const lines = banner.split("\n");
+    expect(lines[keyLine]).toMatch(/^\s*│\s+sk-op-[0-9A-Za-z]{40}\s+│$/);
+    expect(lines.slice(0, keyLine).some((l) => /^\s*┌─+┐$/.test(l))).toBe(true);
+    expect(lines.slice(keyLine).some((l) => /^\s*└─+┘$/.test(l))).toBe(true);
+    expect(banner).toMatch(/shown only this once/);
 
     // It is an admin key of project default.
     const auth = { authorization: `Bearer ${key}` };
@@ -269,7 +283,7 @@ describe("offpeak serve", () => {
 
     // A second start on the same data dir prints no key, and the first one still works.
     const again = await serve(dir, {});
-    await again.out.waitFor(/listening/);
+    await again.out.waitFor(SERVE_READY);
     expect(again.out.text).not.toMatch(/sk-op-/);
     expect((await fetch(`${again.url}/api/v1/keys`, { headers: auth })).status).toBe(200);
     expect(await stopWith(again.proc, "SIGTERM")).toBe(0);
@@ -277,8 +291,108 @@ describe("offpeak serve", () => {
 
   test("with OFFPEAK_ADMIN_KEY set, an empty data dir prints no key", async () => {
     const s = await serve(tempDir(), { OFFPEAK_ADMIN_KEY: ADMIN_KEY });
-    await s.out.waitFor(/listening/);
+    await s.out.waitFor(SERVE_READY);
     expect(s.out.text).not.toMatch(/sk-op-/);
+    expect(s.out.text).toMatch(/^\s*Admin key\s+OFFPEAK_ADMIN_KEY\s*$/m);
     expect(await stopWith(s.proc, "SIGTERM")).toBe(0);
+  });
+
+  test("a first start that cannot listen (port taken) still shows the key it made, and it works on the next start", async () => {
+    const taken = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response("busy") });
+    const dir = tempDir();
+    try {
+      const proc = Bun.spawn([process.execPath, MAIN, "serve", "--port", String(taken.port), "--host", "127.0.0.1", "--data-dir", dir], {
+        cwd: ROOT,
+        env: cleanEnv({}),
+        stdout: "pipe",
+        stderr: "pipe",
+        stdin: "ignore",
+      });
+      children.push(proc);
+      const [stdout, , code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+      expect(code).not.toBe(0);
+      const key = /│\s+(sk-op-[0-9A-Za-z]{40})\s+│/.exec(stdout)?.[1];
+      expect(key).toBeDefined();
+      expect(stdout).toContain("could not start");
+      const s = await serve(dir, {});
+      await s.out.waitFor(SERVE_READY);
+      expect(s.out.text).not.toMatch(/sk-op-/);
+      expect((await fetch(`${s.url}/api/v1/keys`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(200);
+      expect(await stopWith(s.proc, "SIGTERM")).toBe(0);
+    } finally {
+      await taken.stop(true);
+    }
+  });
+
+  test("stdout is the banner for people, once; stderr the JSON log lines, with one 'listening'", async () => {
+    const s = await serve(tempDir(), { OFFPEAK_ADMIN_KEY: ADMIN_KEY, OFFPEAK_LOG_LEVEL: "info" });
+    await s.out.waitFor(SERVE_READY);
+    await s.err.waitFor(/"msg":"listening"/);
+    await fetch(`${s.url}/api/v1/files`, { headers: { authorization: `Bearer ${ADMIN_KEY}` } });
+    expect(await stopWith(s.proc, "SIGTERM")).toBe(0);
+    // The banner names the console and the API base once each, and says nothing twice.
+    expect(s.out.text.match(/API base/g)).toHaveLength(1);
+    expect(s.out.text.match(/Console/g)).toHaveLength(1);
+    expect(s.out.text).not.toMatch(/listening|^\{/m);
+    const logLines = s.err.text.split("\n").filter(Boolean);
+    const parsed = logLines.map((l) => JSON.parse(l) as { msg: string }); // every line is JSON
+    expect(parsed.filter((l) => l.msg === "listening")).toHaveLength(1);
+    expect(s.err.text.match(/listening/g)).toHaveLength(1);
+  });
+});
+
+describe("OFFPEAK_ADMIN_KEY in GET /keys (SPEC §19)", () => {
+  let t: TestServer;
+  beforeAll(async () => {
+    t = await startTestServer();
+  });
+  afterAll(async () => {
+    await t?.stop();
+  });
+
+  test('listed first as source "env", admin of project default, its secret not shown', async () => {
+    const made = await t.createKey({ name: "stored one" });
+    const body = await json(await t.api("/keys"));
+    expect(body.data[0]).toEqual({
+      id: "key_env_admin",
+      object: "api_key",
+      name: "OFFPEAK_ADMIN_KEY",
+      project: "default",
+      scopes: ["admin"],
+      rate_limits: { rpm: null, tpm: null },
+      created_at: null,
+      prefix: ADMIN_KEY.slice(0, 10),
+      source: "env",
+    });
+    expect(body.data.slice(1).every((k: any) => k.source === "db")).toBe(true);
+    expect(JSON.stringify(body)).not.toContain(ADMIN_KEY);
+    expect(JSON.stringify(body)).not.toContain(made);
+    // GET /me names the same key.
+    expect((await json(await t.api("/me"))).id).toBe("key_env_admin");
+  });
+
+  test("DELETE /keys/key_env_admin is refused with 409 saying why; the key keeps working", async () => {
+    const res = await t.api("/keys/key_env_admin", { method: "DELETE" });
+    expect(res.status).toBe(409);
+    const err = (await json(res)).error;
+    expect(err).toMatchObject({ type: "conflict_error", code: "invalid_state", param: "id" });
+    expect(err.message).toContain("OFFPEAK_ADMIN_KEY");
+    expect(err.message).toMatch(/restart/);
+    expect((await t.api("/files")).status).toBe(200);
+    expect((await json(await t.api("/keys"))).data[0].id).toBe("key_env_admin");
+    // The keys CLI says the same, and changes nothing.
+    const r = await cli(["keys", "revoke", "key_env_admin", "--data-dir", t.dataDir]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain("OFFPEAK_ADMIN_KEY");
+  });
+
+  test("a short chosen key shows at most a quarter of itself as its prefix", async () => {
+    const short = await startTestServer({ env: { OFFPEAK_ADMIN_KEY: "sk-my-admin-key" } });
+    try {
+      const res = await fetch(`${short.base}/keys`, { headers: { authorization: "Bearer sk-my-admin-key" } });
+      expect((await json(res)).data[0]).toMatchObject({ id: "key_env_admin", prefix: "sk-", source: "env" });
+    } finally {
+      await short.stop();
+    }
   });
 });

@@ -90,7 +90,8 @@ suite("web console in chromium", () => {
     const config = cfg.write("console.json", {
       models: { "offpeak-echo": { latency_ms: 40, max_concurrency: 2, pricing: { input_per_million: 2, output_per_million: 6 } } },
     });
-    t = await startTestServer({ argv: ["--config", config] });
+    // The webhooks page registers a loopback URL, which only an opened host may be (SPEC §16).
+    t = await startTestServer({ argv: ["--config", config], env: { OFFPEAK_WEBHOOK_ALLOWED_HOSTS: "127.0.0.1" } });
     browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
     // From source the bundle is made on the first request: not part of any page's timing.
     expect((await fetch(`${t.url}/`)).status).toBe(200);
@@ -225,6 +226,8 @@ suite("web console in chromium", () => {
     const alert = page.getByRole("alert");
     await alert.waitFor();
     expect(await alert.textContent()).toMatch(/Line 3\b/);
+    // Where on the line and why (SPEC §19).
+    expect(await alert.textContent()).toContain("Line 3, column 2: not valid JSON: expected a key in double quotes, found 'not'");
     expect(await alert.textContent()).toMatch(/Fix line 3/);
     expect(await page.getByRole("button", { name: "Start batch" }).isDisabled()).toBe(true);
   }, T);
@@ -337,6 +340,73 @@ suite("web console in chromium", () => {
     await page.getByText("No endpoints yet.").waitFor();
   }, T);
 
+  test("a batch's page lists its first failed lines: input line, custom_id and message (SPEC §19)", async () => {
+    const input = lines(12, "fl");
+    input[2] = chatLine("fl-bad-3", "x", { n: 0 }); // the echo model refuses n=0
+    input[8] = chatLine("fl-bad-9", "x", { n: 0 });
+    const b = await createBatch(input);
+    for (let i = 0; i < 200 && (await (await t.api(`/batches/${b.id}`)).json() as any).status !== "completed"; i++) await Bun.sleep(50);
+    const expected = (await (await t.api(`/batches/${b.id}/output?kind=error`)).text()).trim().split("\n").map((l) => JSON.parse(l));
+    const page = await newPage();
+    await signIn(page, ADMIN_KEY, `#/batches/${b.id}`);
+    const card = page.getByRole("table", { name: /Failed lines/ });
+    await card.getByRole("row", { name: /fl-bad-9/ }).waitFor();
+    for (const [id, line] of [["fl-bad-3", "3"], ["fl-bad-9", "9"]] as const) {
+      const row = card.getByRole("row", { name: new RegExp(id) });
+      const cells = await row.getByRole("cell").allTextContents();
+      const message = expected.find((e) => e.custom_id === id).response.body.error.message as string;
+      expect(message.length).toBeGreaterThan(0);
+      expect(cells[0]).toBe(line);
+      expect(cells[1]).toBe(id);
+      expect(cells[2]).toContain(message);
+      expect(cells[2]).toContain("HTTP 400");
+    }
+    expect(await card.getByRole("row").count()).toBe(3); // the header and the two failed lines
+    await page.getByText("2 failed lines.").waitFor();
+  }, T);
+
+  test("a confirmation dialog closes when the page changes (a link, the back button), and nothing is done", async () => {
+    const secret = await t.createKey({ name: "kept by navigation" });
+    const me: any = await (await t.api("/me", { key: secret })).json();
+    const page = await newPage();
+    await signIn(page, ADMIN_KEY, "#/batches");
+    await page.getByRole("heading", { name: "Batches" }).waitFor();
+    await page.getByRole("link", { name: "API keys" }).click();
+    const revokeButton = page.getByRole("button", { name: `Revoke kept by navigation (${me.id})` });
+    const dialog = page.getByRole("dialog", { name: "Revoke kept by navigation?" });
+    // The back button while the dialog is open.
+    await revokeButton.click();
+    await dialog.waitFor();
+    await page.goBack();
+    await page.getByRole("heading", { name: "Batches" }).waitFor();
+    await dialog.waitFor({ state: "hidden" });
+    // A page change made by a link (the hash) while it is open.
+    await page.goForward();
+    await revokeButton.click();
+    await dialog.waitFor();
+    await page.evaluate(`location.hash = "#/files"`);
+    await page.getByRole("heading", { name: "Files" }).waitFor();
+    await dialog.waitFor({ state: "hidden" });
+    expect((await t.api("/me", { key: secret })).status).toBe(200);
+    // And it still asks (and acts) when opened again.
+    await page.goBack();
+    await revokeButton.click();
+    await dialog.getByRole("button", { name: "Revoke key" }).click();
+    await page.getByRole("row", { name: /kept by navigation/ }).waitFor({ state: "detached" });
+    expect((await t.api("/me", { key: secret })).status).toBe(401);
+  }, T);
+
+  test("the OFFPEAK_ADMIN_KEY key is listed on the keys page, marked as set by the environment and not revocable there", async () => {
+    const page = await newPage();
+    await signIn(page, ADMIN_KEY, "#/keys");
+    const row = page.getByRole("row", { name: /OFFPEAK_ADMIN_KEY/ }).first();
+    await row.waitFor();
+    expect(await row.textContent()).toContain("key_env_admin");
+    expect(await row.textContent()).toContain("(this key)");
+    expect(await row.textContent()).toContain("Set by OFFPEAK_ADMIN_KEY");
+    expect(await row.getByRole("button").count()).toBe(0);
+  }, T);
+
   test("files: download and delete", async () => {
     const form = new FormData();
     form.append("purpose", "user_data");
@@ -347,6 +417,13 @@ suite("web console in chromium", () => {
     await page.getByRole("heading", { name: "Files" }).waitFor();
     const [download] = await Promise.all([page.waitForEvent("download"), page.getByRole("button", { name: "Download notes.txt" }).click()]);
     expect(readFileSync((await download.path())!, "utf8")).toBe("hello from the files page\n");
+    // Sizes in binary units, as the CLI gives them (KiB, not KB).
+    const kib = new FormData();
+    kib.append("purpose", "user_data");
+    kib.append("file", new Blob(["x".repeat(3 * 1024)]), "three-kib.txt");
+    await t.api("/files", { method: "POST", body: kib });
+    await page.reload();
+    await page.getByRole("row", { name: /three-kib\.txt/ }).getByText("3.00 KiB").waitFor();
     await page.getByRole("button", { name: "Delete notes.txt" }).click();
     await page.getByRole("dialog").getByRole("button", { name: "Delete file" }).click();
     await page.getByRole("button", { name: "Delete notes.txt" }).waitFor({ state: "detached" });
@@ -360,6 +437,15 @@ suite("web console in chromium", () => {
     const models = page.getByRole("table", { name: /Models/ });
     await models.getByRole("cell", { name: "offpeak-echo" }).waitFor();
     await models.getByRole("cell", { name: "offpeak-embed" }).waitFor();
+    await page.getByText("ok", { exact: true }).first().waitFor();
+  }, T);
+
+  test("status for a non-admin key (SPEC §16: a narrower /status) still shows health and models", async () => {
+    const key = await t.createKey({ name: "status-reader", project: "status-reader", scopes: ["files:read"] });
+    const page = await newPage();
+    await signIn(page, key, "#/status");
+    await page.getByRole("heading", { name: "Status" }).waitFor();
+    await page.getByRole("table", { name: /Models/ }).getByRole("cell", { name: "offpeak-echo" }).waitFor();
     await page.getByText("ok", { exact: true }).first().waitFor();
   }, T);
 

@@ -157,7 +157,7 @@ describe("direct and Elysia dispatch answer the same", () => {
 describe("what the direct dispatch takes", () => {
   const seen: string[] = [];
   const dispatch = directInference(
-    {} as AppContext,
+    { config: { maxJsonBytes: 1 << 20 } } as AppContext,
     [chatRoute],
     ["/api/v1", "/v1"],
     {

@@ -23,7 +23,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs
 import { tmpdir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { chatReq, pollUntil } from "./helpers/batches";
-import { ADMIN_KEY } from "./helpers/server";
+import { ADMIN_KEY, SERVE_READY } from "./helpers/server";
 
 const ROOT = resolve(import.meta.dir, "..");
 const MAIN = join(ROOT, "src", "main.ts");
@@ -94,7 +94,7 @@ async function startServer(name: string, opts: { env?: Record<string, string>; w
   const m = await pollUntil(
     async () => {
       if (proc.exitCode !== null) throw new Error(`server exited with ${proc.exitCode}: ${stderr}`);
-      return /offpeak listening on (http:\/\/\S+)/.exec(stdout);
+      return SERVE_READY.exec(stdout);
     },
     (m) => m !== null,
     30_000,

@@ -43,15 +43,9 @@ async function listJson(query: string, key: string = ADMIN_KEY): Promise<any> {
   return json(res);
 }
 
-/**
- * Content-Length is the body's size. Files on S3 (OFFPEAK_TEST_STORAGE=s3)
- * stream through the node, and Bun 1.4.5 drops the header on a streamed
- * body (oven-sh/bun#10507): there it may be missing, never wrong.
- */
+/** Content-Length is the body's size, whichever storage holds the file (SPEC §17; src/storage/sized.ts). */
 function expectLength(res: Response, n: string | number) {
-  const got = res.headers.get("content-length");
-  if (t.storage && got === null) expect(res.headers.get("transfer-encoding")).toBe("chunked");
-  else expect(got).toBe(String(n));
+  expect(res.headers.get("content-length")).toBe(String(n));
 }
 
 function expectErrorShape(body: any) {
@@ -466,8 +460,9 @@ describe("healthz, docs, request ids", () => {
     expect(ids.size).toBe(responses.length);
   });
 
-  test("unknown routes answer a 404 JSON error", async () => {
-    for (const res of [await t.api("/nope"), await fetch(`${t.url}/definitely/not/here`)]) {
+  test("unknown routes answer a 404 JSON error (to a valid key: outside the public list, no key is a 401, SPEC §16)", async () => {
+    const keyed = { headers: { authorization: `Bearer ${t.admin}` } };
+    for (const res of [await t.api("/nope"), await fetch(`${t.url}/definitely/not/here`, keyed)]) {
       expect(res.status).toBe(404);
       expect(res.headers.get("content-type")).toStartWith("application/json");
       const body = await json(res);

@@ -17,7 +17,7 @@ import { ConfigError, resolveConfig } from "../src/config";
 import { chatReq, createBatch, expectExactlyOnce, pollUntil, readResults, waitBatch } from "./helpers/batches";
 import { sharedS3, type TestS3 } from "./helpers/s3";
 import OpenAI from "openai";
-import { ADMIN_KEY, freshDataDir, startTestServer, uploadRaw, type TestServer } from "./helpers/server";
+import { ADMIN_KEY, freshDataDir, SERVE_READY, startTestServer, uploadRaw, type TestServer } from "./helpers/server";
 
 const MiB = 1 << 20;
 
@@ -302,14 +302,14 @@ describe("SIGKILL mid-batch", () => {
       });
       let out = "";
       const reader = proc.stdout.getReader();
-      while (!/listening on (http:\/\/\S+)/.test(out)) {
+      while (!SERVE_READY.test(out)) {
         const { value, done } = await reader.read();
         if (done) throw new Error(`the server exited: ${out}`);
         out += new TextDecoder().decode(value);
       }
       reader.releaseLock();
       void proc.stdout.pipeTo(new WritableStream()).catch(() => {});
-      const url = /listening on (http:\/\/\S+)/.exec(out)![1]!;
+      const url = SERVE_READY.exec(out)![1]!;
       return { proc, client: new OpenAI({ apiKey: ADMIN_KEY, baseURL: `${url}/api/v1`, maxRetries: 0 }) };
     };
     let live: Awaited<ReturnType<typeof start>> | null = null;

@@ -11,6 +11,9 @@ export interface Principal {
   tpm: number | null;
 }
 
+/** The id OFFPEAK_ADMIN_KEY goes by: in GET /me, GET /keys (source "env") and the request log. */
+export const ENV_ADMIN_KEY_ID = "key_env_admin";
+
 /** Bumped by in-process key changes (revocation); see keysChanged. */
 const generations = new WeakMap<object, number>();
 
@@ -34,9 +37,10 @@ export type Verify = (secret: string) => Principal | null | Promise<Principal | 
  * effect: a change through this process bumps the generation (keysChanged)
  * at once; a change by another process is seen through db.keysVersion() —
  * on SQLite `PRAGMA data_version` (the `offpeak keys revoke` CLI on the same
- * file: on the next request), on Postgres a count of revoked keys that each
- * node polls (another node's revocation: within 250 ms). Unknown secrets are
- * not cached.
+ * file: on the next request), on Postgres the revoker's notice (NOTIFY:
+ * within milliseconds) or else a count of revoked keys that each node polls
+ * (within 250 ms). Unknown secrets are not cached. Streams opened with a key
+ * end when it is revoked (revocations.ts).
  */
 export function createVerifier(db: Db, adminKey: string | null): Verify {
   const adminHash = adminKey ? hashSecret(adminKey) : null;
@@ -45,7 +49,7 @@ export function createVerifier(db: Db, adminKey: string | null): Verify {
   let cachedAt = { version: -1, generation: -1 };
   const adminScopes: Scope[] = ["admin"];
   // One object for every request with the admin key (the request log keeps text per principal object).
-  const admin: Principal = { keyId: "key_env_admin", project: "default", scopes: adminScopes, rpm: null, tpm: null };
+  const admin: Principal = { keyId: ENV_ADMIN_KEY_ID, project: "default", scopes: adminScopes, rpm: null, tpm: null };
 
   const lookup = async (hash: string, version: number, generation: number): Promise<Principal | null> => {
     const [row] = await db

@@ -1,13 +1,17 @@
 // GET /batches/{id}/events (SPEC §12): the batch record as an SSE stream,
-// again on every change of status or request_counts, closed after a final
-// state.
+// again on every change of status, request_counts, status_details or
+// estimated_completion_at, closed after a final state.
 //
 // Many watchers of one batch cost one reader: a batch with watchers has one
 // poller that reads its row every POLL_MS, and each record is serialised and
 // encoded once and the same bytes are queued to every watcher. A poller reads
 // the database, not the runner's memory, so it also sees the work of other
 // nodes and of other processes on the same data directory.
+//
+// Each watcher's stream is held under its key (auth/revocations.ts):
+// revoking the key closes that watcher's stream, and only that one.
 import { eq } from "drizzle-orm";
+import type { StreamHold } from "../auth/revocations";
 import type { AppContext } from "../context";
 import { FINAL_STATES, batchView, type BatchRow } from "./service";
 
@@ -22,10 +26,12 @@ const KEEP_ALIVE = encoder.encode(": keep-alive\n\n");
 type Sink = ReadableStreamDefaultController<Uint8Array>;
 
 const isFinal = (status: string) => (FINAL_STATES as readonly string[]).includes(status);
-const changeKey = (b: BatchRow) => `${b.status}/${b.total}/${b.completed}/${b.failed}`;
+// status_details and the estimate too (SPEC §18): a batch that stops moving changes no count.
+const changeKey = (b: BatchRow) => `${b.status}/${b.total}/${b.completed}/${b.failed}/${b.statusDetailsCode}/${b.statusDetailsMessage}/${b.statusDetailsSince}/${b.estimatedCompletionAt}`;
 
 class Watched {
-  readonly sinks = new Set<Sink>();
+  /** Each watcher's stream, with the release of its key's hold. */
+  readonly sinks = new Map<Sink, (() => void) | null>();
   /** The last event sent (every new watcher gets it first). */
   last: Uint8Array;
   private lastKey: string;
@@ -106,13 +112,30 @@ class Watched {
 
   private write(bytes: Uint8Array): void {
     this.lastWriteAt = Date.now();
-    for (const s of this.sinks) {
+    for (const s of this.sinks.keys()) {
       try {
         s.enqueue(bytes);
       } catch {
-        this.sinks.delete(s);
+        this.remove(s);
       }
     }
+  }
+
+  /** A new watcher: it gets the last event first; `hold` ends its stream alone when its key is revoked. */
+  add(sink: Sink, hold?: StreamHold): void {
+    this.sinks.set(sink, null);
+    sink.enqueue(this.last);
+    const release =
+      hold?.(() => {
+        if (!this.sinks.has(sink)) return;
+        // Closed without a last event: a client (the CLI's watch) takes every `data:` for a batch record.
+        try {
+          sink.close();
+        } catch {}
+        this.remove(sink);
+      }) ?? null;
+    if (this.sinks.has(sink)) this.sinks.set(sink, release);
+    else release?.();
   }
 
   /** Closes every watcher's stream and stops reading. */
@@ -121,7 +144,8 @@ class Watched {
     this.done = true;
     clearInterval(this.poll);
     if (this.pending) clearTimeout(this.pending);
-    for (const s of this.sinks) {
+    for (const [s, release] of this.sinks) {
+      release?.();
       try {
         s.close();
       } catch {}
@@ -130,7 +154,10 @@ class Watched {
     this.onEmpty();
   }
 
+  /** A watcher is gone (it left, or its stream was ended): the last one's going stops the reading. */
   remove(sink: Sink): void {
+    if (!this.sinks.has(sink)) return;
+    this.sinks.get(sink)?.();
     this.sinks.delete(sink);
     if (this.sinks.size === 0) this.end();
   }
@@ -158,8 +185,8 @@ export class BatchEvents {
     return n;
   }
 
-  /** The SSE response for `row` (already checked to be the caller's). */
-  stream(row: BatchRow): Response {
+  /** The SSE response for `row` (already checked to be the caller's); `hold` registers it under the caller's key. */
+  stream(row: BatchRow, hold?: StreamHold): Response {
     let sink: Sink | null = null;
     let watch: Watched | null = null;
     const body = new ReadableStream<Uint8Array>({
@@ -178,8 +205,7 @@ export class BatchEvents {
           this.watched.set(row.id, w);
           watch = w;
         }
-        watch.sinks.add(controller);
-        controller.enqueue(watch.last);
+        watch.add(controller, hold);
       },
       cancel: () => {
         if (watch && sink) watch.remove(sink);

@@ -124,6 +124,11 @@ export async function finalizeBatch(ctx: AppContext, batch: BatchRow): Promise<v
         costAmount: sum("costAmount"),
         leaseOwner: null,
         leaseExpiresAt: null,
+        // A finished batch has neither (SPEC §18).
+        estimatedCompletionAt: null,
+        statusDetailsCode: null,
+        statusDetailsMessage: null,
+        statusDetailsSince: null,
       })
       .where(eq(batches.id, batch.id));
     await tx.delete(batchShards).where(eq(batchShards.batchId, batch.id));

@@ -12,7 +12,7 @@ import { open, type FileHandle } from "node:fs/promises";
 import { asc, eq } from "drizzle-orm";
 import type { AppContext } from "../context";
 import { ApiError } from "../errors";
-import { fileStream } from "../files/content";
+import { fileBodyWithLength } from "../files/content";
 import { partPath } from "./paths";
 import { bucketParts, endOfLastLine, streamOf } from "./outputBucket";
 import { FINAL_STATES, getBatch, type BatchRow } from "./service";
@@ -48,7 +48,8 @@ async function finalFile(ctx: AppContext, fileId: string | null): Promise<Respon
   const { files } = ctx.db.t;
   const [row] = fileId ? await ctx.db.select().from(files).where(eq(files.id, fileId)) : [];
   if (!row) return new Response("", { headers: { ...JSONL, "content-length": "0" } });
-  return new Response(await fileStream(ctx, row), { headers: { ...JSONL, "content-length": String(row.bytes) } });
+  // With Content-Length, whichever storage holds it (SPEC §17; src/files/content.ts).
+  return new Response(await fileBodyWithLength(ctx, row), { headers: { ...JSONL, "content-length": String(row.bytes) } });
 }
 
 /** The running batch's lines so far; null if a part went missing (the batch is finalizing). */

@@ -7,7 +7,8 @@
 import { open, type FileHandle } from "node:fs/promises";
 import { asc, eq } from "drizzle-orm";
 import type { AppContext } from "../context";
-import { s3ClientOf, type S3Locator } from "../storage/locator";
+import { bucketOf } from "../storage/bucket";
+import type { S3Locator } from "../storage/locator";
 import { chainOf, listSegments } from "./worker/checkpoints";
 import { partPath } from "./paths";
 import { resultFileIds } from "./finalize";
@@ -77,16 +78,14 @@ export function streamOf(sources: Source[]): ReadableStream<Uint8Array> {
   let pos = 0;
   let reader: { read(): Promise<{ value?: Uint8Array; done: boolean }>; cancel(): Promise<void> } | null = null;
   const objectReader = async (src: Extract<Source, { kind: "object" }>) => {
-    const blob = (loc: S3Locator, range?: [number, number]) => {
-      const f = s3ClientOf(loc.s3).file(loc.key);
-      return range ? f.slice(range[0], range[1]) : f;
-    };
+    // (Every read goes through src/storage/bucket.ts: retried where it fails.)
+    const bytes = (loc: S3Locator, range?: [number, number]) => bucketOf(loc.s3).bytes(loc.key, range ? { start: range[0], end: range[1] } : undefined);
     try {
       // Fetched whole before streaming: a checkpoint is about a second of lines.
-      return new Uint8Array(await blob(src.loc, src.range).arrayBuffer());
+      return await bytes(src.loc, src.range);
     } catch (e) {
       if (!src.fallback) throw e;
-      return new Uint8Array(await blob(src.fallback.loc, src.fallback.range).arrayBuffer());
+      return await bytes(src.fallback.loc, src.fallback.range);
     }
   };
   return new ReadableStream<Uint8Array>(
@@ -104,7 +103,7 @@ export function streamOf(sources: Source[]): ReadableStream<Uint8Array> {
                 if (bytes.length > 0) return controller.enqueue(bytes);
                 continue;
               }
-              reader = s3ClientOf(loc.s3).file(loc.key).stream().getReader();
+              reader = bucketOf(loc.s3).stream(loc.key).getReader();
             }
             const { value, done } = await reader!.read();
             if (done || !value) {

@@ -1,5 +1,6 @@
 import { Elysia, t } from "elysia";
 import { principalOf } from "../auth/plugin";
+import { streamHold } from "../auth/revocations";
 import type { AppContext } from "../context";
 import { jsonOnly } from "../http/jsonBody";
 import { intParam } from "../http/query";
@@ -37,11 +38,14 @@ export const batchesRoutes = (ctx: AppContext) =>
     .get("/:id", async ({ request, params }) => batchView(await getBatch(ctx, principalOf(request).project, params.id)), {
       detail: { summary: "Retrieve a batch" },
     })
-    .get("/:id/events", async ({ request, params }) => batchEventsOf(ctx).stream(await getBatch(ctx, principalOf(request).project, params.id)), {
+    .get("/:id/events", async ({ request, params }) => {
+      const principal = principalOf(request);
+      return batchEventsOf(ctx).stream(await getBatch(ctx, principal.project, params.id), streamHold(ctx.db, principal.keyId));
+    }, {
       detail: {
         summary: "Follow a batch (SSE)",
         description:
-          "Server-sent events: `event: batch` with the batch record at once, again whenever its status or request_counts change (at most every 500 ms; a final state at once), `: keep-alive` after 15 s without an event; closed after a final state.",
+          "Server-sent events: `event: batch` with the batch record at once, again whenever its status, request_counts, status_details or estimated_completion_at change (at most every 500 ms; a final state at once), `: keep-alive` after 15 s without an event; closed after a final state.",
       },
     })
     .get("/:id/output", ({ request, params, query }) => batchOutput(ctx, principalOf(request).project, params.id, query.kind), {

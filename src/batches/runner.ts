@@ -7,6 +7,7 @@ import { and, eq, inArray, isNull, sql } from "drizzle-orm";
 import type { AppContext } from "../context";
 import type { Queryable } from "../db/client";
 import { claimShards } from "../db/claims";
+import { databaseUnavailable, unavailableLogger, type DatabaseUnavailable } from "../db/unavailable";
 import type { Tables } from "../db/schema";
 import { nowSeconds } from "../ids";
 import { newNodeId, processGone } from "../nodes/identity";
@@ -22,6 +23,7 @@ import type { BatchRow } from "./service";
 import { shardBoundaries } from "./shards";
 import { CELLS, type Release } from "../inference/scheduler";
 import { prepareTickQueries, type TickQueries } from "./tickQueries";
+import { BatchProgress, signalsOf } from "./statusDetails";
 import { zeroTotals, type ToWorker, type FromWorker, type PricedModel, type ShardTotals, type ValidateResult, type WorkerTask } from "./types";
 
 const TICK_MS = 200;
@@ -42,11 +44,15 @@ interface Validation {
 const retryDelayMs = (failures: number) => Math.min(1000 * 2 ** (failures - 1), 300_000);
 /** Validation of a shard that fails this often fails the batch (a run task keeps backing off: its work is not lost). */
 const MAX_VALIDATE_FAILURES = 3;
+/** A progress record is written again after 0.1 s, 0.2 s … at most 2 s while the database is unavailable (it lands soon after it returns), at most 30 s after any other error; jittered. */
+const recordDelayMs = (attempt: number, down: boolean) => Math.min(100 * 2 ** (attempt - 1), down ? 2000 : 30_000) * (0.5 + Math.random() / 2);
 
 export class BatchRunner {
   /** This node's id (src/nodes/identity.ts). */
   readonly owner: string;
   private readonly q: TickQueries;
+  /** estimated_completion_at and status_details of the batches running here (SPEC §18); `progress.peakHours` is the peak-hours hook. */
+  readonly progress: BatchProgress;
   private pool: WorkerPool | null = null;
   private timer: ReturnType<typeof setInterval> | null = null;
   private ticking = false;
@@ -60,6 +66,15 @@ export class BatchRunner {
   private lastCounts = 0;
   /** Batches whose counters changed since the last write (a shard finished). */
   private readonly dirty = new Set<string>();
+  /** Progress records still being written (record()): stop() waits for them. */
+  private readonly recording = new Set<Promise<void>>();
+  /** Set by stop() when it stops waiting for them: what is left lapses with the leases. */
+  private abandoned = false;
+  /** When ticks began to find the database unavailable (0: they do not). */
+  private downSince = 0;
+  /** When the database came back after ticks found it unavailable. */
+  private backAt = -Infinity;
+  private readonly noteUnavailable = unavailableLogger((msg, fields) => this.ctx.log.warn(msg, fields));
 
   constructor(
     private readonly ctx: AppContext,
@@ -67,6 +82,7 @@ export class BatchRunner {
   ) {
     this.owner = newNodeId(ctx.config.nodeName);
     this.q = prepareTickQueries(ctx.db, this.owner);
+    this.progress = new BatchProgress(ctx.db, signalsOf(registry, ctx.scheduler));
   }
 
   start(): void {
@@ -83,7 +99,12 @@ export class BatchRunner {
     }
     this.ticking = true;
     this.tick()
-      .catch((e) => this.ctx.log.error("batch runner tick failed", { error: String(e?.stack ?? e) }))
+      .then(() => this.databaseBack())
+      .catch((e) => {
+        const down = databaseUnavailable(e);
+        if (down) return this.databaseDown(down);
+        this.ctx.log.error("batch runner tick failed", { error: String(e?.stack ?? e) });
+      })
       .finally(() => {
         this.ticking = false;
         if (this.kicked) {
@@ -91,6 +112,25 @@ export class BatchRunner {
           queueMicrotask(() => this.kick());
         }
       });
+  }
+
+  /**
+   * The database does not answer (a restart, a failover, a cut: SPEC §17):
+   * ticks fail until it does, Workers go on with the shards they hold and
+   * their answers wait in their part files, and what they report is
+   * recorded once it is back (record()). Said once, not at every tick.
+   */
+  private databaseDown(e: DatabaseUnavailable): void {
+    if (this.downSince) return;
+    this.downSince = Date.now();
+    this.ctx.log.warn("database unavailable: batch work waits for it", { error: e.message, live_shards: this.live.size });
+  }
+
+  private databaseBack(): void {
+    if (!this.downSince) return;
+    this.ctx.log.info("database available again", { down_ms: Date.now() - this.downSince });
+    this.downSince = 0;
+    this.backAt = Date.now();
   }
 
   private models(): PricedModel[] {
@@ -136,6 +176,7 @@ export class BatchRunner {
     if (now - this.lastCounts >= COUNTS_MS) {
       this.lastCounts = now;
       await this.writeCounts();
+      await this.progress.markQueued(this.pool?.idle === 0);
     }
   }
 
@@ -173,7 +214,10 @@ export class BatchRunner {
   private ownerIsDead(owner: string | null, leaseExpiresAt: number | null, now: number): boolean {
     if (!owner) return true;
     if (owner === this.owner) return false;
-    if ((leaseExpiresAt ?? 0) < now) return true;
+    // Leases lapse by time, but not by time the database was away: after an
+    // outage this node saw, a lease that lapsed meanwhile is its owner's for
+    // one more lease period, in which a live owner renews it (at its first tick back).
+    if ((leaseExpiresAt ?? 0) < now && now - this.backAt >= this.ctx.config.batches.leaseMs) return true;
     return processGone(owner, this.owner);
   }
 
@@ -318,7 +362,7 @@ export class BatchRunner {
     for (const [i, { shard, batch }] of claimed.entries()) {
       // Stopping meanwhile, or more than asked for: what cannot run now goes back at once.
       if (this.stopping || i >= idle) {
-        await this.releaseShard(shard.batchId, shard.idx);
+        this.recordRelease(shard.batchId, shard.idx);
         continue;
       }
       const ids = resultFileIds(batch.id);
@@ -326,6 +370,7 @@ export class BatchRunner {
       const out = this.ctx.store.partTarget(ids.out, shard.idx, claim);
       const err = this.ctx.store.partTarget(ids.err, shard.idx, claim);
       this.live.set(`${shard.batchId}/${shard.idx}`, { batchId: shard.batchId, idx: shard.idx, totals: zeroTotals() });
+      this.progress.track(batch);
       mkdirSync(batchDir(this.ctx, batch.id), { recursive: true });
       pool.dispatch({
         type: "run",
@@ -407,7 +452,7 @@ export class BatchRunner {
   private onWorkerMessage(m: FromWorker, worker: Worker): void {
     if (m.type === "slots") return this.onSlotMessage(m, worker);
     if (m.type === "upstream_down") return this.registry.health.suspected(m.upstream, m.error);
-    if ((m.type === "progress" || m.type === "done" || m.type === "paused") && m.metrics) applyWorkerMetrics(m.metrics);
+    if ((m.type === "progress" || m.type === "done" || m.type === "paused" || m.type === "validated" || m.type === "failed") && m.metrics) applyWorkerMetrics(m.metrics);
     const key = `${m.batchId}/${m.idx}`;
     switch (m.type) {
       case "validated":
@@ -423,11 +468,11 @@ export class BatchRunner {
         this.live.delete(key);
         this.failures.delete(key);
         this.dirty.add(m.batchId);
-        this.later(shardDone(this.ctx, m.batchId, m.idx, m.totals, this.owner));
+        this.record("shard done", { batch_id: m.batchId, shard: m.idx }, () => shardDone(this.ctx, m.batchId, m.idx, m.totals, this.owner));
         break;
       case "paused":
         this.live.delete(key);
-        this.later(this.releaseShard(m.batchId, m.idx));
+        this.recordRelease(m.batchId, m.idx);
         break;
       case "failed":
         this.live.delete(key);
@@ -450,7 +495,7 @@ export class BatchRunner {
       // The shard keeps its lease (renewed) until it is released for another try.
       setTimeout(() => {
         if (this.stopping) return;
-        this.later(this.releaseShard(m.batchId, m.idx).then(() => this.kick()));
+        this.recordRelease(m.batchId, m.idx, () => this.kick());
       }, delay).unref();
       return;
     }
@@ -474,6 +519,41 @@ export class BatchRunner {
   /** A database write started from a Worker message or a timer: its failure is logged (the next tick decides again from the rows). */
   private later(p: Promise<unknown>): void {
     p.catch((e) => this.ctx.log.error("batch runner: database write failed", { error: String(e?.stack ?? e) }));
+  }
+
+  /**
+   * A write that records a shard's progress (its end, its release), tried
+   * until it lands: never dropped, never a reason to run the shard again.
+   * Until it lands the shard's row says `running` under this node's lease,
+   * which the ticks renew, so nobody else takes the shard, and its answers
+   * wait in its part files. (Dropped, as before, a shard that ended during a
+   * Postgres restart stayed `running` for good: a batch stuck at 3,938 of
+   * 4,000.) Each write must be idempotent; `still()` false ends the tries.
+   */
+  private record(what: string, fields: Record<string, unknown>, write: () => Promise<unknown>, still: () => boolean = () => true, then?: () => void): void {
+    const p = (async () => {
+      for (let attempt = 1; !this.abandoned && still(); attempt++) {
+        try {
+          await write();
+          if (attempt > 1) this.ctx.log.info("batch progress recorded after retries", { what, attempts: attempt, ...fields });
+          then?.();
+          return;
+        } catch (e) {
+          const down = databaseUnavailable(e);
+          if (down) this.noteUnavailable("batch progress records", down, { what, ...fields });
+          else this.ctx.log.error("batch runner: database write failed, will retry", { what, attempt, ...fields, error: String((e as Error)?.stack ?? e) });
+          await Bun.sleep(recordDelayMs(attempt, down !== null));
+        }
+      }
+    })();
+    this.recording.add(p);
+    void p.finally(() => this.recording.delete(p));
+  }
+
+  /** Gives a shard this node holds but does not run back to pending (record()); not once it runs here again. */
+  private recordRelease(batchId: string, idx: number, then?: () => void): void {
+    const key = `${batchId}/${idx}`;
+    this.record("shard released", { batch_id: batchId, shard: idx }, () => this.releaseShard(batchId, idx), () => !this.live.has(key), then);
   }
 
   private onWorkerCrash(task: WorkerTask | null, error: string, worker: Worker, held: Int32Array): void {
@@ -511,10 +591,18 @@ export class BatchRunner {
     // only grows; a batch's counts are a sum read at one moment), and on
     // Postgres the prepared statements run on the pool, not a transaction's
     // connection. On SQLite the whole set still runs in one turn.
-    for (const l of [...this.live.values()]) await this.q.shardCounts.execute({ ...l.totals, batchId: l.batchId, idx: l.idx });
-    for (const id of ids) {
-      const [sums] = await this.q.shardSums.execute({ id });
-      await this.q.batchCounts.execute({ ...sums!, id });
+    try {
+      for (const l of [...this.live.values()]) await this.q.shardCounts.execute({ ...l.totals, batchId: l.batchId, idx: l.idx });
+      const running = new Set([...this.live.values()].map((l) => l.batchId));
+      for (const id of ids) {
+        const [sums] = await this.q.shardSums.execute({ id });
+        await this.q.batchCounts.execute({ ...sums!, id });
+        if (running.has(id)) await this.progress.counted(id, sums!.completed + sums!.failed);
+      }
+    } catch (e) {
+      // Written again at the next turn (the database may be away for a while).
+      for (const id of ids) this.dirty.add(id);
+      throw e;
     }
   }
 
@@ -526,11 +614,16 @@ export class BatchRunner {
       this.finalizing.add(b.id);
       let row = b;
       if (!b.stopReason && b.status !== "finalizing") {
-        [row] = (await this.ctx.db.update(batches).set({ status: "finalizing", finalizingAt: nowSeconds() }).where(eq(batches.id, b.id)).returning()) as [BatchRow];
+        [row] = (await this.ctx.db.update(batches).set({ status: "finalizing", finalizingAt: nowSeconds(), estimatedCompletionAt: null, statusDetailsCode: null, statusDetailsMessage: null, statusDetailsSince: null }).where(eq(batches.id, b.id)).returning()) as [BatchRow];
         this.ctx.log.info("batch finalizing", { batch_id: b.id, status: "finalizing" });
       }
+      // Cut short, it runs again from the rows at a later tick (it is made to).
       finalizeBatch(this.ctx, row)
-        .catch((e) => this.ctx.log.error("batch finalization failed", { batch_id: b.id, error: String(e?.stack ?? e) }))
+        .catch((e) => {
+          const down = databaseUnavailable(e);
+          if (down) this.noteUnavailable("batch finalization", down, { batch_id: b.id });
+          else this.ctx.log.error("batch finalization failed", { batch_id: b.id, error: String(e?.stack ?? e) });
+        })
         .finally(() => {
           this.finalizing.delete(b.id);
           this.stopsSent.delete(b.id);
@@ -545,9 +638,9 @@ export class BatchRunner {
     this.stopping = true;
     if (this.timer) clearInterval(this.timer);
     const pool = this.pool;
+    const until = Date.now() + graceMs;
     if (pool) {
       pool.broadcast({ type: "checkpoint" });
-      const until = Date.now() + graceMs;
       while (this.live.size > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
       await pool.terminate();
       // (A Worker that crashed earlier gave its slots back then: these are all that hold any.)
@@ -555,6 +648,11 @@ export class BatchRunner {
     }
     // A tick still running finishes first: it might claim or write after these.
     while (this.ticking) await new Promise((r) => setTimeout(r, 5));
+    // Progress records still being tried land first, within the grace; after
+    // it they are given up (the leases lapse, and whoever runs those shards
+    // next finds their answers in the part files).
+    while (this.recording.size > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+    this.abandoned = true;
     const { batches, batchShards } = this.ctx.db.t;
     for (const l of this.live.values()) await this.releaseShard(l.batchId, l.idx);
     await this.ctx.db.update(batches).set({ leaseOwner: null, leaseExpiresAt: null }).where(eq(batches.leaseOwner, this.owner));
@@ -585,5 +683,10 @@ async function shardDone(ctx: AppContext, batchId: string, idx: number, totals: 
     .set({ status: "done", leaseOwner: null, leaseExpiresAt: null, ...totals })
     .where(and(eq(s.batchId, batchId), eq(s.idx, idx), eq(s.status, "running"), eq(s.leaseOwner, owner)))
     .returning({ idx: s.idx });
+  if (done.length === 0) {
+    // Tried again after a lost connection: the earlier try may have committed.
+    const [row] = await ctx.db.select({ status: s.status }).from(s).where(and(eq(s.batchId, batchId), eq(s.idx, idx)));
+    if (row?.status === "done") return;
+  }
   if (done.length === 0) ctx.log.warn("batch shard finished after its lease was lost: another node runs it", { batch_id: batchId, shard: idx });
 }

@@ -8,12 +8,23 @@ import { ApiError, notFound } from "../errors";
 import { isId, newId, nowSeconds } from "../ids";
 import { addFileDeleteGuard, getFile } from "../files/service";
 import { ENDPOINT_LIST, kindOfUrl } from "../endpoints";
+import type { StatusDetailCode, StatusDetails } from "./statusDetails";
 
 export type { BatchRow };
 export const FINAL_STATES = ["completed", "failed", "expired", "cancelled"] as const;
 export const ACTIVE_STATES = ["validating", "in_progress", "finalizing", "cancelling"] as const;
 
+/** Clears estimated_completion_at and status_details (a batch stopping or ending). */
+export const NO_PROGRESS = { estimatedCompletionAt: null, statusDetailsCode: null, statusDetailsMessage: null, statusDetailsSince: null } as const;
+
+/** status_details as sent (SPEC §18); null once a batch is final, whatever its row holds. */
+function statusDetailsOf(b: BatchRow): StatusDetails | null {
+  if (!b.statusDetailsCode || (FINAL_STATES as readonly string[]).includes(b.status)) return null;
+  return { code: b.statusDetailsCode as StatusDetailCode, message: b.statusDetailsMessage ?? "", since: b.statusDetailsSince ?? b.createdAt };
+}
+
 export function batchView(b: BatchRow) {
+  const final = (FINAL_STATES as readonly string[]).includes(b.status);
   return {
     id: b.id,
     object: "batch" as const,
@@ -44,6 +55,8 @@ export function batchView(b: BatchRow) {
     },
     cost: { currency: "USD", amount: Math.round(b.costAmount * 1e6) / 1e6, discount: 0.5 },
     metadata: b.metadata ?? null,
+    estimated_completion_at: final ? null : (b.estimatedCompletionAt ?? null),
+    status_details: statusDetailsOf(b),
   };
 }
 
@@ -56,10 +69,15 @@ export interface CreateBatchInput {
 }
 
 
+/** The longest completion_window (SPEC §18): 7d = 168h. */
+export const MAX_WINDOW_HOURS = 168;
+
+/** Hours of a completion_window: `Nh` or `Nd`, from 1h to 7d (SPEC §18); anything else is a 400. */
 export function windowHours(window: string): number {
-  const m = /^([1-9]\d{0,2})h$/.exec(window); // no leading zeros: "001h" is not how anyone writes 1h
-  const hours = m ? Number(m[1]) : NaN;
-  if (!(hours >= 1 && hours <= 168)) throw new ApiError("invalid_value", "completion_window must be '24h' or any 'Nh' from 1h to 168h", { param: "completion_window" });
+  const m = /^([1-9]\d{0,2})([hd])$/.exec(window); // no leading zeros: "001h" is not how anyone writes 1h
+  const hours = m ? Number(m[1]) * (m[2] === "d" ? 24 : 1) : NaN;
+  if (!(hours >= 1 && hours <= MAX_WINDOW_HOURS))
+    throw new ApiError("invalid_value", "completion_window must be '24h', or any 'Nh' or 'Nd' from 1h to 7d (e.g. '1h', '48h', '7d')", { param: "completion_window" });
   return hours;
 }
 
@@ -131,7 +149,7 @@ export async function cancelBatch(ctx: AppContext, project: string, id: string):
   if (row.stopReason === "expired") return row;
   const [updated] = await ctx.db
     .update(batches)
-    .set({ status: "cancelling", cancellingAt: nowSeconds(), stopReason: "cancelled" })
+    .set({ status: "cancelling", cancellingAt: nowSeconds(), stopReason: "cancelled", ...NO_PROGRESS })
     .where(and(eq(batches.id, row.id), inArray(batches.status, ["validating", "in_progress"]), isNull(batches.stopReason)))
     .returning();
   // Lost a race with the runner finishing it: report the state it reached.

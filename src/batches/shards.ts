@@ -4,10 +4,12 @@
 // work and large enough that per-shard overhead (a DB row, two part files)
 // stays negligible: 4 MB ≈ 14k chat lines. (On S3 each window read is a
 // ranged GET, one per shard: 250 for a 1 GB file, one after another.)
+import type { LazyBlob } from "../storage/bucket";
+
 export const SHARD_BYTES = 4 << 20;
 
 /** `file`: the input, lazily read (BlobStore.open). */
-export async function shardBoundaries(file: Blob, size: number, shardBytes = SHARD_BYTES): Promise<{ start: number; end: number }[]> {
+export async function shardBoundaries(file: LazyBlob, size: number, shardBytes = SHARD_BYTES): Promise<{ start: number; end: number }[]> {
   const cuts: number[] = [0];
   let pos = shardBytes;
   while (pos < size) {

@@ -71,13 +71,13 @@ export interface ValidateResult {
 }
 
 export type FromWorker =
-  | { type: "validated"; batchId: string; idx: number; result: ValidateResult }
+  | { type: "validated"; batchId: string; idx: number; result: ValidateResult; metrics?: WorkerMetricsDelta }
   /** `metrics`: what the Worker counted for /metrics since its last message. */
   | { type: "progress"; batchId: string; idx: number; totals: ShardTotals; metrics?: WorkerMetricsDelta }
   | { type: "done"; batchId: string; idx: number; totals: ShardTotals; metrics?: WorkerMetricsDelta }
   /** Stopped for a checkpoint (shutdown) before the shard finished. */
   | { type: "paused"; batchId: string; idx: number; totals: ShardTotals; metrics?: WorkerMetricsDelta }
-  | { type: "failed"; task: "validate" | "run"; batchId: string; idx: number; error: string }
+  | { type: "failed"; task: "validate" | "run"; batchId: string; idx: number; error: string; metrics?: WorkerMetricsDelta }
   /**
    * Scheduler slots on limited models, gathered over one turn of the Worker's
    * event loop: `acquire` asks for slots (answered with "grants"), `release`

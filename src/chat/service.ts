@@ -1,5 +1,6 @@
 // POST /chat/completions: built-in echo (plain or streamed) or an upstream
 // (proxied; streams passed through chunk by chunk).
+import { streamHold } from "../auth/revocations";
 import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
 import { ApiError } from "../errors";
@@ -49,6 +50,7 @@ export async function chatCompletions(ctx: AppContext, principal: Principal, bod
       const abort = new AbortController();
       return sseResponse(echoChunks(body, id, nowSeconds(), pace, abort.signal, plan), {
         headers,
+        hold: streamHold(ctx.db, principal.keyId),
         onClose: () => {
           abort.abort();
           release();

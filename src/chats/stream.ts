@@ -1,6 +1,7 @@
 // POST /chats/{id}/stream: stores the user message, streams the assistant
 // reply as SSE chunks, and stores the reply when the stream ends — or what
 // was produced so far when the client disconnects (generation stops then).
+import { streamHold } from "../auth/revocations";
 import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
 import { ApiError, notFound } from "../errors";
@@ -46,7 +47,7 @@ export async function streamReply(
   const abort = new AbortController();
   const gone = AbortSignal.any([abort.signal, request.signal]);
   // Rate limits now (429 at once); the model's slot may take a while (queued).
-  const { headers, slot, metersTokens } = admitInSteps(ctx, principal, model, plan?.promptTokens ?? promptTokensOf(messages), () => gone);
+  const { headers, slot, metersTokens } = await admitInSteps(ctx, principal, model, plan?.promptTokens ?? promptTokensOf(messages), () => gone);
   let held: (() => void) | null = null;
   /** Gives the model's slot back, once; a slot granted after the stream was given up goes straight back. */
   const release = () => {
@@ -161,6 +162,7 @@ export async function streamReply(
   }
   return sseResponse(events(), {
     headers,
+    hold: streamHold(ctx.db, principal.keyId),
     keepAliveMs: ctx.config.sseKeepAliveMs,
     keepAliveFirst: early,
     onClose: () => {

@@ -1,6 +1,7 @@
 // Argument parsing for the client commands: each verb declares its flags, so
 // a boolean flag never swallows the next word, an unknown flag is a usage
 // error (exit 2) instead of being ignored, and repeated flags collect.
+import { forProgram, prog } from "./program";
 
 export class CliError extends Error {
   constructor(
@@ -83,8 +84,8 @@ export function numberFlag(p: Parsed, name: string, fallback: number, min: numbe
 
 /** Exactly `count` positional arguments, named in the message when missing. */
 export function positionals(p: Parsed, names: string[], usageLine: string): string[] {
-  if (p.positional.length < names.length) throw usageError(`missing ${names.slice(p.positional.length).join(" ")}\nusage: ${usageLine}`);
-  if (p.positional.length > names.length) throw usageError(`unexpected argument '${p.positional[names.length]}'\nusage: ${usageLine}`);
+  if (p.positional.length < names.length) throw usageError(`missing ${names.slice(p.positional.length).join(" ")}\n${forProgram(`usage: ${usageLine}`)}`);
+  if (p.positional.length > names.length) throw usageError(`unexpected argument '${p.positional[names.length]}'\n${forProgram(`usage: ${usageLine}`)}`);
   return p.positional;
 }
 
@@ -142,20 +143,20 @@ export function dispatchVerb(
 ): Promise<number> {
   const verb = argv[0];
   if (!verb) {
-    process.stderr.write(group.help);
+    process.stderr.write(forProgram(group.help));
     return Promise.resolve(2);
   }
   if (verb === "--help" || verb === "-h" || verb === "help") {
-    process.stdout.write(group.help);
+    process.stdout.write(forProgram(group.help));
     return Promise.resolve(0);
   }
   const handler = Object.hasOwn(group.verbs, verb) ? group.verbs[verb] : undefined;
-  if (!handler) throw usageError(`unknown ${group.name} command '${verb}' (${group.listed}; see offpeak ${group.name} --help)`);
+  if (!handler) throw usageError(`unknown ${group.name} command '${verb}' (${group.listed}; see ${prog()} ${group.name} --help)`);
   return handler(argv.slice(1));
 }
 
 /** A verb's own `--help`: prints `help` and says so. */
 export function helped(p: Parsed, help: string): boolean {
-  if (p.bools.help) process.stdout.write(help);
+  if (p.bools.help) process.stdout.write(forProgram(help));
   return !!p.bools.help;
 }

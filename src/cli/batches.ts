@@ -1,30 +1,41 @@
 // offpeak batches create|get|list|cancel|wait, and the wait loop that
 // `batch run` shares.
-import { CliError, connection, dispatchVerb, helped, keyValues, numberFlag, parseArgs, positionals, type Parsed } from "./args";
+import { CliError, connection, dispatchVerb, helped, keyValues, numberFlag, parseArgs, positionals, usageError, type Parsed } from "./args";
 import { printJson, table, timeText } from "./format";
 import { Client, type Batch, type List } from "./http";
-import { Progress } from "./progress";
+import { clockTime, formatDuration, Progress, waitingNote } from "./progress";
+import { prog } from "./program";
+import { checkWritable, downloadResults, stillRunningHint, type ResultPaths } from "./results";
 
 export const FINAL_STATES = ["completed", "failed", "expired", "cancelled"];
 
 export const BATCHES_HELP = `offpeak batches — batches on a running offpeak server
 
 Usage:
-  offpeak batches create FILE_ID [--endpoint /v1/chat/completions] [--completion-window 24h]
+  offpeak batches create FILE_ID [--endpoint /v1/chat/completions] [--window 24h]
                                  [--metadata key=value]...
   offpeak batches get BATCH_ID
   offpeak batches list [--limit N] [--after BATCH_ID] [--json]
   offpeak batches cancel BATCH_ID
   offpeak batches retry BATCH_ID
-  offpeak batches wait BATCH_ID [--interval SECONDS] [--progress-interval SECONDS]
+  offpeak batches wait BATCH_ID [--out RESULTS.jsonl] [--errors ERRORS.jsonl]
+                               [--interval SECONDS] [--progress-interval SECONDS]
                                [--timeout SECONDS] [--quiet]
 
-create, get and cancel print the batch record (JSON). retry makes a new
+create, get and cancel print the batch record (JSON); get also says on
+stderr when a running batch should end and why it waits, if it does.
+--window: Nh or Nd from 1h to 7d (default 24h; --completion-window is
+the same). retry makes a new
 batch of the failed lines of a finished one (same endpoint and window,
-metadata retry_of) and prints it. wait shows progress on
-stderr (a bar on a terminal, a plain line every few seconds otherwise),
-then prints the final record; with --timeout it gives up after that many
-seconds (exit 3), printing the record as it is, and the batch keeps running.
+metadata retry_of) and prints it. list shows each batch's request counts:
+COMPLETED (succeeded), FAILED and TOTAL.
+
+wait shows progress on stderr (a bar on a terminal, a plain line every few
+seconds otherwise), then prints the final record. With --out it then
+downloads the successful lines there, and with --errors the failed ones
+(as batch run does; this is how to pick up a batch run stopped with
+Ctrl-C). With --timeout it gives up after that many seconds (exit 3),
+printing the record as it is, downloading nothing; the batch keeps running.
 
 Connection (every client command):
   --base-url URL   API base (env OFFPEAK_BASE_URL; default http://127.0.0.1:$PORT/v1, PORT else 8080)
@@ -33,7 +44,8 @@ Connection (every client command):
 Exit codes: 0 done (wait: the batch completed); 1 wait: the batch failed,
 expired or was cancelled; 2 bad usage, server unreachable, or the server
 refused the request (its message is printed); 3 wait: --timeout passed
-before the batch ended.
+before the batch ended; 130 wait: interrupted with Ctrl-C (the batch keeps
+running).
 `;
 
 export function batchesCommand(argv: string[]): Promise<number> {
@@ -51,6 +63,25 @@ export interface CreateOptions {
   metadata?: Record<string, string>;
 }
 
+/** The flags naming the completion window: --window, or its older spelling --completion-window. */
+export const WINDOW_FLAGS = { window: "string", "completion-window": "string" } as const;
+
+/**
+ * --window (or --completion-window): `Nh` or `Nd` from 1h to 7d (SPEC §18),
+ * default 24h. Checked here, before anything is uploaded: the server would
+ * refuse it only after the upload.
+ */
+export function windowFlag(p: Parsed): string {
+  const a = p.flags.window;
+  const b = p.flags["completion-window"];
+  if (a !== undefined && b !== undefined && a !== b) throw usageError("give --window or --completion-window, not both");
+  const w = a ?? b ?? "24h";
+  const m = /^([1-9]\d{0,2})([hd])$/.exec(w);
+  const hours = m ? Number(m[1]) * (m[2] === "d" ? 24 : 1) : NaN;
+  if (!(hours >= 1 && hours <= 168)) throw usageError(`--window ${JSON.stringify(w)}: give Nh or Nd from 1h to 7d (e.g. 1h, 12h, 24h, 48h, 7d)`);
+  return w;
+}
+
 export function createBatch(client: Client, fileId: string, o: CreateOptions): Promise<Batch> {
   return client.json<Batch>("POST", "/batches", {
     json: { input_file_id: fileId, endpoint: o.endpoint, completion_window: o.completionWindow, ...(o.metadata ? { metadata: o.metadata } : {}) },
@@ -58,14 +89,15 @@ export function createBatch(client: Client, fileId: string, o: CreateOptions): P
 }
 
 async function create(argv: string[]): Promise<number> {
-  const p = parseArgs(argv, { endpoint: "string", "completion-window": "string", metadata: "list" });
+  const p = parseArgs(argv, { endpoint: "string", ...WINDOW_FLAGS, metadata: "list" });
   if (helped(p, BATCHES_HELP)) return 0;
-  const [fileId] = positionals(p, ["FILE_ID"], "offpeak batches create FILE_ID [--endpoint E] [--completion-window 24h] [--metadata k=v]");
+  const [fileId] = positionals(p, ["FILE_ID"], "offpeak batches create FILE_ID [--endpoint E] [--window 24h] [--metadata k=v]");
+  const completionWindow = windowFlag(p);
   const client = new Client(connection(p));
   printJson(
     await createBatch(client, fileId!, {
       endpoint: p.flags.endpoint ?? "/v1/chat/completions",
-      completionWindow: p.flags["completion-window"] ?? "24h",
+      completionWindow,
       metadata: keyValues(p, "metadata"),
     }),
   );
@@ -76,8 +108,21 @@ async function get(argv: string[]): Promise<number> {
   const p = parseArgs(argv, {});
   if (helped(p, BATCHES_HELP)) return 0;
   const [id] = positionals(p, ["BATCH_ID"], "offpeak batches get BATCH_ID");
-  printJson(await new Client(connection(p)).json<Batch>("GET", `/batches/${encodeURIComponent(id!)}`));
+  const b = await new Client(connection(p)).json<Batch>("GET", `/batches/${encodeURIComponent(id!)}`);
+  printJson(b);
+  // The record is on stdout (for jq); for a person, when and why, on stderr.
+  const said = progressSummary(b);
+  if (said) process.stderr.write(said + "\n");
   return 0;
+}
+
+/** A running batch's ETA and why it waits, in words ("ETA 12:45 (in 14m03s); waiting: upstream vllm is down (since 12:03)"), or "" when there is neither. */
+export function progressSummary(b: Batch, now = Date.now()): string {
+  const parts: string[] = [];
+  if (b.estimated_completion_at) parts.push(`ETA ${clockTime(b.estimated_completion_at, now)} (in ${formatDuration(Math.max(0, b.estimated_completion_at - now / 1000))})`);
+  const note = waitingNote(b.status_details, now);
+  if (note) parts.push(note);
+  return parts.length ? `${b.id} ${b.status}: ${parts.join("; ")}` : "";
 }
 
 async function list(argv: string[]): Promise<number> {
@@ -91,11 +136,11 @@ async function list(argv: string[]): Promise<number> {
   }
   process.stdout.write(
     table(
-      ["ID", "STATUS", "DONE", "FAILED", "TOTAL", "CREATED", "ENDPOINT"],
+      ["ID", "STATUS", "COMPLETED", "FAILED", "TOTAL", "CREATED", "ENDPOINT"],
       res.data.map((b) => [
         b.id,
         b.status,
-        String(b.request_counts.completed + b.request_counts.failed),
+        String(b.request_counts.completed),
         String(b.request_counts.failed),
         String(b.request_counts.total),
         timeText(b.created_at),
@@ -139,6 +184,8 @@ export interface WaitSettings {
 
 export interface WaitOptions extends WaitSettings {
   progress: Progress;
+  /** Where the caller will put the results (named in the hint printed on Ctrl-C). */
+  results?: ResultPaths | null;
 }
 
 /** The wait flags, checked (a bad value is a usage error before anything is done). */
@@ -154,17 +201,23 @@ export function waitSettings(p: Parsed): WaitSettings {
 export const withProgress = (s: WaitSettings, prefix: string): WaitOptions => ({ ...s, progress: new Progress({ quiet: s.quiet, plainEveryMs: s.plainEveryMs, prefix }) });
 
 async function wait(argv: string[]): Promise<number> {
-  const p = parseArgs(argv, WAIT_FLAGS);
+  const p = parseArgs(argv, { ...WAIT_FLAGS, out: "string", errors: "string" });
   if (helped(p, BATCHES_HELP)) return 0;
-  const [id] = positionals(p, ["BATCH_ID"], "offpeak batches wait BATCH_ID [--interval S]");
+  const [id] = positionals(p, ["BATCH_ID"], "offpeak batches wait BATCH_ID [--out RESULTS.jsonl] [--errors ERRORS.jsonl] [--interval S]");
   const client = new Client(connection(p));
-  const opts = withProgress(waitSettings(p), `${id} `);
+  const paths: ResultPaths = { out: p.flags.out ?? null, errors: p.flags.errors ?? null };
+  // Checked now: a batch that ends hours later must not find its results with nowhere to go.
+  if (paths.out !== null) checkWritable(paths.out, "--out");
+  if (paths.errors !== null) checkWritable(paths.errors, "--errors");
+  const opts = { ...withProgress(waitSettings(p), `${id} `), results: paths };
   const final = await waitForBatch(client, id!, opts);
   printJson(final);
   if (!FINAL_STATES.includes(final.status)) {
-    process.stderr.write(timedOutMessage(final, opts.timeoutMs!));
+    process.stderr.write(timedOutMessage(final, opts.timeoutMs!, paths));
     return TIMED_OUT_EXIT;
   }
+  // The record is on stdout (for jq); what was written goes with the progress, on stderr.
+  if (paths.out !== null || paths.errors !== null) process.stderr.write(await downloadResults(client, final, paths, opts.progress));
   reportEnd(final);
   return final.status === "completed" ? 0 : 1;
 }
@@ -174,23 +227,23 @@ const UNREACHABLE_GRACE_MS = 120_000;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-export const timedOutMessage = (b: Batch, timeoutMs: number) =>
-  `timed out after ${timeoutMs / 1000} s: batch ${b.id} is ${b.status} and keeps running on the server (offpeak batches wait ${b.id} to follow it, offpeak batches cancel ${b.id} to stop it)\n`;
+export const timedOutMessage = (b: Batch, timeoutMs: number, results: ResultPaths | null = null) =>
+  `timed out after ${timeoutMs / 1000} s: batch ${b.id} is ${b.status} and keeps running on the server\n${stillRunningHint(b.id, results)}`;
 
 /**
  * Polls the batch until it reaches a final state, drawing progress, and
  * returns it; with a timeout, returns the last record seen (not final) once
  * it passes. Ctrl-C leaves the batch running on the server.
  */
-export async function waitForBatch(client: Client, id: string, { intervalMs, timeoutMs, progress }: WaitOptions): Promise<Batch> {
+export async function waitForBatch(client: Client, id: string, { intervalMs, timeoutMs, progress, results = null }: WaitOptions): Promise<Batch> {
   const giveUpAt = timeoutMs === null ? Infinity : Date.now() + timeoutMs;
   const show = (b: Batch) => {
     const c = b.request_counts;
-    progress.update({ label: b.status, done: c.completed + c.failed, total: c.total || null, failed: c.failed, unit: "lines" });
+    progress.update({ label: b.status, done: c.completed + c.failed, total: c.total || null, failed: c.failed, unit: "lines", eta: b.estimated_completion_at ?? null, note: waitingNote(b.status_details) });
   };
   const onInterrupt = () => {
     progress.finishLine();
-    process.stderr.write(`\ninterrupted: batch ${id} keeps running on the server (offpeak batches wait ${id} to follow it, offpeak batches cancel ${id} to stop it)\n`);
+    process.stderr.write(`\ninterrupted: batch ${id} keeps running on the server\n${stillRunningHint(id, results)}`);
     process.exit(130);
   };
   process.on("SIGINT", onInterrupt);
@@ -296,7 +349,7 @@ export function reportEnd(b: Batch): void {
       const where = e.line && !/^line \d+/i.test(e.message) ? `line ${e.line}: ` : "";
       process.stderr.write(`  ${where}${e.message}${e.code ? ` (${e.code})` : ""}\n`);
     }
-    if (errs.length > 20) process.stderr.write(`  … and ${errs.length - 20} more (offpeak batches get ${b.id})\n`);
+    if (errs.length > 20) process.stderr.write(`  … and ${errs.length - 20} more (${prog()} batches get ${b.id})\n`);
   } else if (b.status !== "completed") {
     process.stderr.write(`batch ${b.id} ${b.status}: ${b.request_counts.completed} completed, ${b.request_counts.failed} failed of ${b.request_counts.total}\n`);
   }

@@ -16,3 +16,4 @@ export const CLIENT_COMMANDS: Record<string, (argv: string[]) => Promise<number>
 };
 
 export { CliError } from "./args";
+export { forProgram } from "./program";

@@ -1,5 +1,6 @@
 // Progress on stderr. On a terminal: one line redrawn in place (bar,
-// done/total, rate, ETA). Otherwise (a pipe, a CI log): one plain line every
+// done/total, rate, ETA, and why a batch waits when the server says so).
+// Otherwise (a pipe, a CI log): one plain line every
 // few seconds and at every status change, never carriage returns or colours.
 
 export interface ProgressSink {
@@ -73,15 +74,43 @@ export interface ProgressState {
   failed?: number;
   /** "lines" or "B" (bytes). */
   unit: "lines" | "B";
+  /** The server's estimate of the end (Unix s, a batch's estimated_completion_at): the ETA shown, rather than one from the rate measured here. */
+  eta?: number | null;
+  /** Why it is not moving (a batch's status_details), shown after the counts: "waiting: upstream vllm is down (since 12:03)". */
+  note?: string | null;
+}
+
+/** "12:03" (local time) for a time today, else "2025-03-04 12:03". */
+export function clockTime(unixSeconds: number, now = Date.now()): string {
+  const d = new Date(unixSeconds * 1000);
+  const two = (n: number) => String(n).padStart(2, "0");
+  const hm = `${two(d.getHours())}:${two(d.getMinutes())}`;
+  return d.toDateString() === new Date(now).toDateString() ? hm : `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} ${hm}`;
+}
+
+/** The progress note for a batch's status_details: "waiting: upstream vllm is down (since 12:03)". */
+export function waitingNote(details: { message: string; since: number | null } | null | undefined, now = Date.now()): string | null {
+  if (!details) return null;
+  return `waiting: ${details.message}${details.since ? ` (since ${clockTime(details.since, now)})` : ""}`;
+}
+
+/** Seconds left: the server's estimate when it has one, else from the rate measured here (none while the server says it is not moving). */
+function secondsLeft(s: ProgressState, rate: number | null, now: number): number | null {
+  if (s.total === null || s.done >= s.total) return null;
+  if (s.eta) return Math.max(0, s.eta - now / 1000);
+  if (s.note) return null;
+  return rate ? (s.total - s.done) / rate : null;
 }
 
 /** One line for a terminal: `label [█████░░░░░]  52%  5,200/10,000  1,234 lines/s  ETA 4s  3 failed`. */
-export function renderBar(s: ProgressState, rate: number | null, columns: number): string {
+export function renderBar(s: ProgressState, rate: number | null, columns: number, now = Date.now()): string {
   const amount = (n: number) => (s.unit === "B" ? formatBytes(n) : int(n));
   const pct = s.total ? Math.min(100, (s.done / s.total) * 100) : null;
   const parts = [pct === null ? "" : `${pct.toFixed(0).padStart(3)}%`, s.total !== null ? `${amount(s.done)}/${amount(s.total)}` : amount(s.done), rateText(rate, s.unit)];
-  if (rate && s.total !== null && s.done < s.total) parts.push(`ETA ${formatDuration((s.total - s.done) / rate)}`);
+  const left = secondsLeft(s, rate, now);
+  if (left !== null) parts.push(`ETA ${formatDuration(left)}`);
   if (s.failed) parts.push(`${int(s.failed)} failed`);
+  if (s.note) parts.push(s.note);
   const tail = parts.filter(Boolean).join("  ");
   const label = s.label.padEnd(11);
   // A fixed width (not what the text leaves), so the bar does not jump as the numbers grow.
@@ -96,14 +125,16 @@ export function renderBar(s: ProgressState, rate: number | null, columns: number
 }
 
 /** One plain line for logs: `batch_… in_progress 5200/10000 (52.0%) 1234 lines/s ETA 4s, 3 failed`. */
-export function renderPlain(prefix: string, s: ProgressState, rate: number | null): string {
+export function renderPlain(prefix: string, s: ProgressState, rate: number | null, now = Date.now()): string {
   const amount = (n: number) => (s.unit === "B" ? formatBytes(n) : String(n));
   let line = `${prefix}${s.label} ${s.total !== null ? `${amount(s.done)}/${amount(s.total)}` : amount(s.done)}`;
   if (s.total) line += ` (${Math.min(100, (s.done / s.total) * 100).toFixed(1)}%)`;
   const r = rateText(rate, s.unit);
   if (r) line += ` ${r}`;
-  if (rate && s.total !== null && s.done < s.total) line += ` ETA ${formatDuration((s.total - s.done) / rate)}`;
+  const left = secondsLeft(s, rate, now);
+  if (left !== null) line += ` ETA ${formatDuration(left)}`;
   if (s.failed) line += `, ${s.failed} failed`;
+  if (s.note) line += `; ${s.note}`;
   return line;
 }
 
@@ -125,6 +156,7 @@ export class Progress {
   private readonly meter = new RateMeter();
   private lastPlainAt = 0;
   private lastLabel: string | null = null;
+  private lastNote: string | null = null;
   private lastUnit: string | null = null;
   private drawn = false;
   private lastDraw = 0;
@@ -145,19 +177,21 @@ export class Progress {
     this.lastUnit = s.unit;
     this.meter.add(now, s.done);
     const rate = this.meter.rate();
-    const changed = s.label !== this.lastLabel;
+    // A new reason for waiting (or its end) is news too: a plain line at once.
+    const changed = s.label !== this.lastLabel || (s.note ?? null) !== this.lastNote;
     this.lastLabel = s.label;
+    this.lastNote = s.note ?? null;
     if (this.tty) {
       // Redraw at most 10 times a second.
       if (!changed && now - this.lastDraw < 100 && s.done !== s.total) return;
       this.lastDraw = now;
-      this.sink.write(`\r${renderBar(s, rate, this.sink.columns || 80)}\x1b[K`);
+      this.sink.write(`\r${renderBar(s, rate, this.sink.columns || 80, now)}\x1b[K`);
       this.drawn = true;
       return;
     }
     if (changed || now - this.lastPlainAt >= this.every) {
       this.lastPlainAt = now;
-      this.sink.write(renderPlain(this.opts.prefix ?? "", s, rate) + "\n");
+      this.sink.write(renderPlain(this.opts.prefix ?? "", s, rate, now) + "\n");
     }
   }
 

@@ -1,34 +1,40 @@
 // offpeak batch run FILE.jsonl: upload (streamed), create the batch, follow
 // it, download the results (streamed) — one command for the whole round trip.
-import { accessSync, closeSync, constants, existsSync, openSync, readSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, openSync, readSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { connection, dispatchVerb, helped, keyValues, parseArgs, positionals, usageError, type Parsed } from "./args";
-import { createBatch, FINAL_STATES, reportEnd, TIMED_OUT_EXIT, timedOutMessage, WAIT_FLAGS, waitForBatch, waitSettings, withProgress } from "./batches";
+import { createBatch, FINAL_STATES, reportEnd, TIMED_OUT_EXIT, timedOutMessage, WAIT_FLAGS, WINDOW_FLAGS, waitForBatch, waitSettings, windowFlag, withProgress } from "./batches";
 import { uploadWithProgress } from "./files";
 import { Client } from "./http";
 import { ENDPOINT_LIST } from "../endpoints";
 import { formatDuration, Progress } from "./progress";
+import { checkWritable, downloadResults, waitCommand, type ResultPaths } from "./results";
 
 export const BATCH_HELP = `offpeak batch run — upload a JSONL file, run it as a batch, download the results
 
 Usage:
-  offpeak batch run FILE.jsonl [--endpoint /v1/chat/completions] [--completion-window 24h]
+  offpeak batch run FILE.jsonl [--endpoint /v1/chat/completions] [--window 24h]
                                [--out RESULTS.jsonl] [--errors ERRORS.jsonl] [--metadata key=value]...
                                [--interval SECONDS] [--progress-interval SECONDS] [--timeout SECONDS] [--quiet]
 
 Streams FILE.jsonl to the server, creates the batch, shows progress on
-stderr (a bar with done/total, rate and ETA on a terminal; a plain line
-every --progress-interval seconds, default 5, otherwise), and streams the
-results to disk when the batch ends.
+stderr (a bar with done/total, rate and ETA on a terminal, and why the
+batch waits when the server says so — "waiting: upstream vllm is down
+(since 12:03)"; a plain line every --progress-interval seconds, default 5,
+and at each such change, otherwise), and streams the results to disk when
+the batch ends.
 
   --endpoint      default: the url of the file's first request (else /v1/chat/completions)
+  --window        completion window: Nh or Nd from 1h to 7d (default 24h; --completion-window is the same)
   --out           successful lines (default: FILE.results.jsonl beside the input; always written)
   --errors        failed lines (default: FILE.errors.jsonl; written when there are any, an older one removed when not)
   --interval      seconds between status polls (default 1)
   --timeout       stop waiting after this many seconds of the batch running (exit 3;
                   the batch keeps running, nothing is downloaded)
 
-Ctrl-C stops following, not the batch: it keeps running on the server.
+Ctrl-C stops following, not the batch: it keeps running on the server, and
+the command printed then (offpeak batches wait BATCH_ID --out … --errors …)
+follows it again and downloads the results when it ends.
 
 Connection (every client command):
   --base-url URL   API base (env OFFPEAK_BASE_URL; default http://127.0.0.1:$PORT/v1, PORT else 8080)
@@ -37,7 +43,8 @@ Connection (every client command):
 Exit codes: 0 the batch completed (some lines may have failed: see --errors);
 1 the batch failed validation, expired or was cancelled; 2 bad usage, server
 unreachable, or the server refused the request (its message is printed);
-3 --timeout passed before the batch ended.
+3 --timeout passed before the batch ended; 130 interrupted with Ctrl-C (the
+batch keeps running).
 `;
 
 export function batchCommand(argv: string[]): Promise<number> {
@@ -95,18 +102,8 @@ function defaultPath(input: string, kind: "results" | "errors"): string {
   return join(dirname(input), `${name}.${kind}.jsonl`);
 }
 
-function checkWritable(path: string, flag: string): void {
-  try {
-    accessSync(dirname(path) || ".", constants.W_OK);
-  } catch {
-    throw usageError(`${flag} ${path}: its folder does not exist or is not writable`);
-  }
-  // A folder given where a file is meant: the batch would run and its results have nowhere to go.
-  if (existsSync(path) && statSync(path).isDirectory()) throw usageError(`${flag} ${path} is a folder: give a file name`);
-}
-
 async function run(argv: string[]): Promise<number> {
-  const p: Parsed = parseArgs(argv, { ...WAIT_FLAGS, endpoint: "string", "completion-window": "string", out: "string", errors: "string", metadata: "list" });
+  const p: Parsed = parseArgs(argv, { ...WAIT_FLAGS, endpoint: "string", ...WINDOW_FLAGS, out: "string", errors: "string", metadata: "list" });
   if (helped(p, BATCH_HELP)) return 0;
   const [input] = positionals(p, ["FILE.jsonl"], "offpeak batch run FILE.jsonl [--out RESULTS.jsonl] [--errors ERRORS.jsonl]");
   const client = new Client(connection(p));
@@ -118,40 +115,28 @@ async function run(argv: string[]): Promise<number> {
   const endpoint = p.flags.endpoint ?? endpointOf(input!);
   if (!endpoint) throw usageError(`cannot tell the endpoint from the first line of ${input}: give --endpoint (one of ${ENDPOINT_LIST})`);
   const metadata = keyValues(p, "metadata");
+  const completionWindow = windowFlag(p);
   // Checked before anything is uploaded: a typo must not leave a batch running.
   const wait = waitSettings(p);
   const started = Date.now();
 
   const file = await uploadWithProgress(client, input!, "batch", new Progress({ quiet: p.bools.quiet, prefix: "" }));
-  const created = await createBatch(client, file.id, { endpoint, completionWindow: p.flags["completion-window"] ?? "24h", metadata });
-  const opts = withProgress(wait, `${created.id} `);
+  const created = await createBatch(client, file.id, { endpoint, completionWindow, metadata });
+  const results: ResultPaths = { out, errors: errs };
+  const opts = { ...withProgress(wait, `${created.id} `), results };
   const { progress } = opts;
   progress.note(`created ${created.id} (${created.request_counts.total} requests, ${endpoint})`);
+  // Said up front too (Ctrl-C prints it again): a closed terminal or a killed job gets no last word.
+  progress.note(`if this stops before the batch ends, resume with: ${waitCommand(created.id, results)}`);
   const b = await waitForBatch(client, created.id, opts);
   if (!FINAL_STATES.includes(b.status)) {
-    process.stderr.write(timedOutMessage(b, opts.timeoutMs!));
+    process.stderr.write(timedOutMessage(b, opts.timeoutMs!, results));
     return TIMED_OUT_EXIT;
   }
 
   const c = b.request_counts;
   let summary = `${b.id} ${b.status}: ${c.completed} completed, ${c.failed} failed of ${c.total} in ${formatDuration((Date.now() - started) / 1000)}\n`;
-  if (b.status !== "failed") {
-    const download = async (fileId: string, path: string, label: string) => {
-      await client.download(fileId, path, (done, total) => progress.update({ label, done, total, unit: "B" }));
-      progress.finishLine();
-    };
-    if (b.output_file_id) await download(b.output_file_id, out, "downloading");
-    else writeFileSync(out, "");
-    summary += `results: ${out} (${c.completed} lines)\n`;
-    if (b.error_file_id) {
-      await download(b.error_file_id, errs, "downloading errors");
-      summary += `errors: ${errs} (${c.failed} lines)\n`;
-    } else if (existsSync(errs)) {
-      // An earlier run's errors beside these results would pass for this run's.
-      rmSync(errs, { force: true });
-      summary += `errors: none (removed ${errs} from an earlier run)\n`;
-    }
-  }
+  summary += await downloadResults(client, b, results, progress);
   process.stdout.write(summary);
   reportEnd(b);
   return b.status === "completed" ? 0 : 1;

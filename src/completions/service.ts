@@ -1,6 +1,7 @@
 // POST /completions (legacy text completions): offpeak-echo (plain or
 // streamed text_completion chunks), or an upstream model (passed through
 // untouched: inference/proxy.ts).
+import { streamHold } from "../auth/revocations";
 import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
 import { completions } from "../endpoints/completions";
@@ -31,6 +32,7 @@ export async function createCompletion(ctx: AppContext, principal: Principal, bo
     const abort = new AbortController();
     return sseResponse(completionChunks(body, id, nowSeconds(), plan, pace, abort.signal), {
       headers,
+      hold: streamHold(ctx.db, principal.keyId),
       onClose: () => {
         abort.abort();
         release();

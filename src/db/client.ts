@@ -30,10 +30,23 @@ export type Db = Omit<Drizzle, "$client"> & {
   syncCommits(): Promise<void>;
   /**
    * A number that changes when another process may have revoked an API key
-   * (SQLite: PRAGMA data_version, exact; Postgres: a count polled every
-   * 250 ms by each node). In-process changes are signalled by keysChanged().
+   * (SQLite: PRAGMA data_version, exact; Postgres: bumped by every
+   * revocation notice and by a count polled every 250 ms by each node).
+   * In-process changes are signalled by keysChanged().
    */
   keysVersion(): number;
+  /**
+   * Calls `listener` when another process (a node, the keys CLI) may have
+   * revoked API keys: with the key's id when the revoker said which
+   * (Postgres NOTIFY, within milliseconds), or null when only "something
+   * changed" is known, checked every 250 ms (SQLite: PRAGMA data_version
+   * moved; Postgres: the count of revoked keys moved, or the listening
+   * connection came back, having missed what was sent meanwhile). Never a
+   * query per request. Returns the unsubscribe.
+   */
+  watchRevocations(listener: (keyId: string | null) => void): () => void;
+  /** Tells the other processes on this database that `keyId` was just revoked (Postgres: NOTIFY; SQLite: nothing, its watchers see the file change). */
+  announceRevocation(keyId: string): Promise<void>;
   /**
    * Runs statements that may share one commit, each atomic on its own (the
    * body uses `db`, not a transaction handle): on SQLite one transaction,
@@ -52,8 +65,18 @@ export type Tx = Parameters<Parameters<Drizzle["transaction"]>[0]>[0];
 /** Either: code that runs inside or outside a transaction takes this. */
 export type Queryable = Tx | Db;
 
-export async function openDb(cfg: DatabaseConfig, opts: { synchronous?: "NORMAL" | "FULL" } = {}): Promise<Db> {
-  if (cfg.kind === "postgres") return (await import("./postgres")).openPostgres(cfg.url);
+/**
+ * How long a server waits for a Postgres that does not answer at start (it
+ * starts later, or restarts): `ms` in all, telling `log` at each try
+ * ("waiting for the database"). Without it, opening fails at once.
+ */
+export interface StartWait {
+  ms: number;
+  log(msg: string, fields: Record<string, unknown>): void;
+}
+
+export async function openDb(cfg: DatabaseConfig, opts: { synchronous?: "NORMAL" | "FULL"; wait?: StartWait } = {}): Promise<Db> {
+  if (cfg.kind === "postgres") return (await import("./postgres")).openPostgres(cfg.url, opts.wait);
   return (await import("./sqlite")).openSqlite(cfg.path, opts);
 }
 

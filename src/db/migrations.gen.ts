@@ -79,6 +79,15 @@ export const sqliteMigrations: Migration[] = [
     "statements": [
       "CREATE TABLE `key_usage` (\n\t`key_id` text NOT NULL,\n\t`node_id` text NOT NULL,\n\t`window_start` integer NOT NULL,\n\t`requests` integer NOT NULL,\n\t`tokens` integer NOT NULL,\n\t`reserved_requests` integer DEFAULT 0 NOT NULL,\n\t`reserved_tokens` integer DEFAULT 0 NOT NULL,\n\tPRIMARY KEY(`window_start`, `key_id`, `node_id`)\n);"
     ]
+  },
+  {
+    "tag": "0009_past_grey_gargoyle",
+    "statements": [
+      "ALTER TABLE `batches` ADD `estimated_completion_at` integer;",
+      "ALTER TABLE `batches` ADD `status_details_code` text;",
+      "ALTER TABLE `batches` ADD `status_details_message` text;",
+      "ALTER TABLE `batches` ADD `status_details_since` integer;"
+    ]
   }
 ];
 export const pgMigrations: Migration[] = [
@@ -121,6 +130,15 @@ export const pgMigrations: Migration[] = [
     "tag": "0002_low_lila_cheney",
     "statements": [
       "CREATE TABLE \"key_usage\" (\n\t\"key_id\" text NOT NULL,\n\t\"node_id\" text NOT NULL,\n\t\"window_start\" bigint NOT NULL,\n\t\"requests\" bigint NOT NULL,\n\t\"tokens\" bigint NOT NULL,\n\t\"reserved_requests\" bigint DEFAULT 0 NOT NULL,\n\t\"reserved_tokens\" bigint DEFAULT 0 NOT NULL,\n\tCONSTRAINT \"key_usage_window_start_key_id_node_id_pk\" PRIMARY KEY(\"window_start\",\"key_id\",\"node_id\")\n);"
+    ]
+  },
+  {
+    "tag": "0003_tired_medusa",
+    "statements": [
+      "ALTER TABLE \"batches\" ADD COLUMN \"estimated_completion_at\" bigint;",
+      "ALTER TABLE \"batches\" ADD COLUMN \"status_details_code\" text;",
+      "ALTER TABLE \"batches\" ADD COLUMN \"status_details_message\" text;",
+      "ALTER TABLE \"batches\" ADD COLUMN \"status_details_since\" bigint;"
     ]
   }
 ];

@@ -15,6 +15,9 @@ import type { Db } from "./client";
 import { CHECKPOINT_WORKER } from "../workers";
 import type { CheckpointStart } from "./checkpoint.worker";
 
+/** How often watchRevocations looks at data_version. */
+const KEYS_POLL_MS = 250;
+
 /**
  * Opens (creating if needed) the database file, in WAL mode so that the CLI
  * and readers work while the server writes, and applies any embedded
@@ -53,6 +56,7 @@ export function openSqlite(path: string, opts: { synchronous?: "NORMAL" | "FULL"
   const syncer = new CommitSyncer(path);
   const dataVersion = sqlite.query<{ data_version: number }, []>("PRAGMA data_version");
   const transaction = asyncTransaction(base, sqlite);
+  const watches = new Set<ReturnType<typeof setInterval>>();
   const extras = {
     engine: "sqlite" as const,
     t: sqliteTables,
@@ -61,8 +65,28 @@ export function openSqlite(path: string, opts: { synchronous?: "NORMAL" | "FULL"
     grouped: <T>(body: () => Promise<T>) => transaction(() => body()),
     syncCommits: () => (FSYNC_ENABLED ? syncer.sync() : Promise.resolve()),
     keysVersion: () => dataVersion.get()!.data_version,
+    // One machine, one file: another process's revocation (the keys CLI) is
+    // a commit by another connection, which moves data_version. A pragma
+    // read every 250 ms, not a query.
+    watchRevocations: (listener: (keyId: string | null) => void) => {
+      let seen = dataVersion.get()!.data_version;
+      const timer = setInterval(() => {
+        const now = dataVersion.get()!.data_version;
+        if (now === seen) return;
+        seen = now;
+        listener(null);
+      }, KEYS_POLL_MS);
+      timer.unref?.();
+      watches.add(timer);
+      return () => {
+        clearInterval(timer);
+        watches.delete(timer);
+      };
+    },
+    announceRevocation: () => Promise.resolve(),
     ping: async () => void sqlite.query("SELECT 1").get(),
     close: async () => {
+      for (const w of watches) clearInterval(w);
       await checkpointer?.terminate();
       sqlite.close();
     },

@@ -1,12 +1,17 @@
 // GET /files/{id}/content: the stored bytes, streamed from disk by Bun (the
 // body is a lazily read file blob), with Content-Length and single Range; on
-// S3 streamed through this node (BlobStore.read).
+// S3 read through this node (BlobStore.read).
 // A composed file (a batch's output or error file: its parts in order, see
 // src/db/schema/fileParts.ts) is read as one body across its parts; bytes
 // inside one part go out as that part's file blob, like a plain file.
+// Every download carries Content-Length (and Content-Range for a range),
+// whichever storage holds it (SPEC §17): a body that is a stream (from the
+// bucket, or across parts) is read before the answer (src/storage/sized.ts),
+// because Bun drops the header on a streamed body.
 import { eq } from "drizzle-orm";
 import type { AppContext } from "../context";
 import { ApiError } from "../errors";
+import { withLength } from "../storage/sized";
 import type { FileRow } from "./service";
 
 export async function fileContentResponse(ctx: AppContext, row: FileRow, rangeHeader: string | null): Promise<Response> {
@@ -25,10 +30,15 @@ export async function fileContentResponse(ctx: AppContext, row: FileRow, rangeHe
     const [start, end] = range;
     headers["content-range"] = `bytes ${start}-${end}/${size}`;
     headers["content-length"] = String(end - start + 1);
-    return new Response(body(start, end + 1), { status: 206, headers });
+    return new Response(await withLength(body(start, end + 1), end - start + 1, ctx.config.dataDir), { status: 206, headers });
   }
   headers["content-length"] = String(size);
-  return new Response(body(0, size), { status: 200, headers });
+  return new Response(await withLength(body(0, size), size, ctx.config.dataDir), { status: 200, headers });
+}
+
+/** The whole content of a stored file as a Response body that Bun sends with Content-Length (see the top of this file). */
+export async function fileBodyWithLength(ctx: AppContext, row: FileRow): Promise<Blob | Uint8Array<ArrayBuffer>> {
+  return withLength((await bodyOf(ctx, row))(0, row.bytes), row.bytes, ctx.config.dataDir);
 }
 
 /** The whole content of a stored file as one stream, plain or composed (e.g. to read a batch's error file). */

@@ -68,18 +68,24 @@ function parseHeaders(block: string): PartInfo {
   return { name, filename, contentType };
 }
 
+/** Where the body's chunks come from: a stream, or a reader the caller owns (an upload's IdleReader). */
+export interface ChunkReader {
+  read(): Promise<{ done: false; value: Uint8Array } | { done: true; value?: Uint8Array }>;
+}
+
 /**
  * Reads `body` as multipart with `boundary`; for each part calls `onPart`,
  * whose sink receives the part's bytes. Resolves when the closing boundary
  * has been read.
  */
 export async function readMultipart(
-  body: ReadableStream<Uint8Array>,
+  body: ReadableStream<Uint8Array> | ChunkReader,
   boundary: string,
   onPart: (info: PartInfo) => PartSink,
 ): Promise<void> {
   const delimiter = Buffer.from(`\r\n--${boundary}`);
-  const reader = body.getReader();
+  const ownReader = body instanceof ReadableStream ? body.getReader() : null;
+  const reader: ChunkReader = ownReader ?? (body as ChunkReader);
   // The first boundary may come without its leading CRLF; pretend it had one.
   let buf: Buffer = Buffer.from(CRLF);
   let state: "preamble" | "after-boundary" | "headers" | "body" | "done" = "preamble";
@@ -191,6 +197,6 @@ export async function readMultipart(
     }
   } finally {
     // Whatever follows the closing boundary (epilogue) is ignored; stop reading.
-    reader.releaseLock();
+    ownReader?.releaseLock();
   }
 }

@@ -27,7 +27,7 @@ const ListQuery = t.Object({
 
 export const filesRoutes = (ctx: AppContext) =>
   new Elysia({ prefix: "/files", detail: { tags: ["files"] } })
-    .post("", ({ request }) => uploadFile(ctx, principalOf(request).project, request), {
+    .post("", ({ request }) => uploadFile(ctx, principalOf(request), request), {
       // The body is read as a stream by uploadFile; Elysia must not buffer it.
       parse: "none",
       response: FileRecord,

@@ -4,15 +4,23 @@
 // Durable before acknowledged: the answer goes out only after the bytes
 // (flushed while they stream in), their name in files/, and the record's
 // commit are on disk (writer.commit(), syncCommits()).
+// Bounded (SPEC §16): an upload takes one of the server's and its key's
+// upload slots before it reads a byte (429 if none is free), and a client
+// that stops sending is ended after upload_idle_timeout_s (408); either way
+// nothing is stored and the upload's validator Workers are gone before its
+// slot is given back.
+import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
 import { ApiError } from "../errors";
 import { newId, nowSeconds } from "../ids";
 import { firstConfirmedDuplicate } from "../jsonl/duplicates";
 import type { LineError } from "../jsonl/batchFileValidator";
 import { ValidatorClient } from "../jsonl/validatorClient";
+import { IdleReader } from "../http/idleReader";
 import type { BlobWriter } from "../storage/blobStore";
 import { boundaryOf, readMultipart, type PartSink } from "./multipart";
 import { UPLOAD_PURPOSES, fileView, type FileRow } from "./service";
+import { uploadSlotsOf } from "./uploadSlots";
 
 /** Multipart framing and small fields on top of the file itself. */
 const MULTIPART_SLACK = 64 * 1024;
@@ -28,17 +36,27 @@ interface UploadState {
   validator: ValidatorClient | null;
 }
 
-export async function uploadFile(ctx: AppContext, project: string, request: Request) {
+export async function uploadFile(ctx: AppContext, principal: Pick<Principal, "keyId" | "project">, request: Request) {
   const boundary = boundaryOf(request.headers.get("content-type"));
   const maxBytes = ctx.config.maxFileBytes;
   const declared = Number(request.headers.get("content-length") ?? NaN);
   if (declared > maxBytes + MULTIPART_SLACK) throw tooLarge(maxBytes);
   if (!request.body) throw new ApiError("missing_field", "the request has no body", { param: "file" });
+  const giveBackSlot = uploadSlotsOf(ctx).take(principal.keyId);
+  const body = new IdleReader(request.body, ctx.config.uploadIdleTimeoutS * 1000);
+  try {
+    return await receive(ctx, principal.project, body, boundary);
+  } finally {
+    body.close();
+    giveBackSlot();
+  }
+}
 
+async function receive(ctx: AppContext, project: string, body: IdleReader, boundary: string) {
   const id = newId("file-");
   const st: UploadState = { fields: new Map(), filename: null, writer: null, validator: null };
   try {
-    await readMultipart(request.body, boundary, (part) => {
+    await readMultipart(body, boundary, (part) => {
       if (part.filename === null) return fieldSink(st, part.name);
       if (part.name !== "file") return discardSink;
       if (st.writer) throw new ApiError("invalid_value", "only one file may be uploaded per request", { param: "file" });
@@ -55,7 +73,9 @@ export async function uploadFile(ctx: AppContext, project: string, request: Requ
     if (err instanceof EarlyReject) err = await batchLineCount(st).then(() => new ApiError("invalid_file", "Invalid batch file"), (e) => e);
     st.writer?.abort();
     st.validator?.close();
-    await drain(request.body);
+    // A body left unread (too long, idle, cut off): the answer closes the
+    // connection; Bun would take the rest of a sized one for the next request.
+    if (!(await drain(body)) && err instanceof ApiError) err.headers.connection = "close";
     throw err;
   }
 }
@@ -85,13 +105,17 @@ function fileSink(ctx: AppContext, st: UploadState, id: string): PartSink {
   // "batch", skip validation; if unknown yet, validate speculatively and
   // decide at the end.
   const purpose = st.fields.get("purpose");
-  const validator = (st.validator = purpose === undefined || purpose === "batch" ? new ValidatorClient(ctx.config.maxBatchLines, { duplicateCheckBytes: ctx.config.duplicateCheckBytes, dataDir: ctx.config.dataDir }) : null);
+  const validate = purpose === undefined || purpose === "batch";
+  let validator: ValidatorClient | null = null;
   return {
     async write(chunk) {
       if (writer.bytes + chunk.length > ctx.config.maxFileBytes) throw tooLarge(ctx.config.maxFileBytes);
       // On S3 a promise while the upload's queue of parts is full: reading waits for it.
       const sent = writer.write(chunk);
       if (sent) await sent;
+      // The Workers start with the file's first byte, not its part's headers: a client that stalls there holds none.
+      if (validate && !validator)
+        validator = st.validator = new ValidatorClient(ctx.config.maxBatchLines, { duplicateCheckBytes: ctx.config.duplicateCheckBytes, dataDir: ctx.config.dataDir });
       if (validator) {
         // Known to be a batch file and already bad: stop reading now.
         if (validator.failed && st.fields.get("purpose") === "batch") throw new EarlyReject();
@@ -173,18 +197,18 @@ async function batchLineCount(st: UploadState): Promise<number> {
 
 const tooLarge = (max: number) => new ApiError("file_too_large", `The file exceeds the maximum size of ${max} bytes`, { param: "file" });
 
-async function drain(body: ReadableStream<Uint8Array> | null): Promise<void> {
-  if (!body || body.locked) return;
-  const reader = body.getReader();
+/** Reads what is left of the body, up to MAX_DRAIN_BYTES (and no longer than the idle timeout allows a pause); whether it reached the end. */
+async function drain(body: IdleReader): Promise<boolean> {
   let n = 0;
   try {
     while (n < MAX_DRAIN_BYTES) {
-      const { value, done } = await reader.read();
-      if (done) return;
+      const { value, done } = await body.read();
+      if (done) return !body.timedOut;
       n += value.byteLength;
     }
-    await reader.cancel();
+    body.close(true);
   } catch {
-    // The client went away; nothing to answer.
+    // The client went away, or stopped sending.
   }
+  return false;
 }

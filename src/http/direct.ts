@@ -23,7 +23,7 @@ import type { Scope } from "../auth/scopes";
 import type { AppContext } from "../context";
 import { requireModel } from "../inference/admission";
 import type { InferenceRoute } from "../inference/route";
-import { jsonOnly } from "./jsonBody";
+import { jsonOnly, limitJsonBody } from "./jsonBody";
 import { pathOf } from "./path";
 
 export type Dispatch = (request: Request) => Response | Promise<Response>;
@@ -62,7 +62,10 @@ export function directInference(ctx: AppContext, routes: readonly InferenceRoute
     }
   };
 
+  const maxJsonBytes = ctx.config.maxJsonBytes;
   return (request) => {
+    // Every request passes here first: Elysia's routes read their JSON bodies under the same limit.
+    limitJsonBody(request, maxJsonBytes);
     if (request.method !== "POST") return fallback(request);
     const path = pathOf(request.url);
     const entry = table.get(path);

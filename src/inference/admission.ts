@@ -34,11 +34,30 @@ export interface Admitted {
   metersTokens: boolean;
 }
 
-/** Admitted at once when the model has a free slot (no promise on the hot path), else when the queue gives one. */
+/**
+ * Admitted at once when the key's rate limit has budget in hand and the
+ * model has a free slot (no promise on the hot path), else when a cluster
+ * node has taken budget from the database (src/inference/rateLimit.ts)
+ * and the queue gives a slot.
+ */
 export function admit(ctx: AppContext, principal: Principal, model: ModelEntry, promptTokens: number, clientSignal: () => AbortSignal): Admitted | Promise<Admitted> {
   const limits = limitsOf(ctx, principal);
   const admittedAt = Date.now();
-  const headers = ctx.rateLimiter.admit(principal.keyId, limits, promptTokens, admittedAt);
+  const rated = ctx.rateLimiter.admit(principal.keyId, limits, promptTokens, admittedAt);
+  if (rated instanceof Promise) return rated.then((headers) => slotFor(ctx, principal, model, limits, promptTokens, admittedAt, headers, clientSignal));
+  return slotFor(ctx, principal, model, limits, promptTokens, admittedAt, rated, clientSignal);
+}
+
+function slotFor(
+  ctx: AppContext,
+  principal: Principal,
+  model: ModelEntry,
+  limits: ReturnType<typeof limitsOf>,
+  promptTokens: number,
+  admittedAt: number,
+  headers: Record<string, string>,
+  clientSignal: () => AbortSignal,
+): Admitted | Promise<Admitted> {
   const metersTokens = limits.tpm !== null;
   const now = ctx.scheduler.tryInteractive(model);
   if (now) return { headers, release: now, metersTokens };
@@ -53,7 +72,8 @@ export function admit(ctx: AppContext, principal: Principal, model: ModelEntry, 
 /**
  * `admit` in two steps, for a caller that must answer before a queued
  * request gets its slot (a chat-session stream sends keep-alives while it
- * waits): the rate limits are checked now (a 429 is thrown at once), the
+ * waits): the rate limits are checked first (a 429 at once; on a cluster
+ * node with no budget in hand, once it has asked the database), the
  * model's slot comes later (a full queue rejects it at once: 529).
  */
 export function admitInSteps(
@@ -62,15 +82,20 @@ export function admitInSteps(
   model: ModelEntry,
   promptTokens: number,
   clientSignal: () => AbortSignal,
-): Omit<Admitted, "release"> & { slot: Promise<Release> } {
+): InSteps | Promise<InSteps> {
   const limits = limitsOf(ctx, principal);
   const admittedAt = Date.now();
-  const headers = ctx.rateLimiter.admit(principal.keyId, limits, promptTokens, admittedAt);
-  const slot = ctx.scheduler.acquireInteractive(model, clientSignal).catch((e: unknown) => {
-    throw notRun(ctx, principal.keyId, limits, promptTokens, admittedAt, headers, e);
-  });
-  return { headers, slot, metersTokens: limits.tpm !== null };
+  const then = (headers: Record<string, string>): InSteps => {
+    const slot = ctx.scheduler.acquireInteractive(model, clientSignal).catch((e: unknown) => {
+      throw notRun(ctx, principal.keyId, limits, promptTokens, admittedAt, headers, e);
+    });
+    return { headers, slot, metersTokens: limits.tpm !== null };
+  };
+  const rated = ctx.rateLimiter.admit(principal.keyId, limits, promptTokens, admittedAt);
+  return rated instanceof Promise ? rated.then(then) : then(rated);
 }
+
+type InSteps = Omit<Admitted, "release"> & { slot: Promise<Release> };
 
 /**
  * x-ratelimit-* headers for an inference answer that was refused before

@@ -6,12 +6,14 @@
 // before the first byte, a stream event by event as it arrives (a client
 // disconnect cancels the upstream request). Output tokens count against the
 // key's tpm, read the way the endpoint's module says.
+import { streamHold } from "../auth/revocations";
 import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
 import type { EndpointKind, TokenCounts } from "../endpoints/kind";
 import { ApiError } from "../errors";
 import { rawBodyOf } from "../http/jsonBody";
 import { admit } from "./admission";
+import { ANSWERED, UNMEASURED, slotOutcome, type SlotOutcome } from "./scheduler";
 import type { ModelEntry } from "./registry";
 import { StreamUsage, callUpstream, checkLooksLikeJson, notJson, passThrough, upstreamFailure, upstreamText } from "./upstream";
 
@@ -29,8 +31,11 @@ export interface ProxyRequest {
 export async function proxyUpstream(ctx: AppContext, principal: Principal, { model, kind, body, stream, promptTokens, request }: ProxyRequest): Promise<Response> {
   const { headers, release, metersTokens } = await admit(ctx, principal, model, promptTokens, () => request.signal);
   let handedOff = false;
+  /** What the slot's release tells the adaptive controller: a 2xx's time, a 429/503, or nothing (scheduler.ts). */
+  let outcome: SlotOutcome = UNMEASURED;
   try {
     const res = await callUpstream({ model, path: kind.path, body, raw: rawBodyOf(request), clientSignal: () => request.signal });
+    outcome = slotOutcome(res.status);
     if (!res.ok) {
       const failure = await upstreamFailure(model, res);
       if (failure instanceof ApiError) {
@@ -41,18 +46,26 @@ export async function proxyUpstream(ctx: AppContext, principal: Principal, { mod
       return failure;
     }
     if (stream && res.body) {
-      handedOff = true;
       // Output tokens count against tpm: as the stream reports them (a usage
       // event), else as counted from its deltas (StreamUsage).
       const usage = metersTokens && kind.readStreamEvent ? new StreamUsage(kind.readStreamEvent) : null;
       const end = () => {
-        release();
+        release(ANSWERED);
         usage?.finish();
         if (usage?.completionTokens) ctx.rateLimiter.charge(principal.keyId, usage.completionTokens);
       };
-      return new Response(passThrough(res, end, usage ? (c) => usage.push(c) : undefined), {
-        headers: { "content-type": res.headers.get("content-type") ?? "text/event-stream", "cache-control": "no-cache", ...headers },
-      });
+      // The answer's headers are built before the slot is handed to the
+      // stream: a value Headers refuses throws while finally still releases
+      // the slot, and the upstream answer is dropped (its connection closed).
+      let answerHeaders: Headers;
+      try {
+        answerHeaders = new Headers({ "content-type": res.headers.get("content-type") ?? "text/event-stream", "cache-control": "no-cache", ...headers });
+      } catch (e) {
+        await res.body.cancel().catch(() => {});
+        throw e;
+      }
+      handedOff = true;
+      return new Response(passThrough(res, end, usage ? (c) => usage.push(c) : undefined, streamHold(ctx.db, principal.keyId)), { headers: answerHeaders });
     }
     const text = await upstreamText(res);
     // Parsing the answer is only needed to charge its tokens.
@@ -68,7 +81,7 @@ export async function proxyUpstream(ctx: AppContext, principal: Principal, { mod
     } else checkLooksLikeJson(model, text);
     return new Response(text, { headers: { "content-type": "application/json", ...headers } });
   } finally {
-    if (!handedOff) release();
+    if (!handedOff) release(outcome);
   }
 }
 

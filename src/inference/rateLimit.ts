@@ -1,89 +1,145 @@
 // Per-key request and token limits over one-minute windows. A key's own
 // rate_limits win; otherwise the configured defaults; neither: unlimited.
 // Interactive requests only: batch lines are paced by the scheduler instead.
+// The window's length is config.rateLimitMinuteSeconds (60; shortened only by tests).
 //
-// On a cluster (SPEC §14) the limits are the cluster's: windows are whole
-// wall-clock minutes on every node, and each node publishes its counts and
-// reads the others' a few times a second (src/nodes/keyUsage.ts, never per
-// request). Between two reads a node admits at most its allowance: its
-// share (split over the live nodes as a model's concurrency is) of what the
-// key has left once everyone's counts and everyone else's unused
-// allowances are taken off. Allowances are published with the counts, so a
-// node never hands out budget another node may still spend; only nodes
-// that recompute at the same moment can overlap, by at most their shares.
+// One node (SQLite): a key's window starts at its first request, and the
+// counts here are the whole truth.
+//
+// A cluster (Postgres, SPEC §14/§17: a key's rpm/tpm hold cluster-wide
+// within 10%): windows are whole wall-clock minutes on every node, and each
+// node admits out of budget it has taken from the key's row for the window
+// in the database (src/nodes/keyUsage.ts: one UPDATE … RETURNING that takes
+// no more than the window has left, so the grants of all nodes together
+// never pass the limit). A request that finds budget in hand is admitted at
+// once with no database round trip; one that finds none waits for a take
+// (one statement, shared by every request waiting on this node), which asks
+// for a block: an eighth of what the window had left at the last answer for
+// three nodes (a 2·nodes-th part, at least what the waiting requests need).
+// So a key's first requests take a few sizeable blocks, and blocks shrink
+// as the window empties: a few statements a window per busy node, not one a
+// request. Budget a node holds but does not use (it got no requests for a
+// second) is given back at the next sync, so a node that took a block and
+// then saw no more traffic strands nothing; tokens an answer used beyond the
+// node's hand (completion tokens, counted after the fact) are owed to the
+// row and added with the next statement. When the row says the window is
+// spent, requests are refused here (429) without asking again for RECHECK_MS.
+//
+// Why not the earlier design (each node publishing its counts a few times a
+// second and taking an estimated share of what the others had left): its
+// shares were guesses from a view a sync old, so nodes that recomputed
+// together handed out the same budget (70 admitted for rpm 60 on three
+// nodes), and shares divided over nodes that never used the key starved a
+// fresh key's first minute (12, 40, 51 admitted): measured with
+// bench/cluster-rpm.ts. Taking budget atomically cannot over-admit; giving
+// back what is idle keeps under-admission to what a node holds when the
+// window ends or when it dies.
 import { ApiError } from "../errors";
-
-interface Window {
-  start: number;
-  requests: number;
-  tokens: number;
-  /** Cluster: the other nodes' counts in this window, and what this node may still admit until the next sync. */
-  others?: Others;
-  /** Cluster: when this node first admitted the key in this window. */
-  firstAt?: number;
-  allowance?: { requests: number; tokens: number; requestsAt: number; tokensAt: number };
-  /** Cluster: counts changed since they were last published. */
-  dirty?: boolean;
-}
-
-/** What a node publishes of a key (src/nodes/keyUsage.ts). */
-export interface UsageRow {
-  keyId: string;
-  windowStart: number;
-  requests: number;
-  tokens: number;
-  reservedRequests: number;
-  reservedTokens: number;
-}
-
-/** The other nodes' use of a key in a window: counts plus unused allowances, and how many nodes have published it. */
-export interface Others {
-  requests: number;
-  tokens: number;
-  nodes: number;
-}
-
-/** What a node learns of the others at a sync (src/nodes/keyUsage.ts). */
-export interface ClusterCounts {
-  windowStart: number;
-  /** The other nodes' counts in that window plus their unused allowances, by key. */
-  others: Map<string, Others>;
-  /** This node's place among the live nodes, and their number. */
-  index: number;
-  nodes: number;
-}
 
 export interface Limits {
   rpm: number | null;
   tpm: number | null;
 }
 
-export const WINDOW_MS = 60_000;
-const NONE: Others = { requests: 0, tokens: 0, nodes: 0 };
-/**
- * A node publishes a key within a sync (≈250 ms) of its first admission of
- * it. For this long after this node's own first admission in a window,
- * live nodes that have not published the key yet may hold the first share
- * they took without knowing of the others, and are counted as holding it.
- */
-const UNSEEN_MS = 1000;
+/** Requests and tokens. */
+export interface Budget {
+  requests: number;
+  tokens: number;
+}
+
+/** One statement on a key's row for a window (src/nodes/keyUsage.ts). */
+export interface Take {
+  keyId: string;
+  windowStart: number;
+  limits: Limits;
+  /** Applied first: given back (negative) or owed (positive) since the last statement. */
+  delta: Budget;
+  /** Per dimension: taken only if the window has at least this much left (else none of it). */
+  need: Budget;
+  /** Per dimension: up to this much, as far as the window has it (at least `need`). */
+  want: Budget;
+}
+
+export interface Taken {
+  got: Budget;
+  /** What the cluster has taken of the window after this statement (owed tokens included). */
+  total: Budget;
+}
+
+/** The database side of a cluster's limits: src/nodes/keyUsage.ts. */
+export interface BudgetStore {
+  take(t: Take): Promise<Taken>;
+  /** Live nodes (the block a node takes is a share of what is left). */
+  nodes(): number;
+}
+
+interface Waiter {
+  tokens: number;
+  limits: Limits;
+  resolve: (headers: Record<string, string>) => void;
+  reject: (e: unknown) => void;
+}
+
+/** A cluster node's part of a key's window. */
+interface Share {
+  limits: Limits;
+  /** Budget taken from the row and not used yet. */
+  held: Budget;
+  /** What the cluster had taken of the window at the last answer, and when that answer came (0: none yet). */
+  total: Budget;
+  totalAt: number;
+  /** To apply to the row with the next statement: given back (−) or owed (+). */
+  delta: Budget;
+  waiters: Waiter[];
+  taking: boolean;
+  /** Last admission (or refund) here: budget held this long unused is given back. */
+  lastUse: number;
+}
+
+interface Window {
+  start: number;
+  requests: number;
+  tokens: number;
+  /** Cluster only. */
+  share?: Share;
+}
+
+/** Budget a node holds unused for this long is given back (src/nodes/keyUsage.ts, at its next sync). */
+export const IDLE_MS = 1000;
+/** A window the row says is spent refuses requests here, without asking again, for this long. */
+const RECHECK_MS = 250;
+/** A take that has not answered by then is treated as failed (the database is away): the node admits out of its own share meanwhile. */
+const TAKE_TIMEOUT_MS = 2000;
+/** After a take failed, how long requests go by the node's own share without asking the database. */
+const DOWN_MS = 1000;
+/** After a take timed out, how long at most requests go by the node's own share while it has not answered. */
+const STALLED_MS = 30_000;
+
+const ZERO: Budget = { requests: 0, tokens: 0 };
+const isZero = (b: Budget) => b.requests === 0 && b.tokens === 0;
 
 export class RateLimiter {
   private readonly windows = new Map<string, Window>();
-  /** Set on a cluster: windows are aligned to the minute, and the others' counts are added. */
-  private cluster: { last: ClusterCounts | null; limits: Map<string, Limits> } | null = null;
+  /** Set on a cluster (a Postgres database): see the file's comment. */
+  private store: BudgetStore | null = null;
+  /** Until then takes are not tried (the last one failed, or one timed out and has not answered since): each node admits out of its even share. */
+  private downUntil = 0;
+  private stalledUntil = 0;
+  /** Notified when a take fails (the first of a run of failures). */
+  onStoreError: (e: unknown) => void = () => {};
+
+  constructor(readonly windowMs = 60_000) {}
 
   /** Cluster mode (a Postgres database): see the file's comment. */
-  enableCluster(): void {
-    this.cluster = { last: null, limits: new Map() };
+  enableCluster(store: BudgetStore): void {
+    this.store = store;
   }
 
   private window(keyId: string, now: number): Window {
     let w = this.windows.get(keyId);
-    if (!w || now - w.start >= WINDOW_MS) {
-      const start = this.cluster ? now - (now % WINDOW_MS) : now;
+    if (!w || now - w.start >= this.windowMs) {
+      const start = this.store ? now - (now % this.windowMs) : now;
       w = { start, requests: 0, tokens: 0 };
-      if (this.cluster) this.seed(keyId, w);
       this.windows.set(keyId, w);
       if (this.windows.size > 100_000) this.prune(now);
     }
@@ -91,102 +147,226 @@ export class RateLimiter {
   }
 
   private prune(now: number): void {
-    for (const [k, w] of this.windows) if (now - w.start >= WINDOW_MS) this.windows.delete(k);
+    for (const [k, w] of this.windows) if (now - w.start >= this.windowMs && !w.share?.taking && !w.share?.waiters.length) this.windows.delete(k);
   }
 
   /**
    * Admits a request expected to use `tokens` prompt tokens, or throws 429
-   * with retry-after. Returns the x-ratelimit-* headers for the response.
+   * with retry-after. Returns the x-ratelimit-* headers for the response:
+   * at once, or (a cluster node with no budget in hand for the key) once
+   * budget is taken from the database.
    */
-  admit(keyId: string, limits: Limits, tokens: number, now = Date.now()): Record<string, string> {
+  admit(keyId: string, limits: Limits, tokens: number, now = Date.now()): Record<string, string> | Promise<Record<string, string>> {
     const w = this.window(keyId, now);
-    const resetMs = w.start + WINDOW_MS - now;
-    if (this.cluster) {
-      w.firstAt ??= now;
-      if (!w.allowance) this.seed(keyId, w, limits, now);
-    }
-    const o = w.others ?? NONE;
-    const a = w.allowance;
-    const over =
-      (limits.rpm !== null && (w.requests + o.requests + 1 > limits.rpm || (a !== undefined && w.requests - a.requestsAt + 1 > a.requests))) ||
-      (limits.tpm !== null && (w.tokens + o.tokens + tokens > limits.tpm || (a !== undefined && w.tokens - a.tokensAt + tokens > a.tokens)));
-    if (over) {
-      const headers = this.headers(w, limits, resetMs);
-      headers["retry-after"] = String(Math.max(1, Math.ceil(resetMs / 1000)));
-      const which = limits.rpm !== null && w.requests + 1 > limits.rpm ? `${limits.rpm} requests` : `${limits.tpm} tokens`;
-      throw new ApiError("rate_limit_exceeded", `Rate limit reached: ${which} per minute for this key. Retry after ${headers["retry-after"]} s.`, { headers });
-    }
+    if (this.store && (limits.rpm !== null || limits.tpm !== null)) return this.admitShared(keyId, w, limits, tokens, now);
+    const over = (limits.rpm !== null && w.requests + 1 > limits.rpm) || (limits.tpm !== null && w.tokens + tokens > limits.tpm);
+    if (over) throw this.refusal(w, limits, limits.rpm !== null && w.requests + 1 > limits.rpm, now);
     w.requests++;
     w.tokens += tokens;
-    if (this.cluster) {
-      w.dirty = true;
-      this.cluster.limits.set(keyId, limits);
-    }
-    return this.headers(w, limits, resetMs);
+    return this.headers(w, limits, w.start + this.windowMs - now);
+  }
+
+  private refusal(w: Window, limits: Limits, requests: boolean, now: number): ApiError {
+    const resetMs = w.start + this.windowMs - now;
+    const headers = this.headers(w, limits, resetMs);
+    headers["retry-after"] = String(Math.max(1, Math.ceil(resetMs / 1000)));
+    const which = requests ? `${limits.rpm} requests` : `${limits.tpm} tokens`;
+    return new ApiError("rate_limit_exceeded", `Rate limit reached: ${which} per minute for this key. Retry after ${headers["retry-after"]} s.`, { headers });
   }
 
   // ── cluster ─────────────────────────────────────────────────────────────
 
-  /** This node's counts (and unused allowances) that changed since the last call, for the current minute (to publish). */
-  takeChanged(now = Date.now()): UsageRow[] {
-    const out: UsageRow[] = [];
+  private admitShared(keyId: string, w: Window, limits: Limits, tokens: number, now: number): Record<string, string> | Promise<Record<string, string>> {
+    const s = (w.share ??= { limits, held: { ...ZERO }, total: { ...ZERO }, totalAt: 0, delta: { ...ZERO }, waiters: [], taking: false, lastUse: now });
+    s.limits = limits;
+    if (s.waiters.length === 0) {
+      if (this.fits(s, limits, tokens)) return this.consume(w, s, limits, tokens, now);
+      const short = this.short(s, limits, tokens, now);
+      if (short) throw this.refusal(w, limits, short === "requests", now);
+    }
+    return new Promise((resolve, reject) => {
+      s.waiters.push({ tokens, limits, resolve, reject });
+      this.take(keyId, w);
+    });
+  }
+
+  private fits(s: Share, limits: Limits, tokens: number): boolean {
+    return (limits.rpm === null || s.held.requests >= 1) && (limits.tpm === null || s.held.tokens >= tokens);
+  }
+
+  /** Which limit the window is known (from a recent answer, or the database being away) to lack the budget for this request, if any. */
+  private short(s: Share, limits: Limits, tokens: number, now: number): "requests" | "tokens" | null {
+    const down = this.down(now);
+    if (!down && (s.totalAt === 0 || now - s.totalAt >= RECHECK_MS)) return null;
+    const lacks = (limit: number | null, held: number, need: number, total: number, delta: number) =>
+      limit !== null && held < need && (down || limit - total - delta < need - held);
+    if (lacks(limits.rpm, s.held.requests, 1, s.total.requests, s.delta.requests)) return "requests";
+    if (lacks(limits.tpm, s.held.tokens, tokens, s.total.tokens, s.delta.tokens)) return "tokens";
+    return null;
+  }
+
+  private consume(w: Window, s: Share, limits: Limits, tokens: number, now: number): Record<string, string> {
+    if (limits.rpm !== null) s.held.requests--;
+    if (limits.tpm !== null) s.held.tokens -= tokens;
+    s.lastUse = now;
+    w.requests++;
+    w.tokens += tokens;
+    return this.headers(w, limits, w.start + this.windowMs - now);
+  }
+
+  /** Takes budget for the waiting requests (one statement at a time per key), then serves them. */
+  private take(keyId: string, w: Window): void {
+    const s = w.share!;
+    if (s.taking) return;
+    const store = this.store!;
+    const now = Date.now();
+    const limits = s.limits;
+    const head = s.waiters[0]!;
+    let wantRequests = 0;
+    let wantTokens = 0;
+    for (const x of s.waiters) {
+      wantRequests += 1;
+      wantTokens += x.tokens;
+    }
+    const nodes = Math.max(1, store.nodes());
+    // A block: a 2·nodes-th part of what the window had left at the last answer (all of it before any).
+    const block = (limit: number, total: number, delta: number) => Math.floor(Math.max(0, limit - total - delta) / (2 * nodes));
+    const dim = (limit: number | null, held: number, headNeed: number, all: number, total: number, delta: number) =>
+      limit === null ? { need: 0, want: 0 } : { need: Math.max(0, headNeed - held), want: Math.max(0, all - held, headNeed - held, block(limit, total, delta)) };
+    const r = dim(limits.rpm, s.held.requests, 1, wantRequests, s.total.requests, s.delta.requests);
+    const t = dim(limits.tpm, s.held.tokens, head.tokens, wantTokens, s.total.tokens, s.delta.tokens);
+    if (this.down(now)) {
+      this.ownShare(w, s, nodes);
+      this.serve(keyId, w);
+      return;
+    }
+    s.taking = true;
+    const delta = s.delta;
+    s.delta = { ...ZERO };
+    let settled = false;
+    const done = () => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      s.taking = false;
+      this.serve(keyId, w);
+    };
+    const timer = setTimeout(() => {
+      // Not asked again while this one hangs (each request would wait as long).
+      this.failed(new Error(`no answer from the database within ${TAKE_TIMEOUT_MS} ms`));
+      this.stalledUntil = Date.now() + STALLED_MS;
+      this.ownShare(w, s, nodes);
+      done();
+    }, TAKE_TIMEOUT_MS);
+    store.take({ keyId, windowStart: w.start, limits, delta, need: { requests: r.need, tokens: t.need }, want: { requests: r.want, tokens: t.want } }).then(
+      (got) => {
+        // Even after a timeout: what the row gave is this node's.
+        s.held.requests += got.got.requests;
+        s.held.tokens += got.got.tokens;
+        s.total = got.total;
+        s.totalAt = Date.now();
+        this.downUntil = this.stalledUntil = 0;
+        done();
+      },
+      (e: unknown) => {
+        s.delta.requests += delta.requests;
+        s.delta.tokens += delta.tokens;
+        this.stalledUntil = 0;
+        if (!settled) {
+          this.failed(e);
+          this.ownShare(w, s, nodes);
+        }
+        done();
+      },
+    );
+  }
+
+  private failed(e: unknown): void {
+    if (!this.down(Date.now())) this.onStoreError(e);
+    this.downUntil = Date.now() + DOWN_MS;
+  }
+
+  private down(now: number): boolean {
+    return now < this.downUntil || now < this.stalledUntil;
+  }
+
+  /**
+   * The database is away: the node may admit up to its even share of the
+   * window (counting what it admitted and holds already), and owes what it
+   * gives itself that way (added to the row when the database is back).
+   */
+  private ownShare(w: Window, s: Share, nodes: number): void {
+    const top = (limit: number | null, used: number, held: number) => (limit === null ? 0 : Math.max(0, Math.ceil(limit / nodes) - used - held));
+    const requests = top(s.limits.rpm, w.requests, s.held.requests);
+    const tokens = top(s.limits.tpm, w.tokens, s.held.tokens);
+    s.held.requests += requests;
+    s.held.tokens += tokens;
+    s.delta.requests += requests;
+    s.delta.tokens += tokens;
+  }
+
+  /** After a take: the waiting requests in order, admitted while the budget in hand lasts; refused where the window is known spent; else another take. */
+  private serve(keyId: string, w: Window): void {
+    const s = w.share!;
+    while (s.waiters.length > 0) {
+      const x = s.waiters[0]!;
+      const now = Date.now();
+      if (this.fits(s, x.limits, x.tokens)) {
+        s.waiters.shift();
+        x.resolve(this.consume(w, s, x.limits, x.tokens, now));
+        continue;
+      }
+      const short = this.short(s, x.limits, x.tokens, now);
+      if (short) {
+        s.waiters.shift();
+        x.reject(this.refusal(w, x.limits, short === "requests", now));
+        continue;
+      }
+      this.take(keyId, w);
+      return;
+    }
+  }
+
+  /**
+   * For the sync (src/nodes/keyUsage.ts): what to apply to the keys' rows
+   * of the current windows — budget held unused for IDLE_MS given back,
+   * tokens owed — taken out of the limiter (hand it back with `restore` if
+   * the statement fails).
+   */
+  takeDeltas(now = Date.now()): { keyId: string; windowStart: number; limits: Limits; delta: Budget }[] {
+    const out: { keyId: string; windowStart: number; limits: Limits; delta: Budget }[] = [];
     for (const [keyId, w] of this.windows) {
-      if (!w.dirty || now - w.start >= WINDOW_MS) continue;
-      w.dirty = false;
-      const a = w.allowance;
-      const unused = (limit: number, used: number) => (Number.isFinite(limit) ? Math.max(0, limit - used) : 0);
-      out.push({
-        keyId,
-        windowStart: w.start,
-        requests: w.requests,
-        tokens: w.tokens,
-        reservedRequests: a ? unused(a.requests, w.requests - a.requestsAt) : 0,
-        reservedTokens: a ? unused(a.tokens, w.tokens - a.tokensAt) : 0,
-      });
+      const s = w.share;
+      if (!s || now - w.start >= this.windowMs) continue;
+      if (!s.taking && s.waiters.length === 0 && now - s.lastUse >= IDLE_MS && !this.down(now)) {
+        s.delta.requests -= s.held.requests;
+        s.delta.tokens -= s.held.tokens;
+        s.held = { ...ZERO };
+      }
+      if (isZero(s.delta) || s.taking) continue;
+      out.push({ keyId, windowStart: w.start, limits: s.limits, delta: s.delta });
+      s.delta = { ...ZERO };
     }
     return out;
   }
 
-  /** What the others counted (read after publishing ours): every key's window takes it, and a new allowance. */
-  applyCluster(c: ClusterCounts): void {
-    if (!this.cluster) return;
-    this.cluster.last = c;
-    for (const [keyId, w] of this.windows) if (w.start === c.windowStart) this.seed(keyId, w);
+  /** A delta from `takeDeltas` that could not be applied: kept for the next statement (if its window is still current). */
+  restore(d: { keyId: string; windowStart: number; delta: Budget }): void {
+    const s = this.windows.get(d.keyId)?.start === d.windowStart ? this.windows.get(d.keyId)!.share : undefined;
+    if (!s) return;
+    s.delta.requests += d.delta.requests;
+    s.delta.tokens += d.delta.tokens;
   }
 
-  /**
-   * A window takes the others' counts of the last sync (none yet in a
-   * minute no sync has seen) and, if the key's limits are known, this
-   * node's share of what is left: until the next sync it admits no more.
-   */
-  private seed(keyId: string, w: Window, known?: Limits, now = Date.now()): void {
-    const c = this.cluster!.last;
-    if (!c) return;
-    const o = c.windowStart === w.start ? (c.others.get(keyId) ?? NONE) : NONE;
-    w.others = o;
-    const limits = known ?? this.cluster!.limits.get(keyId);
-    if (!limits) return;
-    const share = (left: number) => Math.floor(left / c.nodes) + (c.index < left % c.nodes ? 1 : 0);
-    const before = w.allowance;
-    // Early in this node's use of the key, nodes not heard from yet may hold
-    // the first share each took (before anyone had published). This node's
-    // own first share is taken the same way, from the others it knows of.
-    const unseen = before && w.firstAt !== undefined && now - w.firstAt < UNSEEN_MS ? Math.max(0, c.nodes - 1 - o.nodes) : 0;
-    const left = (limit: number, used: number, theirs: number) => Math.max(0, limit - used - theirs - unseen * Math.ceil(limit / c.nodes));
-    // What this node was allowed and has not used is published: the others
-    // leave it alone, so it is kept; only new budget is split.
-    const keep = (limit: number, at: number, used: number) => (before ? Math.max(0, limit - (used - at)) : 0);
-    w.allowance = {
-      requests: limits.rpm === null ? Infinity : Math.max(keep(before?.requests ?? 0, before?.requestsAt ?? 0, w.requests), share(left(limits.rpm, w.requests, o.requests))),
-      tokens: limits.tpm === null ? Infinity : Math.max(keep(before?.tokens ?? 0, before?.tokensAt ?? 0, w.tokens), share(left(limits.tpm, w.tokens, o.tokens))),
-      requestsAt: w.requests,
-      tokensAt: w.tokens,
-    };
-    // The others must learn a new allowance (they leave it to this node).
-    const unused = (x: { requests: number; tokens: number; requestsAt: number; tokensAt: number } | undefined) =>
-      x ? `${x.requests - (w.requests - x.requestsAt)}/${x.tokens - (w.tokens - x.tokensAt)}` : "";
-    if (unused(before) !== unused(w.allowance)) w.dirty = true;
+  /** The answer to a statement of the sync: what the cluster has taken of the window (for the headers and `short`). */
+  learned(keyId: string, windowStart: number, total: Budget, now = Date.now()): void {
+    const w = this.windows.get(keyId);
+    if (!w?.share || w.start !== windowStart || w.share.taking) return;
+    w.share.total = total;
+    w.share.totalAt = now;
   }
+
+  // ── both ────────────────────────────────────────────────────────────────
 
   /**
    * Gives back what `admit` counted for a request that then did not run (the
@@ -195,18 +375,24 @@ export class RateLimiter {
    */
   refund(keyId: string, limits: Limits, tokens: number, admittedAt: number, now = Date.now()): Record<string, string> | null {
     const w = this.windows.get(keyId);
-    if (!w || w.start > admittedAt || now - w.start >= WINDOW_MS) return null;
+    if (!w || w.start > admittedAt || now - w.start >= this.windowMs) return null;
     w.requests = Math.max(0, w.requests - 1);
     w.tokens = Math.max(0, w.tokens - tokens);
-    if (this.cluster) w.dirty = true;
-    return this.headers(w, limits, w.start + WINDOW_MS - now);
+    const s = w.share;
+    if (s) {
+      // Back in this node's hand (the row still counts it taken).
+      if (limits.rpm !== null) s.held.requests++;
+      if (limits.tpm !== null) s.held.tokens += tokens;
+      s.lastUse = now;
+    }
+    return this.headers(w, limits, w.start + this.windowMs - now);
   }
 
   /** The x-ratelimit-* headers as the key's window stands, counting nothing (for answers that cost no quota: 400, 404). */
   current(keyId: string, limits: Limits, now = Date.now()): Record<string, string> {
     const w = this.windows.get(keyId);
-    if (!w || now - w.start >= WINDOW_MS) return this.headers({ start: now, requests: 0, tokens: 0 }, limits, WINDOW_MS);
-    return this.headers(w, limits, w.start + WINDOW_MS - now);
+    if (!w || now - w.start >= this.windowMs) return this.headers({ start: now, requests: 0, tokens: 0 }, limits, this.windowMs);
+    return this.headers(w, limits, w.start + this.windowMs - now);
   }
 
   /** Adds tokens learned after the answer (completion tokens). */
@@ -214,21 +400,29 @@ export class RateLimiter {
     const w = this.windows.get(keyId);
     if (!w) return;
     w.tokens += tokens;
-    if (this.cluster) w.dirty = true;
+    const s = w.share;
+    if (!s || s.limits.tpm === null || Date.now() - w.start >= this.windowMs) return;
+    // Out of the node's hand; past it, owed to the row.
+    const fromHand = Math.min(tokens, Math.max(0, s.held.tokens));
+    s.held.tokens -= fromHand;
+    s.delta.tokens += tokens - fromHand;
   }
 
   private headers(w: Window, limits: Limits, resetMs: number): Record<string, string> {
     const h: Record<string, string> = {};
     const reset = `${Math.max(0, Math.ceil(resetMs / 1000))}s`;
-    const o = w.others ?? NONE;
+    const s = w.share;
+    // A cluster: what the window has left by the last answer, plus what this node holds.
+    const remaining = (limit: number, used: number, total: number, delta: number, held: number) =>
+      String(Math.max(0, s ? limit - total - delta + held : limit - used));
     if (limits.rpm !== null) {
       h["x-ratelimit-limit-requests"] = String(limits.rpm);
-      h["x-ratelimit-remaining-requests"] = String(Math.max(0, limits.rpm - w.requests - o.requests));
+      h["x-ratelimit-remaining-requests"] = remaining(limits.rpm, w.requests, s?.total.requests ?? 0, s?.delta.requests ?? 0, s?.held.requests ?? 0);
       h["x-ratelimit-reset-requests"] = reset;
     }
     if (limits.tpm !== null) {
       h["x-ratelimit-limit-tokens"] = String(limits.tpm);
-      h["x-ratelimit-remaining-tokens"] = String(Math.max(0, limits.tpm - w.tokens - o.tokens));
+      h["x-ratelimit-remaining-tokens"] = remaining(limits.tpm, w.tokens, s?.total.tokens ?? 0, s?.delta.tokens ?? 0, s?.held.tokens ?? 0);
       h["x-ratelimit-reset-tokens"] = reset;
     }
     return h;

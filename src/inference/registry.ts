@@ -28,7 +28,10 @@ export interface ModelEntry extends ModelSpec {
   ownedBy: string;
   created: number;
   upstreamName: string | null;
+  /** Fixed: the limit. Adaptive: the most the controller may set (max_concurrency_limit). Null: unlimited. */
   maxConcurrency: number | null;
+  /** max_concurrency "auto" (the default for upstream models): a controller finds the limit (./adaptive.ts). */
+  adaptive: boolean;
   queueSize: number;
   pricing: { inputPerMillion: number; outputPerMillion: number };
   /** False while the model's upstream is down (built-ins: always true). */
@@ -38,6 +41,9 @@ export interface ModelEntry extends ModelSpec {
   /** Interactive calls go through offpeak's own HTTP/1.1 client (httpClient.ts) rather than fetch. */
   ownClient: boolean;
 }
+
+/** The most an "auto" model's controller may set unless max_concurrency_limit says otherwise. */
+export const DEFAULT_CONCURRENCY_LIMIT = 256;
 
 const CREATED = 1767225600; // 2026-01-01: a fixed date for the built-ins.
 
@@ -59,6 +65,12 @@ export class ModelRegistry {
     const mc: ModelConfig = this.config.models[id] ?? {};
     const upstreamIdx = upstream ? this.health.indexOf(upstream) : -1;
     const health = this.health;
+    // SPEC §18: "auto" unless a number is configured. Built-ins stay
+    // unlimited unless a number is configured: they answer in this process,
+    // and "auto" has no engine to measure there.
+    const configured = mc.max_concurrency ?? upstream?.max_concurrency ?? (kind === "upstream" ? "auto" : null);
+    const concurrency = configured === "auto" && kind !== "upstream" ? null : configured;
+    const adaptive = concurrency === "auto";
     return {
       id,
       kind,
@@ -71,7 +83,8 @@ export class ModelRegistry {
       timeoutMs: (upstream?.timeout_s ?? 600) * 1000,
       latencyMs: mc.latency_ms ?? 0,
       tokensPerSecond: mc.tokens_per_second ?? 0,
-      maxConcurrency: mc.max_concurrency ?? upstream?.max_concurrency ?? (kind === "upstream" ? 64 : null),
+      maxConcurrency: adaptive ? (mc.max_concurrency_limit ?? upstream?.max_concurrency_limit ?? DEFAULT_CONCURRENCY_LIMIT) : (concurrency as number | null),
+      adaptive,
       queueSize: mc.queue_size ?? upstream?.queue_size ?? 256,
       pricing: { inputPerMillion: mc.pricing?.input_per_million ?? 0, outputPerMillion: mc.pricing?.output_per_million ?? 0 },
       upstreamIdx,

@@ -9,7 +9,14 @@
 // instead of a round trip to this thread per line — but only while nobody
 // waits here for that model (see batches/worker/slots.ts). Everything that
 // waits still waits here, in order, interactive first.
+//
+// The same cells count what the slots' holders saw (answers, the time the
+// slots were held, 429/503 answers): whoever gives a slot back adds to them,
+// a Worker included. A model with max_concurrency "auto" has a controller
+// (./adaptive.ts) that reads them every window and sets the limit; the
+// interactive requests keep their priority within whatever limit it finds.
 import { ApiError } from "../errors";
+import { AdaptiveLimit } from "./adaptive";
 import type { ModelEntry } from "./registry";
 
 interface Waiter {
@@ -17,12 +24,37 @@ interface Waiter {
   cancelled: boolean;
 }
 
-/** Per limited model, 3 cells in shared memory. */
-export const CELLS = 3;
+/** Per limited model, 6 cells in shared memory. */
+export const CELLS = 6;
 export const IN_FLIGHT = 0;
 export const LIMIT = 1;
 /** Requests waiting here (interactive and batch): Workers then do not take slots themselves, and one that frees a slot asks this thread to hand it on. */
 export const WAITING = 2;
+/** Slots given back after a 2xx answer (a count that wraps: readers take differences). */
+export const ANSWERS = 3;
+/** The time those slots were held, in tenths of a millisecond (wraps too: a window's difference fits easily). */
+export const HELD = 4;
+/** Slots given back after a 429 or 503 answer. */
+export const OVERLOADS = 5;
+
+/** What the holder of a slot saw, said when it gives the slot back. */
+export const UNMEASURED = 0;
+export const ANSWERED = 1;
+export const OVERLOADED = 2;
+export type SlotOutcome = typeof UNMEASURED | typeof ANSWERED | typeof OVERLOADED;
+
+/** An upstream's answer status as the controller counts it: 2xx a sample, 429/503 overload, anything else nothing. */
+export function slotOutcome(status: number): SlotOutcome {
+  return status >= 200 && status < 300 ? ANSWERED : status === 429 || status === 503 ? OVERLOADED : UNMEASURED;
+}
+
+/** Adds a slot's outcome to a model's cells: two atomic adds at most. `since`: performance.now() when the slot was taken. */
+export function noteRelease(cells: Int32Array, base: number, since: number, outcome: SlotOutcome | undefined): void {
+  if (outcome === ANSWERED) {
+    Atomics.add(cells, base + ANSWERS, 1);
+    Atomics.add(cells, base + HELD, Math.round((performance.now() - since) * 10));
+  } else if (outcome === OVERLOADED) Atomics.add(cells, base + OVERLOADS, 1);
+}
 /** Limited models whose slots are shared with Workers (more are served through this thread only). */
 export const SHARED_MODELS = 1024;
 
@@ -36,24 +68,46 @@ export function tryTakeSlot(cells: Int32Array, base: number): boolean {
   }
 }
 
+/** How often the controllers' cells are read (a few atomic loads per model). */
+const TICK_MS = 50;
+/** A window lasts at least this, and at least one mean latency… */
+const MIN_WINDOW_MS = 200;
+/** …and holds this many answers, unless it has waited MAX_WINDOW_MS (or 4 latencies) for them. */
+const MIN_SAMPLES = 16;
+const MAX_WINDOW_MS = 2000;
+/** After a change, what was measured for one mean latency (at most this) is not counted: those requests began under the old limit. */
+const MAX_SETTLE_MS = 30_000;
+
 class ModelLane {
   private localInFlight = 0;
   /** Slots held by interactive requests (the rest of inFlight are batch lines). */
   interactiveInFlight = 0;
+  /** Requests that had to wait here since the controller last looked: the limit was binding. */
+  pressure = 0;
   readonly interactive: Waiter[] = [];
   readonly batch: Waiter[] = [];
+  /** Where releases count what they saw: the shared cells, or (a limited model past SHARED_MODELS) cells of its own. */
+  readonly meter: { cells: Int32Array; base: number } | null;
   constructor(
-    /** The model's max_concurrency; on a cluster, this node's share of it (setLimit). */
+    /** The model's max_concurrency; on a cluster, this node's share of it (setLimit). Adaptive: the controller's limit now. */
     public limit: number | null,
     readonly queueSize: number,
     /** The shared cells of this model (limited models only), and where they start. */
     private readonly shared: { cells: Int32Array; base: number } | null,
+    /** For max_concurrency "auto": the controller that sets `limit`. */
+    readonly adaptive: AdaptiveLimit | null = null,
   ) {
     if (shared && limit !== null) Atomics.store(shared.cells, shared.base + LIMIT, limit);
+    this.meter = shared ?? (limit !== null ? { cells: new Int32Array(CELLS), base: 0 } : null);
   }
 
   get sharedBase(): number {
     return this.shared ? this.shared.base : -1;
+  }
+
+  /** Whether batch Workers give this lane's slots back themselves (and count what they saw in its cells). */
+  get sharedWithWorkers(): boolean {
+    return this.shared !== null;
   }
 
   get inFlight(): number {
@@ -85,7 +139,7 @@ class ModelLane {
     if (this.shared) Atomics.store(this.shared.cells, this.shared.base + WAITING, this.interactive.length + this.batch.length);
   }
 
-  /** A new limit (a cluster's share changed): takes beyond it wait until enough slots are given back. */
+  /** A new limit (a cluster's share changed, or the controller's): takes beyond it wait until enough slots are given back. */
   setLimit(limit: number): void {
     this.limit = limit;
     if (this.shared) Atomics.store(this.shared.cells, this.shared.base + LIMIT, limit);
@@ -109,6 +163,72 @@ class ModelLane {
   }
 }
 
+/**
+ * Turns an adaptive lane's cells into the controller's windows: differences
+ * of the counts since the last tick, summed until the window is long enough
+ * and holds enough answers; then the controller's limit goes into the lane.
+ */
+class WindowMeter {
+  private answers: number;
+  private held: number;
+  private overloads: number;
+  private sum = { answers: 0, held: 0, overloads: 0 };
+  private binding = false;
+  private start: number;
+  private settleUntil = 0;
+
+  constructor(
+    private readonly lane: ModelLane,
+    private readonly ctl: AdaptiveLimit,
+    now: number,
+  ) {
+    const { cells, base } = lane.meter!;
+    this.answers = Atomics.load(cells, base + ANSWERS);
+    this.held = Atomics.load(cells, base + HELD);
+    this.overloads = Atomics.load(cells, base + OVERLOADS);
+    this.start = now;
+  }
+
+  tick(now: number): void {
+    const lane = this.lane;
+    const { cells, base } = lane.meter!;
+    const answers = Atomics.load(cells, base + ANSWERS);
+    const held = Atomics.load(cells, base + HELD);
+    const overloads = Atomics.load(cells, base + OVERLOADS);
+    // Int32 counts wrap: a difference taken as Int32 is right across the wrap.
+    const dA = (answers - this.answers) | 0;
+    const dH = (held - this.held) | 0;
+    const dO = (overloads - this.overloads) | 0;
+    this.answers = answers;
+    this.held = held;
+    this.overloads = overloads;
+    const binding = lane.pressure > 0 || (lane.limit !== null && lane.inFlight >= lane.limit);
+    lane.pressure = 0;
+    if (now < this.settleUntil) return;
+    this.sum.answers += dA;
+    this.sum.held += dH;
+    this.sum.overloads += dO;
+    this.binding ||= binding;
+    const elapsed = now - this.start;
+    const latency = this.ctl.latencyMs ?? 0;
+    const long = elapsed >= Math.max(MIN_WINDOW_MS, latency);
+    // A 429/503 is acted on at once; otherwise a window needs its length and its answers.
+    if (this.sum.overloads === 0 && !(long && (this.sum.answers >= MIN_SAMPLES || elapsed >= Math.max(MAX_WINDOW_MS, 4 * latency)))) return;
+    const { answers: n, held: h, overloads: o } = this.sum;
+    const wasBinding = this.binding;
+    this.sum = { answers: 0, held: 0, overloads: 0 };
+    this.binding = false;
+    this.start = now;
+    if (n === 0 && o === 0) return;
+    const limit = this.ctl.update({ at: now, completions: n, latencyMs: n > 0 ? h / 10 / n : 0, overloads: o, binding: wasBinding });
+    if (limit !== lane.limit) {
+      lane.setLimit(limit);
+      this.settleUntil = now + Math.min(this.ctl.latencyMs ?? 0, MAX_SETTLE_MS);
+      this.start = this.settleUntil;
+    }
+  }
+}
+
 function shiftLive(q: Waiter[]): Waiter | undefined {
   while (q.length) {
     const w = q.shift()!;
@@ -117,20 +237,40 @@ function shiftLive(q: Waiter[]): Waiter | undefined {
   return undefined;
 }
 
-export type Release = () => void;
+/** Gives a slot back; `outcome` says what its holder saw (nothing counted when left out). */
+export type Release = (outcome?: SlotOutcome) => void;
+
+/** What an adaptive model's controller knows (GET /metrics, the benchmark). */
+export interface AdaptiveState {
+  limit: number;
+  /** max_concurrency_limit, or this node's share of it. */
+  ceiling: number;
+  latencyMs: number | null;
+  floorMs: number | null;
+  decision: string;
+  trace: AdaptiveLimit["trace"];
+}
 
 export class Scheduler {
   private readonly lanes = new Map<string, ModelLane>();
   /** CELLS Int32 per limited model, shared with the batch Workers. */
   readonly sharedCells = new Int32Array(new SharedArrayBuffer(4 * CELLS * SHARED_MODELS));
   private sharedUsed = 0;
+  private readonly meters = new Map<ModelLane, WindowMeter>();
+  private timer: ReturnType<typeof setInterval> | null = null;
 
   private lane(model: ModelEntry): ModelLane {
     let l = this.lanes.get(model.id);
     if (!l) {
       const shared = model.maxConcurrency !== null && this.sharedUsed < SHARED_MODELS ? { cells: this.sharedCells, base: CELLS * this.sharedUsed++ } : null;
-      l = new ModelLane(model.maxConcurrency, model.queueSize, shared);
+      const ctl = model.adaptive && model.maxConcurrency !== null ? new AdaptiveLimit({ max: model.maxConcurrency }) : null;
+      l = new ModelLane(ctl ? ctl.limit : model.maxConcurrency, model.queueSize, shared, ctl);
       this.lanes.set(model.id, l);
+      if (ctl) {
+        this.meters.set(l, new WindowMeter(l, ctl, performance.now()));
+        this.timer ??= setInterval(() => this.tickAdaptive(), TICK_MS);
+        (this.timer as { unref?: () => void }).unref?.();
+      }
     }
     return l;
   }
@@ -169,17 +309,40 @@ export class Scheduler {
   /**
    * This node's part of a limited model's max_concurrency (SPEC §14: the
    * limit is the cluster's total, shared among live nodes). Unlimited models
-   * stay unlimited.
+   * stay unlimited. For "auto" it is the part of max_concurrency_limit: the
+   * controller's ceiling.
    */
   setLimit(model: ModelEntry, limit: number): void {
     if (model.maxConcurrency === null) return;
     const lane = this.lane(model);
+    if (lane.adaptive) {
+      lane.adaptive.setMax(limit);
+      limit = lane.adaptive.limit;
+    }
     if (lane.limit !== limit) lane.setLimit(limit);
   }
 
-  /** The limit in force for a model now (its share on a cluster), or null. */
+  /** The limit in force for a model now (its share on a cluster, or what its controller found), or null. */
   limitOf(model: ModelEntry): number | null {
     return model.maxConcurrency === null ? null : this.lane(model).limit;
+  }
+
+  /** What the controller of an "auto" model knows, or null (fixed or unlimited, or not used yet). */
+  adaptiveState(modelId: string): AdaptiveState | null {
+    const ctl = this.lanes.get(modelId)?.adaptive;
+    if (!ctl) return null;
+    return { limit: ctl.limit, ceiling: ctl.ceiling, latencyMs: ctl.latencyMs, floorMs: ctl.floorMs, decision: ctl.last, trace: ctl.trace };
+  }
+
+  /** Reads every adaptive model's cells (the timer calls it every TICK_MS; tests may call it with their own clock). */
+  tickAdaptive(now = performance.now()): void {
+    for (const m of this.meters.values()) m.tick(now);
+  }
+
+  /** Stops the controllers' timer (server stop). */
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
   }
 
   /** A Worker freed slots it had taken itself while requests wait here: hand them on. */
@@ -201,6 +364,7 @@ export class Scheduler {
 
   private wait(lane: ModelLane, queue: Waiter[], signalOf?: () => AbortSignal): Promise<void> {
     const signal = signalOf?.();
+    lane.pressure++;
     return new Promise<void>((resolve, reject) => {
       if (signal?.aborted) return reject(signal.reason ?? new Error("aborted"));
       let granted = false;
@@ -235,10 +399,14 @@ export class Scheduler {
 
   private releaser(lane: ModelLane, batch: boolean): Release {
     if (!batch) lane.interactiveInFlight++;
+    // A Worker that shares the cells counts its own outcomes (slots.ts): its release comes here by message, late.
+    const meter = batch && lane.sharedWithWorkers ? null : lane.meter;
+    const since = meter ? performance.now() : 0;
     let done = false;
-    return () => {
+    return (outcome) => {
       if (done) return;
       done = true;
+      if (meter) noteRelease(meter.cells, meter.base, since, outcome);
       if (!batch) lane.interactiveInFlight--;
       lane.give();
       lane.pump();

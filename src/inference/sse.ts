@@ -4,7 +4,9 @@
 // (with `keepAliveFirst`, also at once, so the headers go out: Bun sends
 // them with the first byte of the body),
 // and a client disconnect cancels the stream, which returns the generator
-// (its `finally` blocks run) so the producer stops.
+// (its `finally` blocks run) so the producer stops. So does revoking the
+// stream's key (`hold`), after an in-band error that says so.
+import type { StreamHold } from "../auth/revocations";
 import { ApiError } from "../errors";
 
 const encoder = new TextEncoder();
@@ -23,6 +25,8 @@ export function sseResponse(
     keepAliveMs?: number;
     keepAliveFirst?: boolean;
     onClose?: () => void;
+    /** Registers the stream under its key: revoking the key ends it (auth/revocations.ts). */
+    hold?: StreamHold;
     /**
      * Named events, as the Responses API streams them: each payload's `type`
      * goes out as its `event:` line, an error as `event: error`, and the stream
@@ -34,18 +38,41 @@ export function sseResponse(
   let timer: ReturnType<typeof setInterval> | null = null;
   let closed = false;
   let lastSent = Date.now();
+  let release: (() => void) | null = null;
   const close = () => {
     if (closed) return;
     closed = true;
     if (timer) clearInterval(timer);
+    release?.();
     opts.onClose?.();
   };
   const send = (controller: ReadableStreamDefaultController<Uint8Array>, text: string) => {
     lastSent = Date.now();
     controller.enqueue(encoder.encode(text));
   };
+  /** The last event of a stream that ends on an error: `body` is an OpenAI error body. */
+  const sendError = (controller: ReadableStreamDefaultController<Uint8Array>, body: unknown) => {
+    // Named: OpenAI's `error` event ({type, code, message, param}), with the
+    // error object too, which the SDKs raise as an APIError.
+    const error = (body as { error?: Record<string, unknown> }).error;
+    send(controller, opts.named ? `event: error\ndata: ${JSON.stringify({ type: "error", ...error, error })}\n\n` : `data: ${JSON.stringify(body)}\n\n`);
+  };
   const stream = new ReadableStream<Uint8Array>({
     start(controller) {
+      // The key revoked: the client is told, the stream ends, and the producer
+      // stops (onClose aborts it, so a pending next() settles and return() runs).
+      release =
+        opts.hold?.(() => {
+          if (closed) return;
+          try {
+            sendError(controller, new ApiError("invalid_api_key", "The API key was revoked").body());
+            controller.close();
+          } catch {
+            // The client is gone already.
+          }
+          close();
+          events.return(undefined).catch(() => {});
+        }) ?? null;
       const every = opts.keepAliveMs;
       if (every) {
         if (opts.keepAliveFirst) send(controller, ": keep-alive\n\n");
@@ -78,10 +105,7 @@ export function sseResponse(
             : e instanceof ApiError
             ? e.body()
             : { error: { message: "The stream ended because of an internal error", type: "server_error", param: null, code: "stream_error" } };
-        // Named: OpenAI's `error` event ({type, code, message, param}), with the
-        // error object too, which the SDKs raise as an APIError.
-        const error = (body as { error?: Record<string, unknown> }).error;
-        send(controller, opts.named ? `event: error\ndata: ${JSON.stringify({ type: "error", ...error, error })}\n\n` : `data: ${JSON.stringify(body)}\n\n`);
+        sendError(controller, body);
         controller.close();
         close();
       }

@@ -4,6 +4,7 @@
 // error bodies: upstream 4xx pass through with their body, 5xx → 502,
 // timeouts → 504, unreachable → 502.
 import { attached } from "../attached";
+import type { StreamHold } from "../auth/revocations";
 import { ApiError } from "../errors";
 import { countUpstreamError, countUpstreamRequest } from "../metrics";
 import { Deadline } from "./deadline";
@@ -166,26 +167,46 @@ const encoder = new TextEncoder();
  * that, bytes go out as they are). So if the upstream breaks off, the client
  * never gets half an event, and its last event says why. `onEnd` is called
  * once, when the stream ends or the client cancels; `onChunk` sees every
- * upstream chunk.
+ * upstream chunk. With `hold`, revoking the client's key ends the stream
+ * (an in-band invalid_api_key error, then the end) and the upstream request.
  */
-export function passThrough(res: UpstreamAnswer, onEnd: () => void, onChunk?: (chunk: Uint8Array) => void): ReadableStream<Uint8Array> {
+export function passThrough(res: UpstreamAnswer, onEnd: () => void, onChunk?: (chunk: Uint8Array) => void, hold?: StreamHold): ReadableStream<Uint8Array> {
   const deadline = streamDeadline(res);
   const reader = res.body!.getReader();
   let ended = false;
   /** The start of an event whose end has not arrived yet. */
   let held: Uint8Array | null = null;
+  let release: (() => void) | null = null;
   const end = () => {
     if (ended) return;
     ended = true;
+    release?.();
     deadline.onEnd();
     onEnd();
   };
   return new ReadableStream<Uint8Array>({
+    start(controller) {
+      release =
+        hold?.(() => {
+          if (ended) return;
+          end();
+          // A half-received event is dropped, as when the upstream breaks off.
+          try {
+            controller.enqueue(encoder.encode(`data: ${JSON.stringify(new ApiError("invalid_api_key", "The API key was revoked").body())}\n\n`));
+            controller.close();
+          } catch {
+            // The client is gone already.
+          }
+          reader.cancel().catch(() => {});
+        }) ?? null;
+    },
     async pull(controller) {
       try {
         // Reads until there is something to pass on: a pull that enqueues nothing is not called again.
         for (;;) {
           const { value, done } = await reader.read();
+          // Ended meanwhile (the key was revoked): the stream is closed already.
+          if (ended) return;
           if (done) {
             end();
             if (held) controller.enqueue(held);
@@ -200,6 +221,7 @@ export function passThrough(res: UpstreamAnswer, onEnd: () => void, onChunk?: (c
           if (cut > 0) return controller.enqueue(cut === bytes.length ? bytes : bytes.subarray(0, cut));
         }
       } catch {
+        if (ended) return;
         end();
         // The status went out with the first byte: say what happened as the
         // stream's last event (SDKs raise it as an error) instead of cutting

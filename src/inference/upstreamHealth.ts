@@ -120,6 +120,12 @@ export function pausedFor(mem: HealthMemory, u: number, now = Date.now()): numbe
   return Math.max(0, mem.times[u * TIME_CELLS + PAUSE_UNTIL]! - now);
 }
 
+/** Whether the upstream's batch dispatch is held back by 429s now: paused (retry-after), or a 429 came within `withinMs` (a batch's status_details, SPEC §18). */
+export function rateLimitedNow(mem: HealthMemory, u: number, withinMs: number, now = Date.now()): boolean {
+  const t = u * TIME_CELLS;
+  return mem.times[t + PAUSE_UNTIL]! > now || now - mem.times[t + LAST_DECREASE]! < withinMs;
+}
+
 /** Takes a place in the upstream's batch window if one is free. */
 export function tryEnterWindow(mem: HealthMemory, u: number): boolean {
   const limit = Atomics.load(mem.cells, c(u, WINDOW));

@@ -156,6 +156,13 @@ export class UpstreamMonitor {
     this.scheduleProbe(u, delay);
   }
 
+  /** The upstream's name and, while it is down, since when (ms); null for an unknown index. */
+  downInfo(u: number): { name: string; downSince: number | null } | null {
+    const s = this.ups[u];
+    if (!s) return null;
+    return { name: s.config.name, downSince: isDown(this.mem, u) ? s.since : null };
+  }
+
   /** GET /status: every upstream's state (a suspect one is still up: its probe decides). */
   report(): UpstreamReport[] {
     return this.ups.map((s, u) => ({ name: s.config.name, healthy: !isDown(this.mem, u), since: Math.floor(s.since / 1000), last_error: s.lastError }));

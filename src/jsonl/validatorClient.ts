@@ -23,8 +23,14 @@ const MAX_IN_FLIGHT = 8 << 20;
  */
 const KEEP_IDLE = 2; // one upload's pair
 const idle: Worker[] = [];
+/** Validator Workers held by uploads now (idle ones apart): at most two per upload, so bounded by the upload limit (src/files/uploadSlots.ts). */
+let busy = 0;
+
+/** Validator Workers alive: held by uploads, and kept idle for the next one. */
+export const validatorWorkers = () => ({ busy, idle: idle.length });
 
 function takeWorker(): Worker {
+  busy++;
   const w = idle.pop();
   if (w) {
     w.ref();
@@ -34,11 +40,17 @@ function takeWorker(): Worker {
 }
 
 function giveBack(w: Worker): void {
+  busy--;
   if (idle.length >= KEEP_IDLE) return void w.terminate();
   w.onmessage = null;
   w.onerror = null;
   w.unref(); // an idle validator must not keep the process alive
   idle.push(w);
+}
+
+function end(w: Worker): void {
+  busy--;
+  w.terminate();
 }
 
 export interface ValidatorOptions {
@@ -155,8 +167,8 @@ export class ValidatorClient {
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    this.scanner.terminate();
-    this.finder.terminate();
+    end(this.scanner);
+    end(this.finder);
     this.drained?.();
     if (this.spillPath) {
       // A few unlinks, now and once the Worker is surely gone (an append

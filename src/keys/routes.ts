@@ -1,7 +1,7 @@
 import { Elysia, t } from "elysia";
 import type { AppContext } from "../context";
 import { jsonOnly } from "../http/jsonBody";
-import { createKey, listKeys, revokeKey } from "./service";
+import { createKey, envAdminKeyView, listKeys, revokeKey } from "./service";
 
 const CreateKeyBody = t.Object({
   name: t.String(),
@@ -18,9 +18,12 @@ export const keysRoutes = (ctx: AppContext) =>
       await ctx.db.syncCommits();
       return created;
     }, { parse: jsonOnly, body: CreateKeyBody, detail: { summary: "Create an API key (secret shown once)" } })
-    .get("", async () => ({ object: "list" as const, data: await listKeys(ctx.db) }), { detail: { summary: "List API keys" } })
+    // OFFPEAK_ADMIN_KEY first (source "env"), then the database's keys (source "db").
+    .get("", async () => ({ object: "list" as const, data: [...(ctx.config.adminKey ? [envAdminKeyView(ctx.config.adminKey)] : []), ...(await listKeys(ctx.db))] }), {
+      detail: { summary: "List API keys (OFFPEAK_ADMIN_KEY too, as source \"env\")" },
+    })
     .delete("/:id", async ({ params }) => {
       const revoked = await revokeKey(ctx.db, params.id);
       await ctx.db.syncCommits();
       return revoked;
-    }, { detail: { summary: "Revoke an API key" } });
+    }, { detail: { summary: "Revoke an API key (not OFFPEAK_ADMIN_KEY's: 409)" } });

@@ -1,7 +1,8 @@
 // API keys: created with a secret shown once, stored only as a SHA-256 hash,
 // revoked by setting revoked_at (checked on every request, so revocation
-// takes effect on the next one). Used by the HTTP routes and by the CLI.
-import { keysChanged } from "../auth/verify";
+// takes effect on the next one; the key's open streams end too, here and on
+// every other node: auth/revocations.ts). Used by the HTTP routes and by the CLI.
+import { keyRevoked } from "../auth/revocations";
 import { and, asc, eq, isNull } from "drizzle-orm";
 import type { Db } from "../db/client";
 import type { KeyRow } from "../db/schema";
@@ -9,6 +10,7 @@ import { ApiError, notFound } from "../errors";
 import { isId, newId, nowSeconds } from "../ids";
 import { DEFAULT_SCOPES, isScope, type Scope } from "../auth/scopes";
 import { hashSecret, newSecret } from "../auth/secrets";
+import { ENV_ADMIN_KEY_ID } from "../auth/verify";
 
 export interface CreateKeyInput {
   name: string;
@@ -22,16 +24,52 @@ export interface CreateKeyInput {
 
 const PROJECT_PATTERN = /^[A-Za-z0-9._-]{1,64}$/;
 
-export function keyView(row: KeyRow) {
+/** A key as the API shows it (never its secret). */
+export interface KeyView {
+  id: string;
+  object: "api_key";
+  name: string;
+  project: string;
+  scopes: string[];
+  rate_limits: { rpm: number | null; tpm: number | null };
+  /** null for OFFPEAK_ADMIN_KEY, which no one created. */
+  created_at: number | null;
+  prefix: string;
+  /** "db": made by POST /keys, `offpeak keys create` or the first start; "env": OFFPEAK_ADMIN_KEY. */
+  source: "db" | "env";
+}
+
+export function keyView(row: KeyRow): KeyView {
   return {
     id: row.id,
-    object: "api_key" as const,
+    object: "api_key",
     name: row.name,
     project: row.project,
     scopes: row.scopes,
     rate_limits: { rpm: row.rpm ?? null, tpm: row.tpm ?? null },
     created_at: row.createdAt,
     prefix: row.prefix,
+    source: "db",
+  };
+}
+
+/**
+ * OFFPEAK_ADMIN_KEY as GET /keys lists it (SPEC §19): an admin key of
+ * project default that lives in the server's environment, not the database,
+ * so it has no creation time and is not revocable through the API. Its
+ * prefix shows at most a quarter of it (a short chosen key stays unguessable).
+ */
+export function envAdminKeyView(secret: string): KeyView {
+  return {
+    id: ENV_ADMIN_KEY_ID,
+    object: "api_key",
+    name: "OFFPEAK_ADMIN_KEY",
+    project: "default",
+    scopes: ["admin"],
+    rate_limits: { rpm: null, tpm: null },
+    created_at: null,
+    prefix: secret.slice(0, Math.min(10, Math.floor(secret.length / 4))),
+    source: "env",
   };
 }
 
@@ -83,6 +121,12 @@ export async function listKeys(db: Db) {
 }
 
 export async function revokeKey(db: Db, id: string) {
+  if (id === ENV_ADMIN_KEY_ID)
+    throw new ApiError(
+      "invalid_state",
+      `${ENV_ADMIN_KEY_ID} is OFFPEAK_ADMIN_KEY, set in the server's environment: it cannot be revoked here. Unset (or change) OFFPEAK_ADMIN_KEY and restart the server to retire it`,
+      { param: "id" },
+    );
   if (!isId("key_", id)) throw notFound("key", id);
   const { apiKeys } = db.t;
   const revoked = await db
@@ -91,7 +135,7 @@ export async function revokeKey(db: Db, id: string) {
     .where(and(eq(apiKeys.id, id), isNull(apiKeys.revokedAt)))
     .returning({ id: apiKeys.id });
   if (revoked.length === 0) throw notFound("key", id);
-  keysChanged(db);
+  await keyRevoked(db, id);
   return { id, object: "api_key" as const, deleted: true as const };
 }
 

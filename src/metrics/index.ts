@@ -3,6 +3,7 @@
 // (HTTP), the batch runner (line counts reported by Workers), the upstream
 // client (interactive errors). Gauges that mirror state (queues, stored
 // bytes, batches by status) are read at scrape time in ./routes.ts.
+import { setRetryCounter, type StorageOp } from "../storage/retry";
 import { Registry } from "./registry";
 import { upstreamReason, type WorkerMetricsDelta } from "./worker";
 
@@ -31,6 +32,21 @@ export const m = {
   batches: registry.gauge("offpeak_batches", "Batches in the database, by status.", ["status"]),
   modelInFlight: registry.gauge("offpeak_model_in_flight", "Requests holding a scheduler slot, by model and priority (interactive, batch).", ["model", "priority"]),
   modelQueueDepth: registry.gauge("offpeak_model_queue_depth", "Requests waiting for a scheduler slot, by model and priority (interactive, batch).", ["model", "priority"]),
+  modelConcurrencyLimit: registry.gauge(
+    "offpeak_model_concurrency_limit",
+    'Requests the model may have in flight at once on this node: max_concurrency (this node\'s share on a cluster), or what the adaptive controller found for "auto"; absent for unlimited models.',
+    ["model"],
+  ),
+  modelLatency: registry.gauge(
+    "offpeak_model_latency_seconds",
+    'Mean time a slot was held per answered request in the adaptive controller\'s last window, by model ("auto" models only).',
+    ["model"],
+  ),
+  modelLatencyFloor: registry.gauge(
+    "offpeak_model_latency_floor_seconds",
+    'The adaptive controller\'s latency floor (the least window mean it saw lately, refreshed by probes at half the limit), by model ("auto" models only).',
+    ["model"],
+  ),
   modelHealthy: registry.gauge("offpeak_model_healthy", "1 if the model's upstream answered its last health check (built-ins: always 1).", ["model"]),
   upstreamRequests: registry.counter("offpeak_upstream_requests_total", "Requests sent to upstream engines (each retry counts), by model and source (interactive, batch).", ["model", "source"]),
   upstreamErrors: registry.counter(
@@ -50,6 +66,11 @@ export const m = {
   filesStored: registry.gauge("offpeak_files_stored", "Files in the database (including batch outputs), by purpose.", ["purpose"]),
   fileBytesStored: registry.gauge("offpeak_file_bytes_stored", "Bytes of stored files, by purpose.", ["purpose"]),
   storageFreeBytes: registry.gauge("offpeak_storage_free_bytes", "Free bytes on the data directory's filesystem."),
+  storageRetries: registry.counter(
+    "offpeak_storage_retries_total",
+    "Bucket calls tried again after a failure worth retrying (500 InternalError, 503 SlowDown, a reset, a timeout), by operation; batch Workers' included (src/storage/retry.ts).",
+    ["op"],
+  ),
   eventLoopDelay: registry.histogram(
     "offpeak_event_loop_delay_seconds",
     "How late the main thread's 10 ms timer ticks: time the event loop was held by one piece of work (src/metrics/eventLoop.ts).",
@@ -60,6 +81,9 @@ export const m = {
 };
 
 m.startTime.set([], Math.floor(Date.now() / 1000));
+
+// Bucket calls retried on this thread (Workers send theirs with their messages: applyWorkerMetrics).
+setRetryCounter((op: StorageOp) => m.storageRetries.inc([op]));
 
 /** Bound counters of interactive upstream calls, by model (a bounded set: configured models). */
 const interactiveCalls = new Map<string, () => void>();
@@ -82,6 +106,7 @@ export function applyWorkerMetrics(d: WorkerMetricsDelta): void {
   }
   for (const model in d.upstreamRequests) m.upstreamRequests.inc([model, "batch"], d.upstreamRequests[model]);
   for (const model in d.retries) m.upstreamRetries.inc([model], d.retries[model]);
+  for (const op in d.storageRetries) m.storageRetries.inc([op], d.storageRetries[op]);
   for (const key in d.upstreamErrors) {
     const tab = key.indexOf("\t");
     m.upstreamErrors.inc([key.slice(0, tab), "batch", key.slice(tab + 1)], d.upstreamErrors[key]);

@@ -34,8 +34,16 @@ export async function collectGauges(ctx: AppContext): Promise<void> {
   m.batchDispatchConcurrency.reset();
   m.modelQueueDepth.reset();
   m.modelHealthy.reset();
+  m.modelConcurrencyLimit.reset();
+  m.modelLatency.reset();
+  m.modelLatencyFloor.reset();
   for (const model of ctx.registry.list()) {
     const s = ctx.scheduler.stats(model.id);
+    const limit = ctx.scheduler.limitOf(model);
+    if (limit !== null) m.modelConcurrencyLimit.set([model.id], limit);
+    const auto = ctx.scheduler.adaptiveState(model.id);
+    if (auto?.latencyMs != null) m.modelLatency.set([model.id], auto.latencyMs / 1000);
+    if (auto?.floorMs != null) m.modelLatencyFloor.set([model.id], auto.floorMs / 1000);
     m.modelInFlight.set([model.id, "interactive"], s.inFlight - s.batchInFlight);
     m.modelInFlight.set([model.id, "batch"], s.batchInFlight);
     m.modelQueueDepth.set([model.id, "interactive"], s.queued);

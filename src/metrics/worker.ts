@@ -11,6 +11,8 @@ export interface WorkerMetricsDelta {
   upstreamErrors: Record<string, number>;
   /** model → attempts that were retries */
   retries: Record<string, number>;
+  /** storage operation → bucket calls tried again (src/storage/retry.ts) */
+  storageRetries: Record<string, number>;
 }
 
 let lines = new Map<string, [number, number]>();
@@ -19,6 +21,7 @@ let lastCell: [number, number] = [0, 0];
 let upstreamRequests: Record<string, number> = {};
 let upstreamErrors: Record<string, number> = {};
 let retries: Record<string, number> = {};
+let storageRetries: Record<string, number> = {};
 let dirty = false;
 
 /** The reason label of an upstream failure: a status class, or what went wrong without one. */
@@ -52,15 +55,22 @@ export function countUpstreamAttempt(model: string, attempt: number, failure: nu
   dirty = true;
 }
 
+/** A bucket call of this Worker was tried again (set as the Worker's retry counter: src/batches/worker/entry.ts). */
+export function countStorageRetry(op: string): void {
+  storageRetries[op] = (storageRetries[op] ?? 0) + 1;
+  dirty = true;
+}
+
 /** The counts since the last call (then zero), or undefined if nothing was counted. */
 export function takeWorkerMetrics(): WorkerMetricsDelta | undefined {
   if (!dirty) return undefined;
-  const delta: WorkerMetricsDelta = { lines: Object.fromEntries(lines), upstreamRequests, upstreamErrors, retries };
+  const delta: WorkerMetricsDelta = { lines: Object.fromEntries(lines), upstreamRequests, upstreamErrors, retries, storageRetries };
   lines = new Map();
   lastModel = null;
   upstreamRequests = {};
   upstreamErrors = {};
   retries = {};
+  storageRetries = {};
   dirty = false;
   return delta;
 }

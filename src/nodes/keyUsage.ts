@@ -1,18 +1,28 @@
-// Per-key rate limits for a cluster (SPEC §14: a key's rpm/tpm hold
-// cluster-wide): every SYNC_MS each node publishes the counts of its keys
-// that changed (one upsert per key) and reads the other nodes' counts of
-// the current minute (one query), and hands them to its RateLimiter, which
-// adds them and splits what is left among the live nodes until the next
-// sync. Nothing is asked of the database per request. Runs on Postgres
-// only: on SQLite there is one node.
-import { and, eq, lt, ne, sql } from "drizzle-orm";
+// Per-key rate limits for a cluster (SPEC §14, §17: a key's rpm/tpm hold
+// cluster-wide within 10%). The budget of a key's window lives in one row
+// of key_usage (node_id POOL): `requests` and `tokens` are what the nodes
+// have taken of the window, and `reserved_requests`/`reserved_tokens` what
+// the last statement on the row gave its node (so that one UPDATE …
+// RETURNING tells the taker both what it got and what is left). A node
+// takes blocks of it when a request finds none in hand
+// (src/inference/rateLimit.ts), never per request; every SYNC_MS it gives
+// back what it holds unused and adds the tokens it owes (completion tokens
+// counted after the answer). Runs on Postgres only: on SQLite there is one
+// node, and its counts in memory are the whole truth.
+//
+// The statement takes no more than the window has left, and concurrent
+// ones on the same row queue on its lock (each re-reads the row it
+// updates), so what all nodes take of a window never passes the limit.
+import { lt, sql, type SQLWrapper } from "drizzle-orm";
 import type { AppContext } from "../context";
-import { WINDOW_MS } from "../inference/rateLimit";
+import type { Budget, BudgetStore, Take, Taken } from "../inference/rateLimit";
 import type { Membership } from "./membership";
 
 const SYNC_MS = 250;
+/** The node_id of a key's row for a window: the cluster's, not one node's. */
+export const POOL = "*";
 
-export class KeyUsageSync {
+export class KeyUsageSync implements BudgetStore {
   private timer: ReturnType<typeof setInterval> | null = null;
   private syncing = false;
   private lastCleanup = 0;
@@ -23,59 +33,89 @@ export class KeyUsageSync {
   ) {}
 
   start(): void {
-    this.ctx.rateLimiter.enableCluster();
+    const limiter = this.ctx.rateLimiter;
+    limiter.onStoreError = (e) => this.ctx.log.error("rate limit budget not taken from the database: admitting out of this node's share meanwhile", { error: String(e) });
+    limiter.enableCluster(this);
     this.timer = setInterval(() => void this.sync(), SYNC_MS);
     this.timer.unref?.();
   }
 
+  nodes(): number {
+    return this.members.place().count;
+  }
+
+  /**
+   * One statement on the key's row for the window: applies `delta`, then
+   * takes per dimension `want` (at most what is left), or nothing if less
+   * than `need` is left. A dimension without a limit takes nothing.
+   */
+  async take(t: Take): Promise<Taken> {
+    const db = this.ctx.db;
+    const u = db.t.keyUsage;
+    const lim = { requests: t.limits.rpm ?? 0, tokens: t.limits.tpm ?? 0 };
+    // The row's figure once the delta is applied, and what it gives: both from the row as it stands when locked.
+    const base = (col: SQLWrapper, d: number) => sql`greatest(0, ${col} + ${d}::bigint)`;
+    const grant = (col: SQLWrapper, k: keyof Budget) =>
+      sql`(case when ${lim[k]}::bigint - ${base(col, t.delta[k])} >= ${t.need[k]}::bigint then least(${t.want[k]}::bigint, greatest(0, ${lim[k]}::bigint - ${base(col, t.delta[k])})) else 0 end)`;
+    // No row yet: the window is whole.
+    const first = (k: keyof Budget) => {
+      const b = Math.max(0, t.delta[k]);
+      return lim[k] - b >= t.need[k] ? Math.min(t.want[k], Math.max(0, lim[k] - b)) : 0;
+    };
+    const [row] = await db
+      .insert(u)
+      .values({
+        keyId: t.keyId,
+        nodeId: POOL,
+        windowStart: t.windowStart,
+        requests: Math.max(0, t.delta.requests) + first("requests"),
+        tokens: Math.max(0, t.delta.tokens) + first("tokens"),
+        reservedRequests: first("requests"),
+        reservedTokens: first("tokens"),
+      })
+      .onConflictDoUpdate({
+        target: [u.windowStart, u.keyId, u.nodeId],
+        set: {
+          requests: sql`${base(u.requests, t.delta.requests)} + ${grant(u.requests, "requests")}`,
+          tokens: sql`${base(u.tokens, t.delta.tokens)} + ${grant(u.tokens, "tokens")}`,
+          reservedRequests: grant(u.requests, "requests"),
+          reservedTokens: grant(u.tokens, "tokens"),
+        },
+      })
+      .returning({ requests: u.requests, tokens: u.tokens, gotRequests: u.reservedRequests, gotTokens: u.reservedTokens });
+    return { got: { requests: Number(row!.gotRequests), tokens: Number(row!.gotTokens) }, total: { requests: Number(row!.requests), tokens: Number(row!.tokens) } };
+  }
+
+  /** Gives back budget held idle, adds tokens owed, and (once a window) deletes the rows of past windows. */
   private async sync(): Promise<void> {
     if (this.syncing) return;
     this.syncing = true;
+    const limiter = this.ctx.rateLimiter;
     try {
-      const db = this.ctx.db;
-      const u = db.t.keyUsage;
       const now = Date.now();
-      const windowStart = now - (now % WINDOW_MS);
-      // Ours first (the others' next reads see them), then theirs; the
-      // allowances that reading changes go out at once, not a sync later:
-      // until they do, another node could hand out the same budget.
-      await this.publish(now);
-      const rows = await db
-        .select({
-          keyId: u.keyId,
-          requests: db.sql.sumNumber(sql`${u.requests} + ${u.reservedRequests}`),
-          tokens: db.sql.sumNumber(sql`${u.tokens} + ${u.reservedTokens}`),
-          nodes: db.sql.count(),
-        })
-        .from(u)
-        .where(and(eq(u.windowStart, windowStart), ne(u.nodeId, this.members.id)))
-        .groupBy(u.keyId);
-      const { index, count } = this.members.place();
-      this.ctx.rateLimiter.applyCluster({ windowStart, others: new Map(rows.map((r) => [r.keyId, { requests: r.requests, tokens: r.tokens, nodes: r.nodes }])), index, nodes: count });
-      await this.publish(now);
-      if (now - this.lastCleanup > WINDOW_MS) {
+      const deltas = limiter.takeDeltas(now);
+      for (let i = 0; i < deltas.length; i++) {
+        const d = deltas[i]!;
+        try {
+          const r = await this.take({ ...d, need: { requests: 0, tokens: 0 }, want: { requests: 0, tokens: 0 } });
+          limiter.learned(d.keyId, d.windowStart, r.total);
+        } catch (e) {
+          // Kept for the next sync (or the key's next take).
+          for (const rest of deltas.slice(i)) limiter.restore(rest);
+          throw e;
+        }
+      }
+      const windowMs = limiter.windowMs;
+      if (now - this.lastCleanup > windowMs) {
         this.lastCleanup = now;
-        await db.delete(u).where(lt(u.windowStart, sql`${windowStart - 2 * WINDOW_MS}`));
+        const u = this.ctx.db.t.keyUsage;
+        await this.ctx.db.delete(u).where(lt(u.windowStart, sql`${now - (now % windowMs) - 2 * windowMs}`));
       }
     } catch (e) {
       this.ctx.log.error("key usage sync failed", { error: String(e) });
     } finally {
       this.syncing = false;
     }
-  }
-
-  /** Upserts this node's counts and unused allowances that changed. */
-  private async publish(now: number): Promise<void> {
-    const db = this.ctx.db;
-    const u = db.t.keyUsage;
-    for (const c of this.ctx.rateLimiter.takeChanged(now))
-      await db
-        .insert(u)
-        .values({ ...c, nodeId: this.members.id })
-        .onConflictDoUpdate({
-          target: [u.windowStart, u.keyId, u.nodeId],
-          set: { requests: c.requests, tokens: c.tokens, reservedRequests: c.reservedRequests, reservedTokens: c.reservedTokens },
-        });
   }
 
   stop(): void {

@@ -12,6 +12,7 @@ import type { AppContext } from "../context";
 import type { NodeRow } from "../db/schema";
 import { nowSeconds } from "../ids";
 import { processGone } from "./identity";
+import { databaseUnavailable, unavailableLogger } from "../db/unavailable";
 
 const HEARTBEAT_MS = 1000;
 /** Rows of nodes gone this long are deleted (a stopped node is kept a while for /status). */
@@ -24,6 +25,7 @@ export class Membership {
   /** Live nodes at the last heartbeat, sorted by id; this node is always in it. */
   private live: string[];
   private afterBeats: (() => void)[] = [];
+  private readonly noteUnavailable = unavailableLogger((msg, fields) => this.ctx.log.warn(msg, fields));
 
   constructor(
     private readonly ctx: AppContext,
@@ -68,7 +70,12 @@ export class Membership {
 
   private beat(): Promise<void> {
     this.beating ??= this.heartbeat()
-      .catch((e) => this.ctx.log.error("node heartbeat failed", { node: this.id, error: String(e) }))
+      .catch((e) => {
+        // The database away (SPEC §17): said every few seconds, not every beat; the shares stay as they were.
+        const down = databaseUnavailable(e);
+        if (down) this.noteUnavailable("node heartbeat", down, { node: this.id });
+        else this.ctx.log.error("node heartbeat failed", { node: this.id, error: String(e) });
+      })
       .finally(() => (this.beating = null));
     return this.beating;
   }

@@ -1,5 +1,6 @@
 // POST /responses: offpeak-echo (plain or a Responses event stream), or an
 // upstream model (passed through untouched: inference/proxy.ts).
+import { streamHold } from "../auth/revocations";
 import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
 import { responses } from "../endpoints/responses";
@@ -27,6 +28,7 @@ export async function createResponse(ctx: AppContext, principal: Principal, body
     const abort = new AbortController();
     return sseResponse(responseEvents(body, r, plan, pace, abort.signal), {
       headers,
+      hold: streamHold(ctx.db, principal.keyId),
       named: true,
       onClose: () => {
         abort.abort();

@@ -1,6 +1,7 @@
 // File bytes go only through this interface: the local disk (./localDisk.ts)
 // or an S3-compatible bucket (./s3.ts), chosen by storage.url, without the
 // services knowing which.
+import type { LazyBlob } from "./bucket";
 import type { BlobLocator, S3Locator } from "./locator";
 
 export type { BlobLocator };
@@ -41,13 +42,15 @@ export interface BlobPart {
  */
 export interface BlobStore {
   createWriter(key: string): BlobWriter;
-  /** A lazily read blob (Bun.file, an S3File) — slice() it for ranges, stream() it for content; never a Response body (see read()). */
-  open(key: string): Blob;
+  /** A lazily read blob (Bun.file, an object of the bucket: ./bucket.ts) — slice() it for ranges, stream() it for content; never a Response body (see read()). */
+  open(key: string): LazyBlob;
   /**
    * The blob, or its bytes [start, end), as a Response body: on disk a lazily read
    * file Blob (Bun sends it natively, with Content-Length); on S3 a stream
-   * through this node (an S3File as a body would answer with a redirect to a
-   * presigned URL, which clients of a cluster may not be able to follow).
+   * through this node that resumes where a bucket error cut it (an S3File
+   * as a body would answer with a redirect to a presigned URL, which
+   * clients of a cluster may not be able to follow). A download gives a
+   * stream its Content-Length with ./sized.ts.
    */
   read(key: string, range?: { start: number; end: number }): Blob | ReadableStream<Uint8Array>;
   /**

@@ -1,15 +1,14 @@
 // Reading a composed blob (a file made of parts, in order) as one body.
 //
-// Bytes that lie in one part are that part's lazily read file Blob, sliced:
-// Bun serves it natively (sendfile) with a Content-Length. Bytes that span
-// parts are one ReadableStream that reads each part's slice in turn, pulled
-// by the consumer (one chunk in memory at a time). Bun 1.4.5 drops a
-// Content-Length that a handler sets on any streamed body and frames it
-// chunked instead (checked on a raw socket; oven-sh/bun#10507, still open),
-// so such a body reaches the client chunked; the caller sets the header
-// anyway (a later Bun may keep it) and the chunked framing still tells a
-// client that a body broke off.
+// Bytes that lie in one part are that part's lazily read Blob, sliced: on
+// the local disk Bun serves it natively (sendfile) with a Content-Length.
+// Bytes that span parts are one ReadableStream that reads each part's slice
+// in turn, pulled by the consumer (one chunk in memory at a time). Bun 1.4.5
+// drops a Content-Length that a handler sets on a streamed body
+// (oven-sh/bun#10507), so a download reads such a body before it answers
+// (./sized.ts).
 import type { BlobPart } from "./blobStore";
+import type { LazyBlob } from "./bucket";
 
 /** The pieces of `parts` that cover bytes [start, end): which part, and the byte range inside it. */
 export function piecesOf(parts: readonly BlobPart[], start: number, end: number): { part: BlobPart; from: number; to: number }[] {
@@ -31,9 +30,9 @@ export function piecesOf(parts: readonly BlobPart[], start: number, end: number)
  * lazily read Blob. A part that turns out shorter than recorded makes the
  * stream fail (the client sees a broken body, never a silently short one).
  */
-export function readParts(parts: readonly BlobPart[], start: number, end: number, open: (part: BlobPart) => Blob): Blob | ReadableStream<Uint8Array> {
+export function readParts<B extends LazyBlob>(parts: readonly BlobPart[], start: number, end: number, open: (part: BlobPart) => B): B | Blob | ReadableStream<Uint8Array> {
   const pieces = piecesOf(parts, start, end);
-  if (pieces.length === 1) return open(pieces[0]!.part).slice(pieces[0]!.from, pieces[0]!.to);
+  if (pieces.length === 1) return open(pieces[0]!.part).slice(pieces[0]!.from, pieces[0]!.to) as B;
   if (pieces.length === 0) return new Blob([]);
   let i = 0;
   let reader: { read(): Promise<{ done: boolean; value?: Uint8Array }>; cancel(reason?: unknown): Promise<void> } | null = null;

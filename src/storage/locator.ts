@@ -4,7 +4,7 @@
 // store), so they read their shard of the input straight from the disk or
 // the bucket, and upload their finished part files to the bucket, without
 // the main thread moving a byte.
-import type { S3File } from "bun";
+import { bucketOf, type LazyBlob } from "./bucket";
 
 /** Everything Bun's S3 client needs to reach the bucket: resolved once in src/config.ts, never read from the environment by a Worker. */
 export interface S3Settings {
@@ -19,25 +19,12 @@ export interface S3Settings {
 export type S3Locator = { s3: S3Settings; key: string };
 export type BlobLocator = { path: string } | S3Locator;
 
-/** One client per distinct settings, per thread. */
-const clients = new Map<string, Bun.S3Client>();
-
-export function s3ClientOf(settings: S3Settings): Bun.S3Client {
-  const id = JSON.stringify(settings);
-  let c = clients.get(id);
-  if (!c) clients.set(id, (c = new Bun.S3Client({ ...settings })));
-  return c;
-}
-
-export function s3FileOf(loc: S3Locator): S3File {
-  return s3ClientOf(loc.s3).file(loc.key);
-}
-
 /**
  * The blob at `loc`, read lazily: slice() it for a byte range, stream() it.
- * (An S3File must never be a Response body: Bun answers that with a
- * redirect to a presigned URL.)
+ * An object's reads go through ./bucket.ts (retried, streams resumed).
+ * Never a Response body (an S3File as one is answered with a redirect to a
+ * presigned URL).
  */
-export function openLocator(loc: BlobLocator): Blob {
-  return "path" in loc ? Bun.file(loc.path) : s3FileOf(loc);
+export function openLocator(loc: BlobLocator): LazyBlob {
+  return "path" in loc ? Bun.file(loc.path) : bucketOf(loc.s3).blob(loc.key);
 }

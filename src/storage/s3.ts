@@ -1,34 +1,33 @@
-// Blobs as objects in an S3-compatible bucket (storage.url = s3://BUCKET[/PREFIX]),
-// through Bun's built-in S3 client. A blob `key` is the object
-// `PREFIX/key`; part `idx` of a composed blob is the object
-// `PREFIX/key.parts/idx`, uploaded by the batch Worker that wrote it.
+// Blobs as objects in an S3-compatible bucket (storage.url = s3://BUCKET[/PREFIX]).
+// A blob `key` is the object `PREFIX/key`; part `idx` of a composed blob
+// is the object `PREFIX/key.parts/idx.claim`, uploaded by the batch Worker
+// that wrote it. Every call to the bucket goes through ./bucket.ts, which
+// tries a failed call again where it failed (./retry.ts, SPEC §17).
 //
-// Uploads stream to the bucket as a multipart upload (the S3 file writer),
-// flushed every part so memory holds at most a few parts per upload. An
+// Uploads stream to the bucket as a multipart upload made by ./bucket.ts,
+// one part at a time as the bytes come: memory holds at most QUEUE + 1
+// parts per upload. An upload shorter than a part is one PUT at the end. An
 // object is durable once the bucket answered its PUT or its
-// CompleteMultipartUpload: commit() resolves only then.
+// CompleteMultipartUpload: commit() resolves only then. An upload that is
+// rejected is aborted (AbortMultipartUpload: no object is made; one already
+// completed is deleted). Until then its key is written in a small journal
+// under <data_dir>/s3-pending, so a crash in between is cleaned at the next
+// start; so are deletions a crash cut short. A crash in the middle of an
+// upload leaves an incomplete multipart upload only the bucket can see: set
+// a lifecycle rule (AbortIncompleteMultipartUpload, docs/OPERATING.md
+// "Storage on S3").
 //
-// Bun 1.4.5 cannot abort a multipart upload: `writer.end(error)` completes it
-// with the bytes so far, and the upload id is never exposed (oven-sh/bun
-// #43134, open). An upload that is rejected therefore ends its multipart
-// upload (so no incomplete upload is left to bill) and then deletes the
-// object, which no record points at (file ids are never reused). Until then
-// its key is written in a small journal under <data_dir>/s3-pending, so a
-// crash in between is cleaned at the next start; so are deletions a crash
-// cut short. A crash in the middle of an upload leaves an incomplete
-// multipart upload only the bucket can see: set a lifecycle rule
-// (AbortIncompleteMultipartUpload, docs/OPERATING.md "Storage on S3").
-//
-// Reads stream through this node: an S3File as a Response body makes Bun
-// answer with a redirect to a presigned URL.
-import type { S3File } from "bun";
+// Reads stream through this node (an S3File as a Response body makes Bun
+// answer with a redirect to a presigned URL), and resume where a failure
+// cut them (./retry.ts resumableStream).
 import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "../log";
 import type { BlobLocator, BlobPart, BlobStore, BlobWriter, PartTarget } from "./blobStore";
+import { bucketOf, type Bucket, type LazyBlob, type MultipartUpload } from "./bucket";
 import { readParts } from "./composed";
-import { s3ClientOf, type S3Locator, type S3Settings } from "./locator";
+import type { S3Locator, S3Settings } from "./locator";
 import { trashIn, type Trash } from "./trash";
 
 const MiB = 1 << 20;
@@ -48,7 +47,7 @@ export interface S3StoreOptions {
 }
 
 export class S3Store implements BlobStore {
-  readonly client: Bun.S3Client;
+  readonly bucket: Bucket;
   private readonly partSize: number;
   private readonly journal: Journal;
   private readonly trash: Trash;
@@ -62,7 +61,7 @@ export class S3Store implements BlobStore {
     dataDir: string,
     private readonly opts: S3StoreOptions,
   ) {
-    this.client = s3ClientOf(settings);
+    this.bucket = bucketOf(settings);
     this.partSize = Math.max(MIN_PART_BYTES, Math.ceil(opts.maxBlobBytes / MAX_PARTS / MiB) * MiB);
     this.journal = new Journal(join(dataDir, "s3-pending"));
     // Uploads' duplicate checks spill to <dataDir>/tmp (src/jsonl/validatorClient.ts); swept at start.
@@ -75,10 +74,6 @@ export class S3Store implements BlobStore {
     return this.prefix ? `${this.prefix}/${key}` : key;
   }
 
-  private file(key: string): S3File {
-    return this.client.file(this.objectKey(key));
-  }
-
   locate(key: string): BlobLocator {
     return { s3: this.settings, key: this.objectKey(key) };
   }
@@ -88,21 +83,51 @@ export class S3Store implements BlobStore {
   }
 
   createWriter(key: string): BlobWriter {
-    const file = this.file(key);
+    const bucket = this.bucket;
+    const objectKey = this.objectKey(key);
     const partSize = this.partSize;
-    const sink = file.writer({ partSize, queueSize: QUEUE, type: "application/octet-stream" });
     this.journal.add("upload", key);
     let bytes = 0;
-    let unflushed = 0;
+    /** The part being filled (null until the next byte comes), and its bytes so far. */
+    let part: Uint8Array | null = null;
+    let fill = 0;
+    let parts = 0;
+    /** The multipart upload, begun with the first full part. */
+    let upload: Promise<MultipartUpload> | null = null;
+    const sending = new Set<Promise<void>>();
     let failure: unknown = null;
     let state: "open" | "committed" | "aborted" = "open";
-    // The upload's end (PUT, or CompleteMultipartUpload): started by finish(), readBack() or commit().
+    const send = (data: Uint8Array) => {
+      const n = ++parts;
+      if (!upload) {
+        upload = bucket.startMultipart(objectKey);
+        upload.catch(() => {}); // seen through the parts
+      }
+      const p: Promise<void> = upload
+        .then((u) => u.part(n, data))
+        .catch((e) => void (failure ??= e))
+        .finally(() => sending.delete(p));
+      sending.add(p);
+    };
+    // The upload's end (one PUT, or the last part and CompleteMultipartUpload): started by finish(), readBack() or commit().
     let ending: Promise<void> | null = null;
     const end = () => {
       if (!ending) {
-        ending = Promise.resolve()
-          .then(() => sink.end())
-          .then(() => {});
+        ending = (async () => {
+          if (!upload) {
+            const body = part ? part.subarray(0, fill) : new Uint8Array(0);
+            part = null;
+            fill = 0;
+            await bucket.put(objectKey, body);
+            return;
+          }
+          if (fill > 0) send(part!.subarray(0, fill));
+          part = null;
+          fill = 0;
+          while (sending.size > 0) await Promise.all([...sending]);
+          if (failure) throw failure;
+          await (await upload).complete(bytes);
+        })();
         ending.catch(() => {}); // seen by commit() or readBack(); abort() does not care
       }
       return ending;
@@ -114,25 +139,25 @@ export class S3Store implements BlobStore {
       write(chunk: Uint8Array) {
         if (state !== "open" || ending) throw new Error("write to an S3 upload that has ended");
         if (failure) throw failure;
-        // The sink copies the chunk into its part buffer.
-        const w = sink.write(chunk);
-        bytes += chunk.length;
-        unflushed += chunk.length;
-        const wait: Promise<unknown>[] = [];
-        if (w instanceof Promise) wait.push(w);
-        // Once a part's worth is buffered, hand it over and let the caller wait
-        // while the queue is full: without this, the sink buffered a whole
-        // 256 MB upload (455 MB RSS; 148 MB with it).
-        if (unflushed >= partSize) {
-          unflushed = 0;
-          const f = sink.flush();
-          if (f instanceof Promise) wait.push(f);
+        // Copied into the part being filled; a full part goes to the bucket.
+        for (let off = 0; off < chunk.length; ) {
+          part ??= new Uint8Array(partSize);
+          const n = Math.min(partSize - fill, chunk.length - off);
+          part.set(chunk.subarray(off, off + n), fill);
+          fill += n;
+          off += n;
+          if (fill === partSize) {
+            send(part);
+            part = null;
+            fill = 0;
+          }
         }
-        if (wait.length === 0) return;
-        return Promise.all(wait).then(
-          () => {},
-          (e) => void (failure ??= e),
-        );
+        bytes += chunk.length;
+        // While QUEUE parts are on their way the caller waits: memory stays bounded.
+        if (sending.size < QUEUE) return;
+        return (async () => {
+          while (sending.size >= QUEUE) await Promise.race(sending);
+        })();
       },
       finish() {
         // The last byte is in: complete the upload while the caller still validates.
@@ -143,7 +168,7 @@ export class S3Store implements BlobStore {
         // commit: only a rejected upload is read back, and abort() deletes it).
         return lazyStream(async () => {
           await end();
-          return file.stream();
+          return bucket.stream(objectKey);
         });
       },
       commit: async () => {
@@ -157,15 +182,21 @@ export class S3Store implements BlobStore {
       abort: () => {
         if (state !== "open") return;
         state = "aborted";
+        part = null;
         this.track(
           (async () => {
-            // Bun 1.4.5 completes the upload even with an error (see the top of
-            // this file); a later Bun aborts it and stores nothing. Either way,
-            // then no object may remain.
+            // No object may remain: the multipart upload is aborted (its
+            // parts go, none becomes an object), and whatever an end that
+            // already ran made is deleted.
             try {
-              await (ending ?? Promise.resolve().then(() => sink.end(new Error("upload aborted"))));
+              await ending;
             } catch {}
-            await this.client.delete(this.objectKey(key));
+            while (sending.size > 0) await Promise.all([...sending]);
+            if (upload) {
+              const u = await upload.catch(() => null);
+              await u?.abort();
+            }
+            await bucket.delete(objectKey);
             await this.journal.remove("upload", key);
           })(),
           "removing an aborted upload failed (removed at the next start)",
@@ -175,14 +206,12 @@ export class S3Store implements BlobStore {
     };
   }
 
-  open(key: string): Blob {
-    return this.file(key);
+  open(key: string): LazyBlob {
+    return this.bucket.blob(this.objectKey(key));
   }
 
-  read(key: string, range?: { start: number; end: number }): Blob | ReadableStream<Uint8Array> {
-    if (range && range.end <= range.start) return new Blob([]);
-    const f = this.file(key);
-    return (range ? f.slice(range.start, range.end) : f).stream();
+  read(key: string, range?: { start: number; end: number }): ReadableStream<Uint8Array> {
+    return range ? this.bucket.stream(this.objectKey(key), range.start, range.end) : this.bucket.stream(this.objectKey(key));
   }
 
   delete(key: string): void {
@@ -196,13 +225,13 @@ export class S3Store implements BlobStore {
 
   /** The object and every part object of `key`. */
   private async remove(key: string): Promise<void> {
-    await this.client.delete(this.objectKey(key));
+    await this.bucket.delete(this.objectKey(key));
     const prefix = `${this.objectKey(key)}.parts/`;
     let token: string | undefined;
     do {
-      const page = await this.client.list({ prefix, continuationToken: token, maxKeys: 1000 });
+      const page = await this.bucket.list({ prefix, continuationToken: token, maxKeys: 1000 });
       const keys = (page.contents ?? []).map((c) => c.key);
-      for (let i = 0; i < keys.length; i += DELETE_CONCURRENCY) await Promise.all(keys.slice(i, i + DELETE_CONCURRENCY).map((k) => this.client.delete(k)));
+      for (let i = 0; i < keys.length; i += DELETE_CONCURRENCY) await Promise.all(keys.slice(i, i + DELETE_CONCURRENCY).map((k) => this.bucket.delete(k)));
       token = page.isTruncated ? page.nextContinuationToken : undefined;
     } while (token);
   }
@@ -215,13 +244,13 @@ export class S3Store implements BlobStore {
     // of it), and a run that lost its lease uploads under its own name, so
     // it can never replace the part that counts.
     const partKey = partKeyOf(key, idx, claim);
-    const remote = await this.remoteSize(partKey);
+    const remote = await this.bucket.size(this.objectKey(partKey));
     if (remote) return { key: partKey, bytes: remote };
     const local = await localSize(staged);
     // None, or empty: empty parts are not kept.
     if (!local) return null;
     // Not in the bucket (it should be): from this node's disk, the one copy through this node.
-    await this.file(partKey).write(Bun.file(staged));
+    await this.bucket.put(this.objectKey(partKey), Bun.file(staged));
     return { key: partKey, bytes: local };
   }
 
@@ -230,8 +259,8 @@ export class S3Store implements BlobStore {
   }
 
   readComposed(parts: readonly BlobPart[], start: number, end: number): ReadableStream<Uint8Array> {
-    const body = readParts(parts, start, end, (p) => this.file(p.key));
-    return body instanceof Blob ? body.stream() : body;
+    const body = readParts(parts, start, end, (p) => this.bucket.blob(this.objectKey(p.key)));
+    return body instanceof ReadableStream ? body : body.stream();
   }
 
   freeBytes(): null {
@@ -239,17 +268,13 @@ export class S3Store implements BlobStore {
   }
 
   async probe(): Promise<boolean> {
-    let timer: ReturnType<typeof setTimeout> | undefined;
     try {
-      const listing = this.client.list({ prefix: this.prefix ? `${this.prefix}/` : undefined, maxKeys: 1 });
-      const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error("timed out")), PROBE_TIMEOUT_MS)));
-      await Promise.race([listing, timeout]);
+      // One try: a health check says how the bucket is now.
+      await this.bucket.list({ prefix: this.prefix ? `${this.prefix}/` : undefined, maxKeys: 1 }, { maxTries: 1, timeoutMs: PROBE_TIMEOUT_MS });
       return true;
     } catch (e) {
       this.opts.log.warn("the bucket does not answer", { bucket: this.settings.bucket, error: String(e) });
       return false;
-    } finally {
-      clearTimeout(timer);
     }
   }
 
@@ -258,7 +283,7 @@ export class S3Store implements BlobStore {
     for (const name of readdirSync(this.tmp)) this.trash.discard(join(this.tmp, name));
     // Uploads a crash left half done (their object, if it was completed) and deletions it cut short.
     for (const { op, key } of this.journal.entries()) {
-      const work = op === "upload" ? this.client.delete(this.objectKey(key)) : this.remove(key);
+      const work = op === "upload" ? this.bucket.delete(this.objectKey(key)) : this.remove(key);
       this.track(
         work.then(() => this.journal.remove(op, key)),
         "cleaning what a crash left in the bucket failed (tried again at the next start)",
@@ -270,15 +295,6 @@ export class S3Store implements BlobStore {
   async settled(): Promise<void> {
     while (this.background.size > 0) await Promise.all([...this.background]);
     await this.trash.settled();
-  }
-
-  private async remoteSize(key: string): Promise<number | null> {
-    try {
-      return (await this.file(key).stat()).size;
-    } catch (e) {
-      if ((e as { code?: string }).code === "NoSuchKey") return null;
-      throw e;
-    }
   }
 
   /** Runs `work` off the caller's path; a failure is logged (the journal keeps what is left to do). */

@@ -21,6 +21,8 @@ import { and, asc, eq, lte, sql } from "drizzle-orm";
 import type { AppContext } from "../context";
 import type { WebhookEventRow } from "../db/schema";
 import { nowSeconds } from "../ids";
+import { egressPolicy, type EgressPolicy } from "./egress";
+import { postWebhook } from "./post";
 import { signatureHeaders } from "./sign";
 
 const TICK_MS = 1000;
@@ -73,8 +75,11 @@ export class WebhookSender {
   private readonly backoffScale: number;
 
   private readonly q;
+  /** Where deliveries may go (webhooks.allowed_hosts). */
+  private readonly policy: EgressPolicy;
 
   constructor(private readonly ctx: AppContext) {
+    this.policy = egressPolicy(ctx.config.webhookAllowedHosts);
     this.backoffScale = ctx.config.webhookRetryBaseMs / BACKOFF_MS[0]!;
     // Prepared once: built per call, Drizzle's query building costs more than the queries here.
     const { webhookAttempts, webhookEndpoints, webhookEvents: e } = ctx.db.t;
@@ -218,23 +223,8 @@ export class WebhookSender {
       await this.ctx.db.delete(e).where(eq(e.id, row.id));
       return;
     }
-    let statusCode: number | null = null;
-    let error: string | null = null;
-    try {
-      const res = await fetch(endpoint.url, {
-        method: "POST",
-        headers: { "content-type": "application/json", "user-agent": "offpeak-webhooks", ...signatureHeaders(endpoint.secret, row.id, row.payload) },
-        body: row.payload,
-        redirect: "manual",
-        signal: AbortSignal.timeout(TIMEOUT_MS),
-      });
-      statusCode = res.status;
-      // The answer's body means nothing to us; don't hold the connection for it.
-      await res.body?.cancel().catch(() => {});
-      if (res.status < 200 || res.status > 299) error = `HTTP ${res.status}`;
-    } catch (e) {
-      error = (e as Error).name === "TimeoutError" ? `no answer within ${TIMEOUT_MS / 1000} s` : String((e as Error).message ?? e).slice(0, 300);
-    }
+    const headers = { "content-type": "application/json", "user-agent": "offpeak-webhooks", ...signatureHeaders(endpoint.secret, row.id, row.payload) };
+    const { statusCode, error, detail } = await postWebhook(endpoint.url, headers, row.payload, this.policy, { timeoutMs: TIMEOUT_MS });
     if (this.stopped) return; // the database may be closing: the lease brings it back
     const attempt = row.attempts + 1;
     const now = Date.now();
@@ -258,7 +248,7 @@ export class WebhookSender {
     });
     if (error !== null)
       // The URL may hold a token in its query: log the endpoint id, never the URL or the secret.
-      this.ctx.log.warn("webhook delivery failed", { endpoint_id: row.endpointId, event_id: row.id, attempt, status_code: statusCode, error, gave_up: giveUp });
+      this.ctx.log.warn("webhook delivery failed", { endpoint_id: row.endpointId, event_id: row.id, attempt, status_code: statusCode, error, detail, gave_up: giveUp });
   }
 
   /** Records the attempts made since the last call, in one transaction (one commit each cost ≈3× as much). */

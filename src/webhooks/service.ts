@@ -5,6 +5,7 @@ import type { AppContext } from "../context";
 import type { WebhookEndpointRow } from "../db/schema";
 import { ApiError, notFound } from "../errors";
 import { isId, newId, nowSeconds } from "../ids";
+import { checkTarget, egressPolicy, hostKey } from "./egress";
 import { BATCH_EVENT_TYPES } from "./outbox";
 import { newSecret } from "./sign";
 
@@ -39,6 +40,8 @@ export async function createEndpoint(ctx: AppContext, callerProject: string, inp
       throw new ApiError("invalid_value", "project must be 1..64 characters of A-Z a-z 0-9 . _ -", { param: "project" });
     project = input.project;
   }
+  // Last: the one check that may wait for DNS.
+  await checkReachable(ctx, url);
   const row: EndpointRow = { seq: undefined as unknown as number, id: newId("whep_"), project, url, events, secret: newSecret(), createdAt: nowSeconds() };
   const { seq: _seq, ...values } = row;
   await ctx.db.insert(ctx.db.t.webhookEndpoints).values(values);
@@ -58,6 +61,28 @@ function checkUrl(raw: unknown): string {
   if (u.protocol !== "http:" && u.protocol !== "https:") throw new ApiError("invalid_value", "url must be http or https", { param: "url" });
   if (u.username || u.password) throw new ApiError("invalid_value", "url must not carry credentials", { param: "url" });
   return u.toString();
+}
+
+/** How long creation waits for DNS before it lets the name through to the per-delivery check. */
+const CREATE_LOOKUP_MS = 5000;
+
+/**
+ * SPEC §16: a URL whose host is, or resolves to, an internal address is
+ * refused unless webhooks.allowed_hosts opens it. A name that does not
+ * resolve (yet) is accepted: every delivery checks again, and dials only
+ * what it checked (./post.ts).
+ */
+async function checkReachable(ctx: AppContext, url: string): Promise<void> {
+  const host = new URL(url).hostname;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const giveUp = new Promise<null>((r) => (timer = setTimeout(() => r(null), CREATE_LOOKUP_MS)));
+  const verdict = await Promise.race([checkTarget(host, egressPolicy(ctx.config.webhookAllowedHosts)), giveUp]).finally(() => clearTimeout(timer));
+  if (verdict && !verdict.ok && verdict.reason === "not_allowed") {
+    const how = hostKey(host) === verdict.address ? "is" : "resolves to";
+    throw new ApiError("webhook_url_not_allowed", `url's host ${how} a ${verdict.class} address; internal receivers must be opened by the operator with webhooks.allowed_hosts`, {
+      param: "url",
+    });
+  }
 }
 
 export async function listEndpoints(ctx: AppContext, project: string | undefined) {

@@ -17,6 +17,7 @@ export const BATCH_KEYS = [
   "endpoint",
   "error_file_id",
   "errors",
+  "estimated_completion_at",
   "expired_at",
   "expires_at",
   "failed_at",
@@ -30,6 +31,7 @@ export const BATCH_KEYS = [
   "output_file_id",
   "request_counts",
   "status",
+  "status_details",
   "usage",
 ].sort();
 

@@ -6,7 +6,7 @@ import type { Subprocess } from "bun";
 import { join, resolve } from "node:path";
 import OpenAI from "openai";
 import { pollUntil } from "./batches";
-import { ADMIN_KEY } from "./server";
+import { ADMIN_KEY, SERVE_READY } from "./server";
 
 const ROOT = resolve(import.meta.dir, "..", "..");
 const MAIN = join(ROOT, "src", "main.ts");
@@ -43,7 +43,7 @@ export interface ChildOptions {
   args?: string[];
   /** More environment (on top of childEnv()). */
   env?: Record<string, string>;
-  /** How long to wait for "offpeak listening on …" (default 20 s). */
+  /** How long to wait for the banner's "API base" line (default 20 s). */
   startMs?: number;
 }
 
@@ -74,7 +74,7 @@ export class ChildServer {
     const m = await pollUntil(
       async () => {
         if (c.proc.exitCode !== null) throw new Error(`server exited with ${c.proc.exitCode}: ${c.stderr}`);
-        return /offpeak listening on (http:\/\/\S+)/.exec(c.stdout);
+        return SERVE_READY.exec(c.stdout);
       },
       (m) => m !== null,
       opts.startMs ?? 20_000,

@@ -50,6 +50,18 @@ export interface TestPostgres {
   stop(): Promise<void>;
 }
 
+/** A server of its own that a test can take down and bring back (startDedicatedPostgres). */
+export interface RestartablePostgres extends TestPostgres {
+  /**
+   * Stops postgres as a restart does (a fast shutdown, SIGINT: open sessions
+   * end with 57P01, then the port refuses), keeping its data; resolves when
+   * the server is gone.
+   */
+  halt(): Promise<void>;
+  /** Starts it again on the same data and port; resolves when it answers. */
+  resume(): Promise<void>;
+}
+
 const PG_USER = "offpeak-pg";
 
 /** The server's parameters (each one `-c name=value`), for tests only. */
@@ -80,10 +92,45 @@ interface Instance {
   postmaster: number;
   /** The watchdog has exited (the server is gone). */
   dead: boolean;
+  /** The data dir (postmaster.pid is in it). */
+  data: string;
+  /** Halted on purpose (RestartablePostgres.halt): the watchdog waits for "resume". */
+  halted: boolean;
 }
 
 function alive(inst: Instance): boolean {
-  return !inst.dead && !exited(inst.proc.pid) && !exited(inst.postmaster);
+  return !inst.dead && !exited(inst.proc.pid) && (inst.halted || !exited(inst.postmaster));
+}
+
+/**
+ * Waits until postmaster.pid's status line says "ready" (what pg_ctl waits
+ * for), then one query to be sure. Returns null when up, else why not.
+ */
+async function waitReady(inst: Instance, deadline: number, previous = 0): Promise<string | null> {
+  const pidFile = join(inst.data, "postmaster.pid");
+  let ready = false;
+  while (!inst.dead && Date.now() < deadline) {
+    try {
+      const lines = readFileSync(pidFile, "utf8").split("\n");
+      // (A restart: the file of the server that stopped may still be there for a moment.)
+      if (lines[7]?.trim() === "ready" && Number(lines[0]) !== previous) {
+        inst.postmaster = Number(lines[0]);
+        ready = true;
+        break;
+      }
+    } catch {}
+    await Bun.sleep(15);
+  }
+  if (!ready) return inst.dead ? "the watchdog exited" : `postgres was not ready within ${START_TIMEOUT_MS / 1000} s`;
+  const sql = new SQL({ url: `postgres://postgres@127.0.0.1:${inst.port}/postgres`, max: 1, connectionTimeout: 10 });
+  try {
+    await sql`select 1`;
+    return null;
+  } catch (e) {
+    return `postgres said it was ready on port ${inst.port}, but a connection failed: ${(e as Error).message}`;
+  } finally {
+    await sql.close().catch(() => {});
+  }
 }
 
 let current: Promise<TestPostgres> | undefined;
@@ -96,11 +143,20 @@ export function startPostgres(): Promise<TestPostgres> {
     currentInstance = undefined;
     current = undefined;
   }
-  current ??= start().catch((e) => {
+  current ??= start(true).catch((e) => {
     current = undefined;
     throw e;
   });
   return current;
+}
+
+/**
+ * A server for one test alone (never the shared one), which it may halt and
+ * resume mid-test (a Postgres restart). Stop it in afterAll; the watchdog
+ * stops it anyway when the test process exits.
+ */
+export async function startDedicatedPostgres(): Promise<RestartablePostgres> {
+  return (await start(false)) as RestartablePostgres;
 }
 
 // ---------------------------------------------------------------------------
@@ -294,19 +350,33 @@ if [ ! -f "$data/PG_VERSION" ]; then
     cleanup 3
   fi
 fi
-if [ -n "$pdeath" ]; then
-  setpriv --pdeathsig SIGQUIT -- "$bin/postgres" -D "$data" -p "$port" "$@" >"$root/postgres.log" 2>&1 </dev/null &
-else
-  "$bin/postgres" -D "$data" -p "$port" "$@" >"$root/postgres.log" 2>&1 </dev/null &
-fi
-pg=$!
+run_pg() {
+  if [ -n "$pdeath" ]; then
+    setpriv --pdeathsig SIGQUIT -- "$bin/postgres" -D "$data" -p "$port" "$@" >>"$root/postgres.log" 2>&1 </dev/null &
+  else
+    "$bin/postgres" -D "$data" -p "$port" "$@" >>"$root/postgres.log" 2>&1 </dev/null &
+  fi
+  pg=$!
+}
+run_pg "$@"
+# Lines on stdin: "halt" stops postgres as a restart does (fast shutdown, SIGINT), keeping the data;
+# "resume" starts it again (startDedicatedPostgres). Anything else is ignored.
 while :; do
-  read -r -t 0.25 _
+  read -r -t 0.25 cmd
   rc=$?
-  [ $rc -eq 0 ] && continue
+  if [ $rc -eq 0 ]; then
+    if [ "$cmd" = halt ] && [ -n "$pg" ]; then
+      kill -INT "$pg" 2>/dev/null
+      wait "$pg" 2>/dev/null
+      pg=
+    elif [ "$cmd" = resume ] && [ -z "$pg" ]; then
+      run_pg "$@"
+    fi
+    continue
+  fi
   [ $rc -le 128 ] && cleanup 0   # EOF: the parent closed the pipe, or is gone
   [ -d "/proc/$parent" ] || cleanup 0
-  if ! kill -0 "$pg" 2>/dev/null; then
+  if [ -n "$pg" ] && ! kill -0 "$pg" 2>/dev/null; then
     wait "$pg"
     echo "postgres exited (status $?):" >&2
     tail -c 4000 "$root/postgres.log" >&2
@@ -342,7 +412,8 @@ function stopAllSync(): void {
   live.clear();
 }
 
-async function start(): Promise<TestPostgres> {
+/** `shared`: the server startPostgres() hands out (else one for a single caller, startDedicatedPostgres). */
+async function start(shared: boolean): Promise<TestPostgres> {
   if (process.platform === "win32") fail("not supported on Windows");
   const user = runAs();
   const binDir = await binaries(user);
@@ -367,7 +438,7 @@ async function start(): Promise<TestPostgres> {
       env: { PATH: process.env.PATH ?? "/usr/bin:/bin", LANG: "C", LC_ALL: "C", TZ: process.env.TZ ?? "UTC" },
       ...(user ? { uid: user.uid, gid: user.gid } : {}),
     });
-    const inst: Instance = { proc, port, postmaster: 0, dead: false };
+    const inst: Instance = { proc, port, postmaster: 0, dead: false, data: join(root, "data"), halted: false };
     live.add(inst);
     void proc.exited.then(() => {
       inst.dead = true;
@@ -380,44 +451,17 @@ async function start(): Promise<TestPostgres> {
       }
     });
 
-    // Ready when postmaster.pid's status line says so (what pg_ctl waits for); then one query to be sure.
-    const pidFile = join(root, "data", "postmaster.pid");
-    const deadline = Date.now() + START_TIMEOUT_MS;
-    let ready = false;
-    while (!inst.dead && Date.now() < deadline) {
-      try {
-        const lines = readFileSync(pidFile, "utf8").split("\n");
-        if (lines[7]?.trim() === "ready") {
-          inst.postmaster = Number(lines[0]);
-          ready = true;
-          break;
-        }
-      } catch {}
-      await Bun.sleep(15);
-    }
-    if (ready) {
-      const sql = new SQL({ url: `postgres://postgres@127.0.0.1:${port}/postgres`, max: 1, connectionTimeout: 10 });
-      try {
-        await sql`select 1`;
-      } catch (e) {
-        ready = false;
-        lastError = `postgres said it was ready on port ${port}, but a connection failed: ${(e as Error).message}`;
-      } finally {
-        await sql.close().catch(() => {});
-      }
-    }
-    if (ready && !inst.dead) {
+    const notReady = await waitReady(inst, Date.now() + START_TIMEOUT_MS);
+    if (notReady) lastError = notReady;
+    if (!notReady && !inst.dead) {
       proc.unref();
-      currentInstance = inst;
+      if (shared) currentInstance = inst;
       if (process.env.OFFPEAK_TEST_PG_VERBOSE) console.error(`test Postgres on 127.0.0.1:${port} in ${(performance.now() - t0).toFixed(0)} ms (${root})`);
       return handle(inst);
     }
 
     // Not up: stop the watchdog (it cleans up) and say why.
-    if (!inst.dead) {
-      if (!lastError) lastError = `postgres was not ready within ${START_TIMEOUT_MS / 1000} s`;
-      proc.kill("SIGUSR1");
-    }
+    if (!inst.dead) proc.kill("SIGUSR1");
     await proc.exited;
     const err = (await new Response(proc.stderr).text()).trim();
     if (err) lastError = err;
@@ -428,7 +472,7 @@ async function start(): Promise<TestPostgres> {
   fail(`could not start postgres (${join(binDir, "bin", "postgres")}${user ? `, as user ${user.name}` : ""}): ${lastError || "no reason given"}`);
 }
 
-function handle(inst: Instance): TestPostgres {
+function handle(inst: Instance): RestartablePostgres {
   const { port } = inst;
   const url = (dbName = "postgres") => `postgres://postgres@127.0.0.1:${port}/${encodeURIComponent(dbName)}`;
   let n = 0;
@@ -464,6 +508,28 @@ function handle(inst: Instance): TestPostgres {
       ]);
       clearTimeout(timer);
       if (timedOut) fail(`the server on port ${port} did not stop within 15 s`);
+    },
+    async halt() {
+      if (stopped || inst.dead) fail("halt() of a server that is stopped");
+      if (inst.halted) return;
+      inst.halted = true;
+      inst.proc.stdin.write("halt\n");
+      inst.proc.stdin.flush();
+      const deadline = Date.now() + 15_000;
+      while (!exited(inst.postmaster)) {
+        if (Date.now() > deadline) fail(`the server on port ${port} did not halt within 15 s`);
+        await Bun.sleep(10);
+      }
+    },
+    async resume() {
+      if (stopped || inst.dead) fail("resume() of a server that is stopped");
+      if (!inst.halted) return;
+      const previous = inst.postmaster;
+      inst.proc.stdin.write("resume\n");
+      inst.proc.stdin.flush();
+      const notReady = await waitReady(inst, Date.now() + START_TIMEOUT_MS, previous);
+      if (notReady) fail(`resume(): ${notReady}`);
+      inst.halted = false;
     },
   };
 }

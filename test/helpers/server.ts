@@ -129,3 +129,9 @@ export function uploadRaw(t: TestServer, text: string | Uint8Array, purpose = "b
   form.append("file", new Blob([text]), filename);
   return t.api("/files", { method: "POST", body: form, key });
 }
+
+/**
+ * `offpeak serve` is ready when its banner (src/banner.ts, on stdout) says
+ * where the API is: group 1 is the server's origin (http://127.0.0.1:PORT).
+ */
+export const SERVE_READY = /API base\s+(http:\/\/\S+?)\/api\/v1\b/;

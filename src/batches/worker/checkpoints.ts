@@ -22,8 +22,17 @@
 // was lost) wrote past that point are cut away by the next run's first
 // segment; if the next run wrote none, they are the lines that stalled run
 // really finished, still a prefix of nothing else, and kept.
+//
+// Every call to the bucket is retried where it fails (src/storage/bucket.ts).
+// Removing the segments (clear) goes backwards, from the last segment in
+// that order to the first, and only this run's and earlier runs' segments:
+// cut short, it leaves a first part of the list, whose chain is one that
+// existed (never a chain with a hole that a later segment would be spliced
+// onto), and it never removes what a later run (one that took the shard
+// over) wrote.
 import { closeSync, fstatSync, ftruncateSync, openSync, writeSync } from "node:fs";
-import { s3ClientOf, type S3Locator } from "../../storage/locator";
+import { bucketOf } from "../../storage/bucket";
+import type { S3Locator } from "../../storage/locator";
 
 export const CHECKPOINT_MS = 1000;
 const PAD = 12;
@@ -39,18 +48,12 @@ const segmentKey = (part: S3Locator, claim: number, start: number, end: number) 
   `${part.key}.ckpt/${String(claim).padStart(8, "0")}-${String(start).padStart(PAD, "0")}-${String(end).padStart(PAD, "0")}`;
 
 export async function listSegments(part: S3Locator): Promise<Segment[]> {
-  const client = s3ClientOf(part.s3);
   const prefix = `${part.key}.ckpt/`;
   const out: Segment[] = [];
-  let token: string | undefined;
-  do {
-    const page = await client.list({ prefix, continuationToken: token, maxKeys: 1000 });
-    for (const c of page.contents ?? []) {
-      const m = /(\d+)-(\d+)-(\d+)$/.exec(c.key.slice(prefix.length));
-      if (m) out.push({ key: c.key, claim: Number(m[1]), start: Number(m[2]), end: Number(m[3]) });
-    }
-    token = page.isTruncated ? page.nextContinuationToken : undefined;
-  } while (token);
+  for (const c of await bucketOf(part.s3).keys(prefix)) {
+    const m = /(\d+)-(\d+)-(\d+)$/.exec(c.key.slice(prefix.length));
+    if (m) out.push({ key: c.key, claim: Number(m[1]), start: Number(m[2]), end: Number(m[3]) });
+  }
   return out;
 }
 
@@ -90,13 +93,13 @@ export class PartCheckpoints {
    */
   async restore(): Promise<number> {
     const chain = chainOf(await listSegments(this.part));
-    const client = s3ClientOf(this.part.s3);
+    const bucket = bucketOf(this.part.s3);
     const local = Bun.file(this.path);
     let matching = (await local.exists()) && local.size >= (chain[chain.length - 1]?.end ?? 0);
     const fd = openSync(this.path, matching ? "r+" : "w");
     try {
       for (const s of chain) {
-        const bytes = new Uint8Array(await client.file(s.key).arrayBuffer());
+        const bytes = await bucket.bytes(s.key);
         if (bytes.length !== s.end - s.start) throw new Error(`checkpoint ${s.key} holds ${bytes.length} bytes, not ${s.end - s.start}`);
         if (matching) {
           const mine = new Uint8Array(await local.slice(s.start, s.end).arrayBuffer());
@@ -132,7 +135,7 @@ export class PartCheckpoints {
   private async upload(size: number): Promise<void> {
     const start = this.uploaded;
     try {
-      await s3ClientOf(this.part.s3).file(segmentKey(this.part, this.claim, start, size)).write(Bun.file(this.path).slice(start, size));
+      await bucketOf(this.part.s3).put(segmentKey(this.part, this.claim, start, size), Bun.file(this.path).slice(start, size));
       this.uploaded = size;
     } catch (e) {
       // Tried again at the next tick; flush() reports it.
@@ -140,11 +143,16 @@ export class PartCheckpoints {
     }
   }
 
-  /** After the whole part is the part object: the segments are not needed any more. */
+  /**
+   * After the whole part is the part object: the segments are not needed
+   * any more. Those of this run and earlier ones go, last first (see the
+   * top of this file); safe to run again.
+   */
   async clear(): Promise<void> {
     while (this.running) await this.running;
-    const client = s3ClientOf(this.part.s3);
-    const segments = await listSegments(this.part);
-    await Promise.all(segments.map((s) => client.delete(s.key)));
+    const bucket = bucketOf(this.part.s3);
+    const mine = (await listSegments(this.part)).filter((s) => s.claim <= this.claim);
+    mine.sort((a, b) => b.claim - a.claim || b.start - a.start || b.end - a.end);
+    for (const s of mine) await bucket.delete(s.key);
   }
 }

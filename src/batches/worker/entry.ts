@@ -8,6 +8,8 @@ import { runShard } from "./runShard";
 import { validateShard } from "./validateShard";
 import { initSlots, onGrants, setSharedSlots } from "./slots";
 import { initGate } from "./upstreamGate";
+import { countStorageRetry, takeWorkerMetrics } from "../../metrics/worker";
+import { setRetryCounter } from "../../storage/retry";
 
 declare const self: Worker;
 
@@ -31,6 +33,8 @@ let current: { batchId: string; control: ShardControl } | null = null;
 let checkpointing = false;
 const post = (m: FromWorker) => self.postMessage(m);
 initSlots(post);
+// Bucket calls this Worker tries again are counted with its other metrics (sent with its messages).
+setRetryCounter(countStorageRetry);
 
 self.onmessage = (event: MessageEvent<ToWorker>) => {
   const msg = event.data;
@@ -52,15 +56,15 @@ self.onmessage = (event: MessageEvent<ToWorker>) => {
       return;
     case "validate":
       validateShard(msg).then(
-        (result) => post({ type: "validated", batchId: msg.batchId, idx: msg.idx, result }),
-        (e) => post({ type: "failed", task: "validate", batchId: msg.batchId, idx: msg.idx, error: String(e?.stack ?? e) }),
+        (result) => post({ type: "validated", batchId: msg.batchId, idx: msg.idx, result, metrics: takeWorkerMetrics() }),
+        (e) => post({ type: "failed", task: "validate", batchId: msg.batchId, idx: msg.idx, error: String(e?.stack ?? e), metrics: takeWorkerMetrics() }),
       );
       return;
     case "run": {
       const control: ShardControl = { stopCode: msg.stopCode, pausing: checkpointing };
       current = { batchId: msg.batchId, control };
       runShard(msg, models, control, post)
-        .catch((e) => post({ type: "failed", task: "run", batchId: msg.batchId, idx: msg.idx, error: String(e?.stack ?? e) }))
+        .catch((e) => post({ type: "failed", task: "run", batchId: msg.batchId, idx: msg.idx, error: String(e?.stack ?? e), metrics: takeWorkerMetrics() }))
         .finally(() => {
           if (current?.control === control) current = null;
         });

@@ -11,6 +11,7 @@ import { endpointKind, type EndpointKind } from "../../endpoints";
 import { SerializedAnswer } from "../../endpoints/kind";
 import type { PricedModel, RunTask } from "../types";
 import { acquireSlot } from "./slots";
+import { UNMEASURED, slotOutcome, type SlotOutcome } from "../../inference/scheduler";
 import { countUpstreamAttempt } from "../../metrics/worker";
 import { epochOf, isDown, isUp, isWholeFailure, report429, reportAnswer, reportFailure, reportSuccess, retryAfterMs } from "../../inference/upstreamHealth";
 import { READY, claim, enterUpstream, healthMemory, nextTick, ready, settled, tellSuspect } from "./upstreamGate";
@@ -143,7 +144,7 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
     // The upstream's gate (up, not paused, room in its window), then a
     // scheduler slot (one per attempt, not per request: during a backoff the
     // slot is free for others), then a last look at the gate.
-    let release: (() => void) | null = null;
+    let release: ((outcome?: SlotOutcome) => void) | null = null;
     let leave: (() => void) | null = null;
     let stopped: { down: boolean } | null = null;
     while (!leave) {
@@ -175,6 +176,8 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
     }
     const epoch = mem ? epochOf(mem, u) : 0;
     let whole = false;
+    /** What the slot's release tells the adaptive controller (scheduler.ts): a 2xx's time, a 429/503, or nothing. */
+    let outcome: SlotOutcome = UNMEASURED;
     let wait: number | null = null;
     try {
       // A Deadline, not AbortSignal.timeout: that one's timer lives on for the whole timeout after the answer.
@@ -198,6 +201,7 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
       // SPEC §5 shows a request id on every response: ours when the upstream sends none.
       const requestId = res.headers.get("x-request-id") ?? ids.next("req_");
       countUpstreamAttempt(model.id, sent, res.ok ? null : res.status);
+      outcome = slotOutcome(res.status);
       if (res.ok && isJson) {
         if (mem) reportSuccess(mem, u, true);
         return { ok: true, line: upstreamLine(req.custom_id, res.status, requestId, text, body), usage: (body as { usage?: unknown }).usage ?? null };
@@ -238,7 +242,7 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
       whole = true;
       if (mem && reportFailure(mem, u)) tellSuspect(u, lastError);
     } finally {
-      release?.();
+      release?.(outcome);
       gateLeave();
     }
     if (whole) wholeFailures.push(epoch);

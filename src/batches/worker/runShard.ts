@@ -22,7 +22,8 @@ import { endpointKind } from "../../endpoints";
 import { addUsage } from "./usage";
 import { acquireSlot } from "./slots";
 import { countLine, takeWorkerMetrics } from "../../metrics/worker";
-import { openLocator, s3FileOf } from "../../storage/locator";
+import { bucketOf } from "../../storage/bucket";
+import { openLocator } from "../../storage/locator";
 import { CHECKPOINT_MS, PartCheckpoints } from "./checkpoints";
 
 const FLUSH_BYTES = 1 << 20;
@@ -260,6 +261,10 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
     // A failed shard runs again from what its parts hold: no flush needed.
     const durable = finished && !failure;
     await Promise.all([out.close(durable), err.close(durable)]);
+    // A run that fails (the bucket gone for longer than its retries, say)
+    // still puts every line it finished into the bucket if it can: the
+    // shard may run next on another node, which must not send them again.
+    if (ckpt && !durable) await Promise.all([ckpt.out.flush(out.written), ckpt.err.flush(err.written)]).catch(() => {});
   }
   if (failure) throw failure;
   await syncPartDirs([task.outPath, task.errPath]);
@@ -268,7 +273,10 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
   if (paused && ckpt) await Promise.all([ckpt.out.flush(out.written), ckpt.err.flush(err.written)]);
   if (!paused) {
     await uploadParts(task);
-    if (ckpt) await Promise.all([ckpt.out.clear(), ckpt.err.clear()]);
+    // The segments are not needed any more. Removing them is tidying, not
+    // the shard's work: if it fails (after its retries), what is left goes
+    // with the file's parts when the file is deleted.
+    if (ckpt) await Promise.all([ckpt.out.clear(), ckpt.err.clear()]).catch(() => {});
   }
   post({ type: paused ? "paused" : "done", batchId: task.batchId, idx: task.idx, totals, metrics: takeWorkerMetrics() });
 }
@@ -279,7 +287,7 @@ async function uploadParts(task: RunTask): Promise<void> {
   if (!targets) return;
   const up = async (path: string, target: (typeof targets)["out"]) => {
     if ((await stat(path)).size === 0) return;
-    await s3FileOf(target.object).write(Bun.file(path));
+    await bucketOf(target.object.s3).put(target.object.key, Bun.file(path));
   };
   await Promise.all([up(task.outPath, targets.out), up(task.errPath, targets.err)]);
 }

@@ -12,7 +12,13 @@
 // slot it took itself while someone waits, it asks the scheduler to hand
 // the slot on. Asks, releases and those requests go as one message per
 // turn of the event loop.
-import { CELLS, IN_FLIGHT, WAITING, tryTakeSlot } from "../../inference/scheduler";
+//
+// Giving a slot back also counts, in the same shared cells, what its holder
+// saw (a 2xx answer and how long the slot was held, or a 429/503): the
+// adaptive controller on the main thread reads them (inference/adaptive.ts).
+// Measured here, not there, for granted slots too: the grant's and the
+// release's messages would add their delay to every sample.
+import { CELLS, IN_FLIGHT, WAITING, noteRelease, tryTakeSlot, type SlotOutcome } from "../../inference/scheduler";
 import type { FromWorker } from "../types";
 
 const waiting = new Map<number, () => void>();
@@ -71,17 +77,19 @@ function keptAfterTake(c: Int32Array, base: number, model: string): boolean {
   return false;
 }
 
-/** Resolves with a release function once a slot is taken or granted. */
-export function acquireSlot(model: string): Promise<() => void> {
+/** Resolves with a release function once a slot is taken or granted; the release says what the request saw (nothing counted if left out). */
+export function acquireSlot(model: string): Promise<(outcome?: SlotOutcome) => void> {
   const base = baseOf(model);
   if (cells && held && base >= 0 && Atomics.load(cells, base + WAITING) === 0 && tryTakeSlot(cells, base) && keptAfterTake(cells, base, model)) {
     const c = cells;
     const h = held;
     Atomics.add(h, base / CELLS, 1);
+    const since = performance.now();
     let done = false;
-    return Promise.resolve(() => {
+    return Promise.resolve((outcome?: SlotOutcome) => {
       if (done) return;
       done = true;
+      noteRelease(c, base, since, outcome);
       // This order: a Worker killed between the two leaks a slot rather than
       // letting the main thread give back one that was already given back.
       Atomics.sub(h, base / CELLS, 1);
@@ -94,13 +102,16 @@ export function acquireSlot(model: string): Promise<() => void> {
     });
   }
   const reqId = nextId++;
+  const c = cells;
   return new Promise((resolve) => {
-    waiting.set(reqId, () =>
-      resolve(() => {
+    waiting.set(reqId, () => {
+      const since = performance.now();
+      resolve((outcome?: SlotOutcome) => {
+        if (c && base >= 0) noteRelease(c, base, since, outcome);
         release.push(reqId);
         flushSoon();
-      }),
-    );
+      });
+    });
     acquire.push([reqId, model]);
     flushSoon();
   });

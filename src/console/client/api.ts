@@ -149,3 +149,37 @@ export async function followBatch(id: string, onBatch: (b: Batch) => void, signa
     reader.cancel().catch(() => {});
   }
 }
+
+/**
+ * Reads a JSON Lines answer line by line (numbered from 1, blank lines
+ * counted) until `onLine` returns false or `maxBytes` have come, then stops
+ * the download: the page needs the first lines of a file that may be
+ * gigabytes. Resolves true when the whole body was read.
+ */
+export async function readLines(res: Response, onLine: (line: string, n: number) => boolean, maxBytes: number): Promise<boolean> {
+  if (!res.body) return true;
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  let n = 0;
+  let read = 0;
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) {
+        if (buf !== "") onLine(buf, ++n);
+        return true;
+      }
+      read += value.length;
+      buf += value;
+      let end: number;
+      while ((end = buf.indexOf("\n")) !== -1) {
+        const line = buf.slice(0, end).replace(/\r$/, "");
+        buf = buf.slice(end + 1);
+        if (!onLine(n === 0 ? line.replace(/^\uFEFF/, "") : line, ++n)) return false;
+      }
+      if (read >= maxBytes) return false;
+    }
+  } finally {
+    reader.cancel().catch(() => {});
+  }
+}

@@ -196,6 +196,22 @@ export function Overlays() {
     setAsk(null);
     dialog.current?.close();
   };
+  // A page change (a link, the back button) closes the dialog as "Keep": it
+  // asked about the page that is gone, and must not stay over the next one.
+  const current = useRef<Ask | null>(null);
+  current.current = ask;
+  useEffect(() => {
+    const onNavigate = () => {
+      const open = current.current;
+      if (!open) return;
+      current.current = null;
+      open.resolve(false);
+      setAsk(null);
+      dialog.current?.close();
+    };
+    addEventListener("hashchange", onNavigate);
+    return () => removeEventListener("hashchange", onNavigate);
+  }, []);
   return (
     <>
       <dialog ref={dialog} aria-labelledby="dialog-title" aria-describedby="dialog-body" onCancel={() => close(false)}>

@@ -22,13 +22,14 @@ export function fmtDuration(seconds: number): string {
   return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
 }
 
+/** Binary units (KiB, MiB, GiB), as the CLI and the limits (8 GiB) say them. */
 export function fmtBytes(n: number | null | undefined): string {
   if (n === null || n === undefined) return "—";
-  const units = ["B", "KB", "MB", "GB", "TB"];
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
   let v = n;
   let i = 0;
-  while (v >= 1000 && i < units.length - 1) {
-    v /= 1000;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
     i++;
   }
   return `${i === 0 ? v : v.toFixed(v < 10 ? 2 : v < 100 ? 1 : 0)} ${units[i]}`;

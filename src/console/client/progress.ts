@@ -1,6 +1,7 @@
 // Rate and ETA of a running batch, from the request_counts it reports over
 // time (a smoothed rate between samples; before there are two samples, the
-// average since in_progress_at).
+// average since in_progress_at). The ETA is the server's
+// estimated_completion_at when it gives one.
 import type { Batch } from "./types";
 
 export const FINAL = ["completed", "failed", "expired", "cancelled"];
@@ -37,6 +38,8 @@ export function speedOf(b: Batch, now = Date.now()): { rate: number | null; eta:
   }
   const since = b.in_progress_at ? now / 1000 - b.in_progress_at : 0;
   const rate = s.rate ?? (since >= 1 && done > 0 ? done / since : null);
-  const eta = rate && rate > 0 ? (total - done) / rate : null;
+  // The server's estimate when it has one (SPEC §18: from its own recent rate); none while it says the batch waits.
+  const server = b.estimated_completion_at ? Math.max(0, b.estimated_completion_at - now / 1000) : null;
+  const eta = server ?? (b.status_details ? null : rate && rate > 0 ? (total - done) / rate : null);
   return { rate, eta, took: null };
 }

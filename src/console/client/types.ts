@@ -60,6 +60,10 @@ export interface Batch {
   usage: { input_tokens: number; output_tokens: number; total_tokens: number } | null;
   cost: { currency: string; amount: number; discount: number } | null;
   metadata: Record<string, string> | null;
+  /** SPEC §18: when it should end at its recent rate (Unix s); null until a rate is known, and once it ends. */
+  estimated_completion_at?: number | null;
+  /** SPEC §18: why a running batch is not moving (upstream_down, rate_limited, peak_hours, queued). */
+  status_details?: { code: string; message: string; since: number | null } | null;
 }
 
 export interface Status {
@@ -70,7 +74,8 @@ export interface Status {
   storage: { ok: boolean; free_bytes: number | null };
   batches: { validating: number; in_progress: number; finalizing: number };
   models: { id: string; owned_by: string; healthy: boolean; in_flight: number; queued: number }[];
-  upstreams?: { name: string; healthy: boolean; since: number | null; last_error: string | null }[];
+  /** last_error is shown to admin keys only (SPEC §16): absent for others. */
+  upstreams?: { name: string; healthy: boolean; since: number | null; last_error?: string | null }[];
 }
 
 export interface ApiKey {
@@ -80,7 +85,10 @@ export interface ApiKey {
   project: string;
   scopes: string[];
   rate_limits: { rpm: number | null; tpm: number | null };
-  created_at: number;
+  /** null for OFFPEAK_ADMIN_KEY. */
+  created_at: number | null;
+  /** "env": OFFPEAK_ADMIN_KEY, set in the server's environment (not revocable through the API). */
+  source?: "db" | "env";
   key?: string;
 }
 

@@ -1,16 +1,18 @@
 // One batch: live from its event stream (SPEC §12), polling if the stream
-// cannot be had; timestamps, errors with their line numbers, metadata, and
+// cannot be had; timestamps, errors with their line numbers, the first failed
+// lines (BatchErrors.tsx), metadata, and
 // what the key may do with it (cancel, retry the failed lines, downloads).
 import { Fragment } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, api, download, followBatch } from "../api";
 import { ErrorNote, PageTitle, Progress, StatusBadge, Time, confirmAction, notify } from "../components";
-import { fmtBytes, fmtCost, fmtInt } from "../format";
+import { fmtAgo, fmtBytes, fmtCost, fmtInt, fmtTime, isoTime } from "../format";
 import { isFinal } from "../progress";
 import { go, href } from "../router";
 import { can } from "../session";
 import type { Batch, FileRecord, Me } from "../types";
 import { Speed } from "./Batches";
+import { FailedLines } from "./BatchErrors";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const ERRORS_PAGE = 50;
@@ -97,6 +99,32 @@ function DownloadButton({ fileId, filename, label, small }: { fileId: string; fi
       </button>
       <ErrorNote error={error} />
     </>
+  );
+}
+
+const WAITING_TITLES: Record<string, string> = {
+  upstream_down: "Upstream down",
+  rate_limited: "Rate limited",
+  peak_hours: "Peak hours",
+  queued: "Queued",
+};
+
+/** Why a running batch is not moving (its status_details, SPEC §18/§19), as a notice above its progress. */
+function Waiting({ batch }: { batch: Batch }) {
+  const d = batch.status_details;
+  if (!d || isFinal(batch)) return null;
+  return (
+    <div class="note note-warn" role="status" aria-label="Why the batch waits">
+      <p>
+        <strong>{WAITING_TITLES[d.code] ?? d.code}:</strong> waiting: {d.message}
+        {d.since ? (
+          <span class="muted">
+            {" "}
+            (since <time dateTime={isoTime(d.since)}>{fmtTime(d.since)}</time>)
+          </span>
+        ) : null}
+      </p>
+    </div>
   );
 }
 
@@ -198,6 +226,7 @@ export function BatchPage({ id, me }: { id: string; me: Me }) {
 
       <div class="card">
         <h2>Progress</h2>
+        <Waiting batch={b} />
         <Progress batch={b} label="Batch progress" />
         <dl class="facts">
           <div>
@@ -218,6 +247,20 @@ export function BatchPage({ id, me }: { id: string; me: Me }) {
               <Speed batch={b} />
             </dd>
           </div>
+          {!isFinal(b) && (
+            <div>
+              <dt>Estimated completion</dt>
+              <dd>
+                {b.estimated_completion_at ? (
+                  <time dateTime={isoTime(b.estimated_completion_at)} title={fmtTime(b.estimated_completion_at)}>
+                    {fmtTime(b.estimated_completion_at)} <span class="muted">({fmtAgo(b.estimated_completion_at)})</span>
+                  </time>
+                ) : (
+                  <span class="muted">not known yet</span>
+                )}
+              </dd>
+            </div>
+          )}
           <div>
             <dt>Cost</dt>
             <dd>
@@ -330,6 +373,8 @@ export function BatchPage({ id, me }: { id: string; me: Me }) {
           )}
         </div>
       )}
+
+      <FailedLines key={b.id} batch={b} mayReadFiles={mayRead} />
 
       <div class="card">
         <h2>Metadata</h2>

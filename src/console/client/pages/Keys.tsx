@@ -1,4 +1,6 @@
-// API keys (admin): create (the secret is shown once), list, revoke.
+// API keys (admin): create (the secret is shown once), list, revoke. The
+// OFFPEAK_ADMIN_KEY key is listed too (source "env"), but it lives in the
+// server's environment: it is retired there, not revoked here.
 import { useEffect, useState } from "preact/hooks";
 import { api, request } from "../api";
 import { ErrorNote, PageTitle, SecretOnce, Time, confirmAction, notify } from "../components";
@@ -143,7 +145,7 @@ export function KeysPage({ me }: { me: Me }) {
         <>
           <h2>Keys</h2>
           {keys.length === 0 ? (
-            <p class="muted">No keys in the database{me.id === "key_env_admin" ? " (you are signed in with OFFPEAK_ADMIN_KEY)" : ""}.</p>
+            <p class="muted">No keys yet.</p>
           ) : (
             <table class="list">
               <caption class="sr-only">API keys</caption>
@@ -167,6 +169,7 @@ export function KeysPage({ me }: { me: Me }) {
                         {k.name}
                         {k.id === me.id && <span class="muted"> (this key)</span>}
                         <div class="sub mono id">{k.id}</div>
+                        {k.source === "env" && <div class="sub">from the server's environment</div>}
                       </div>
                     </td>
                     <td data-label="Project">{k.project}</td>
@@ -180,9 +183,15 @@ export function KeysPage({ me }: { me: Me }) {
                       <Time s={k.created_at} relative />
                     </td>
                     <td class="row-actions">
-                      <button type="button" class="danger small" onClick={() => revoke(k)} aria-label={`Revoke ${k.name} (${k.id})`}>
-                        Revoke
-                      </button>
+                      {k.source === "env" ? (
+                        <span class="muted" title="Unset or change OFFPEAK_ADMIN_KEY and restart the server to retire it">
+                          Set by OFFPEAK_ADMIN_KEY
+                        </span>
+                      ) : (
+                        <button type="button" class="danger small" onClick={() => revoke(k)} aria-label={`Revoke ${k.name} (${k.id})`}>
+                          Revoke
+                        </button>
+                      )}
                     </td>
                   </tr>
                 ))}

@@ -9,7 +9,8 @@ import { go, href } from "../router";
 import type { Batch, FileRecord } from "../types";
 
 export const ENDPOINTS = ["/v1/chat/completions", "/v1/embeddings", "/v1/responses", "/v1/completions"];
-const WINDOWS = ["1h", "2h", "6h", "12h", "24h", "48h", "72h", "168h"];
+/** completion_window choices (SPEC §18: Nh or Nd from 1h to 7d; 24h is the default, and what OpenAI's SDKs send). */
+export const WINDOWS = ["1h", "4h", "12h", "24h", "48h", "72h", "7d"];
 
 /** The `url` of the file's first request, to preselect the endpoint (reads at most 1 MB). */
 async function firstUrl(file: File): Promise<string | null> {
@@ -26,10 +27,10 @@ async function firstUrl(file: File): Promise<string | null> {
   return null;
 }
 
-/** "Invalid batch file: line 3 is not valid JSON" → **Line 3** is not valid JSON. */
+/** "Invalid batch file: line 3, column 17: not valid JSON: …" → **Line 3, column 17**: not valid JSON: … */
 function LineError({ error, name }: { error: unknown; name: string }) {
   const msg = error instanceof Error ? error.message : String(error);
-  const m = /^(?:invalid batch file:\s*)?line (\d+)(:?)\s*([\s\S]*)$/i.exec(msg);
+  const m = /^(?:invalid batch file:\s*)?(line \d+(?:, column \d+)?)(:?)\s*([\s\S]*)$/i.exec(msg);
   if (!m)
     return (
       <p>
@@ -38,7 +39,7 @@ function LineError({ error, name }: { error: unknown; name: string }) {
     );
   return (
     <p>
-      <strong>Line {m[1]}</strong>
+      <strong>{m[1]![0]!.toUpperCase() + m[1]!.slice(1)}</strong>
       {m[2] ? ": " : " "}
       {m[3]}
     </p>

@@ -96,7 +96,7 @@ export function StatusPage() {
                     <td data-label="Since">
                       <Time s={u.since} relative />
                     </td>
-                    <td data-label="Last error">{u.last_error ?? "—"}</td>
+                    <td data-label="Last error">{u.last_error === undefined ? <span class="muted">admin keys only</span> : (u.last_error ?? "—")}</td>
                   </tr>
                 ))}
               </tbody>

@@ -1,0 +1,207 @@
+// Postgres goes away and comes back (SPEC §17): a restart mid-batch, and a
+// node started before its database. A Postgres of this file's own (never
+// the shared test server: it is halted mid-test) and a node in a child
+// process running a batch against a fake upstream that counts each line's
+// requests.
+//
+// While Postgres is down the node stays up, a call that needs the database
+// answers 503 database_unavailable with retry-after within a few seconds
+// (not a 500, not a hang), and the Workers go on answering lines; the shards
+// that end meanwhile are recorded when it is back (they were lost before,
+// and the batch stayed stuck short of its total for good). The batch then
+// ends exact, each line sent upstream once.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { chatReq, createBatch, expectExactlyOnce, pollUntil, readResults, sleep, waitBatch, type ResultLine } from "./helpers/batches";
+import { ChildServer, killChildren } from "./helpers/child";
+import { startDedicatedPostgres, type RestartablePostgres } from "./helpers/postgres";
+import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
+
+const N = 4000;
+const WORKERS = 4;
+/** 40 ms a request, 32 at a time: ≈800 lines a second, so the batch takes ≈5 s. */
+const CONCURRENCY = 32;
+const LATENCY_MS = 40;
+/** The outage lasts at least this long, and until the upstream has seen every line (so every shard ends while Postgres is down). */
+const MIN_OUTAGE_MS = 5000;
+const MAX_OUTAGE_MS = 12_000;
+/** What "never a hang" means for a call during the outage. */
+const ANSWER_WITHIN_MS = 3000;
+
+const tmp = mkdtempSync(join(tmpdir(), "offpeak-pg-outage-"));
+let pg: RestartablePostgres;
+let dbUrl: string;
+let fake: FakeUpstream;
+let configPath: string;
+
+beforeAll(async () => {
+  pg = await startDedicatedPostgres();
+  dbUrl = await pg.createDatabase();
+  fake = await startFakeUpstream({ models: ["fake-chat"], latencyMs: LATENCY_MS });
+  configPath = join(tmp, "config.json");
+  writeFileSync(configPath, JSON.stringify({ upstreams: [{ name: "fake", base_url: fake.baseUrl, models: ["fake-chat"], max_concurrency: CONCURRENCY }] }));
+}, 120_000);
+
+afterAll(async () => {
+  await killChildren();
+  await fake?.stop();
+  await pg?.stop();
+  rmSync(tmp, { recursive: true, force: true });
+});
+
+const start = (env: Record<string, string> = {}, startMs?: number) =>
+  ChildServer.start({
+    dataDir: join(tmp, "node"),
+    args: ["--config", configPath, "--database-url", dbUrl],
+    env: { OFFPEAK_LOG_LEVEL: "info", OFFPEAK_BATCH_WORKERS: String(WORKERS), ...env },
+    startMs,
+  });
+
+function lines(): { ids: string[]; contents: Map<string, string>; text: string[] } {
+  // ≈3.8 kB a line: the ≈15 MB file is cut into 4 shards (4 MB each), one per Worker.
+  const pad = "pad ".repeat(900);
+  const ids: string[] = [];
+  const contents = new Map<string, string>();
+  const text: string[] = [];
+  for (let i = 0; i < N; i++) {
+    const id = `line-${i}`;
+    const content = `outage request ${i} ${pad}`;
+    ids.push(id);
+    contents.set(id, content);
+    text.push(chatReq(id, content, { model: "fake-chat" }));
+  }
+  return { ids, contents, text };
+}
+
+interface Probe {
+  status: number;
+  ms: number;
+  code: string | null;
+  retryAfter: string | null;
+}
+
+describe("Postgres restarts mid-batch", () => {
+  const { ids, contents, text } = lines();
+  let node: ChildServer;
+  let batchId = "";
+  let atStop = { completed: 0, inFlight: 0, requests: 0 };
+  let atResume = { requests: 0, outageMs: 0 };
+  const probes: Probe[] = [];
+  let done: any;
+  let out: ResultLine[] = [];
+  let err: ResultLine[] = [];
+
+  test("the node stays up, answers 503 database_unavailable meanwhile, and the batch completes after", async () => {
+    node = await start();
+    const { batch } = await createBatch(node.client, text);
+    batchId = batch.id;
+    const partway = await pollUntil(
+      () => node.client.batches.retrieve(batchId),
+      (b) => b.request_counts!.completed >= 600,
+      30_000,
+      20,
+      "the batch to be partway",
+    );
+    expect(partway.status).toBe("in_progress");
+
+    await pg.halt();
+    const haltedAt = Date.now();
+    atStop = { completed: partway.request_counts!.completed, inFlight: fake.stats.inFlight, requests: fake.stats.requests };
+    // Calls meanwhile: each answered, and soon.
+    while (Date.now() - haltedAt < MIN_OUTAGE_MS || (fake.stats.requests < N && Date.now() - haltedAt < MAX_OUTAGE_MS)) {
+      const t0 = Date.now();
+      const res = await node.api(`/batches/${batchId}`, { signal: AbortSignal.timeout(10_000) });
+      const body = (await res.json().catch(() => null)) as { error?: { code?: string } } | null;
+      probes.push({ status: res.status, ms: Date.now() - t0, code: body?.error?.code ?? null, retryAfter: res.headers.get("retry-after") });
+      expect(node.proc.exitCode).toBeNull();
+      await sleep(250);
+    }
+    atResume = { requests: fake.stats.requests, outageMs: Date.now() - haltedAt };
+    await pg.resume();
+
+    done = await waitBatch(node.client, batchId, undefined, 30_000);
+    expect(done.status).toBe("completed");
+    out = await readResults(node.client, done.output_file_id);
+    err = await readResults(node.client, done.error_file_id);
+    expect(node.proc.exitCode).toBeNull();
+    if (process.env.OFFPEAK_TEST_VERBOSE)
+      console.error({ atStop, atResume, probes: probes.length, maxProbeMs: Math.max(...probes.map((p) => p.ms)), resent: fake.stats.requests - N }, node.stderr.split("\n").filter((l) => !l.includes('"request"')).join("\n"));
+  }, 60_000);
+
+  test("every call during the outage answered 503 database_unavailable with retry-after, within a few seconds", () => {
+    expect(probes.length).toBeGreaterThanOrEqual(5);
+    for (const p of probes) {
+      expect(p).toMatchObject({ status: 503, code: "database_unavailable" });
+      expect(Number(p.retryAfter)).toBeGreaterThan(0);
+      expect(p.ms).toBeLessThan(ANSWER_WITHIN_MS);
+    }
+  });
+
+  test("the Workers went on during the outage: the batch's shards ended while Postgres was down", () => {
+    expect(atStop.completed).toBeLessThan(N / 2);
+    // Every line had its answer before Postgres came back: what the shards ended with was recorded after.
+    expect(atResume.requests).toBe(N);
+  });
+
+  test("every custom_id exactly once, with its own answer; counts exact", () => {
+    expect(done).toBeDefined();
+    expectExactlyOnce(ids, out, err);
+    expect(err).toEqual([]);
+    expect(done.request_counts).toEqual({ total: N, completed: N, failed: 0 });
+    for (const l of out) if (l.response!.body.choices[0].message.content !== contents.get(l.custom_id)) throw new Error(`wrong body for ${l.custom_id}`);
+  });
+
+  test("no line was sent upstream twice", () => {
+    expect(done).toBeDefined();
+    const twice = [...contents.values()].filter((c) => (fake.counts.get(c) ?? 0) !== 1).length;
+    expect(twice).toBe(0);
+    expect(fake.stats.requests).toBe(N);
+  });
+
+  test("the node said so in its log, without a stack", () => {
+    expect(node.stderr).toContain("database unavailable");
+    expect(node.stderr).not.toContain("unhandled error");
+    expect(node.stderr).not.toContain("batch runner tick failed");
+  });
+
+  test("it stops cleanly after", async () => {
+    expect(await node.stop("SIGTERM")).toBe(0);
+  });
+});
+
+describe("Postgres down when a node starts", () => {
+  test("the node waits for it, says so, and comes up once it starts", async () => {
+    await pg.halt();
+    const t0 = Date.now();
+    const starting = start({}, 30_000);
+    await sleep(2500);
+    await pg.resume();
+    const node = await starting;
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(2500);
+    expect(node.stderr).toContain("waiting for the database");
+    // It answers from the database, as any node does.
+    const res = await node.api("/batches?limit=1");
+    expect(res.status).toBe(200);
+    expect(await node.stop("SIGTERM")).toBe(0);
+  }, 45_000);
+
+  test("past database.start_wait_s it exits with a clear message", async () => {
+    await pg.halt();
+    try {
+      const t0 = Date.now();
+      const err = await start({ OFFPEAK_DATABASE_START_WAIT_S: "1" }, 15_000).then(
+        () => null,
+        (e: Error) => e,
+      );
+      expect(err?.message).toContain("server exited with 1");
+      expect(err?.message).toContain("could not reach the database");
+      expect(err?.message).toContain("within 1 s");
+      expect(err?.message).not.toMatch(/\n\s+at /); // no stack
+      expect(Date.now() - t0).toBeLessThan(10_000);
+    } finally {
+      await pg.resume();
+    }
+  }, 30_000);
+});

@@ -1,0 +1,169 @@
+// The cluster side of src/inference/rateLimit.ts, without a database: three
+// RateLimiters (three nodes) share a store that does in memory what
+// src/nodes/keyUsage.ts's statement does on the key's row (apply the
+// delta, then give per dimension `want` as far as the window has it, or
+// nothing if less than `need` is left). test/cluster-rpm.test.ts runs the
+// same over real nodes and Postgres.
+import { describe, expect, test } from "bun:test";
+import { ApiError } from "../src/errors";
+import { IDLE_MS, RateLimiter, type Budget, type BudgetStore, type Take, type Taken } from "../src/inference/rateLimit";
+
+class MemoryStore implements BudgetStore {
+  rows = new Map<string, Budget>();
+  statements = 0;
+  fail = false;
+  constructor(private readonly live = 3) {}
+  nodes(): number {
+    return this.live;
+  }
+  async take(t: Take): Promise<Taken> {
+    this.statements++;
+    await Bun.sleep(1);
+    if (this.fail) throw new Error("connection refused");
+    const id = `${t.windowStart}/${t.keyId}`;
+    const row = this.rows.get(id) ?? { requests: 0, tokens: 0 };
+    const lim = { requests: t.limits.rpm ?? 0, tokens: t.limits.tpm ?? 0 };
+    const got = { requests: 0, tokens: 0 };
+    for (const k of ["requests", "tokens"] as const) {
+      row[k] = Math.max(0, row[k] + t.delta[k]);
+      const left = Math.max(0, lim[k] - row[k]);
+      got[k] = left >= t.need[k] ? Math.min(t.want[k], left) : 0;
+      row[k] += got[k];
+    }
+    this.rows.set(id, row);
+    return { got, total: { ...row } };
+  }
+}
+
+/** Three nodes on one store. */
+function cluster(store = new MemoryStore()) {
+  const nodes = [0, 1, 2].map(() => {
+    const l = new RateLimiter(60_000);
+    l.enableCluster(store);
+    return l;
+  });
+  return { store, nodes };
+}
+
+/** Admits or not (429), whether the answer comes at once or after a take. */
+async function tryAdmit(l: RateLimiter, key: string, limits: { rpm: number | null; tpm: number | null }, tokens = 0, now?: number): Promise<boolean> {
+  try {
+    await l.admit(key, limits, tokens, now);
+    return true;
+  } catch (e) {
+    expect(e).toBeInstanceOf(ApiError);
+    expect((e as ApiError).code).toBe("rate_limit_exceeded");
+    return false;
+  }
+}
+
+/** What a node's sync would send (src/nodes/keyUsage.ts): given back and owed budget, applied to the store. */
+async function sync(l: RateLimiter, store: MemoryStore, now: number) {
+  for (const d of l.takeDeltas(now)) {
+    const r = await store.take({ ...d, need: { requests: 0, tokens: 0 }, want: { requests: 0, tokens: 0 } });
+    l.learned(d.keyId, d.windowStart, r.total);
+  }
+}
+
+const rpm60 = { rpm: 60, tpm: null };
+// The tests below run within one window: keep clear of a minute's end.
+const settled = async () => {
+  const left = 60_000 - (Date.now() % 60_000);
+  if (left < 5000) await Bun.sleep(left + 50);
+};
+
+describe("a key's rpm over three nodes sharing one budget", () => {
+  test("a burst at all three at once admits exactly the limit, and never asks the store per request", async () => {
+    await settled();
+    const { store, nodes } = cluster();
+    const results = await Promise.all(Array.from({ length: 300 }, (_, i) => tryAdmit(nodes[i % 3]!, "k-burst", rpm60)));
+    expect(results.filter(Boolean).length).toBe(60);
+    expect(store.rows.get([...store.rows.keys()][0]!)!.requests).toBe(60);
+    expect(store.statements).toBeLessThan(40);
+  });
+
+  test("one request at a time, all to one node or round-robin: exactly the limit", async () => {
+    await settled();
+    for (const spread of [1, 3]) {
+      const { store, nodes } = cluster();
+      let ok = 0;
+      for (let i = 0; i < 150; i++) if (await tryAdmit(nodes[i % spread]!, `k-seq-${spread}`, rpm60)) ok++;
+      expect(ok).toBe(60);
+      // Blocks, not a statement a request: a few per node, and no more than one per RECHECK_MS once the budget is spent.
+      expect(store.statements).toBeLessThan(30);
+    }
+  });
+
+  test("budget a node took and then left idle goes back at its next sync, and the others use it", async () => {
+    await settled();
+    const { store, nodes } = cluster();
+    const [a, b] = nodes as [RateLimiter, RateLimiter];
+    expect(await tryAdmit(a, "k-idle", rpm60)).toBe(true);
+    let ok = 1;
+    for (let i = 0; i < 100; i++) if (await tryAdmit(b, "k-idle", rpm60)) ok++;
+    // A's block (a sixth of the window, less the one it used) is still A's.
+    expect(ok).toBe(51);
+    const now = Date.now();
+    await sync(a, store, now + IDLE_MS);
+    // Past RECHECK_MS, B asks the store again and gets what A gave back.
+    for (let i = 0; i < 20; i++) if (await tryAdmit(b, "k-idle", rpm60, 0, now + IDLE_MS + 300)) ok++;
+    expect(ok).toBe(60);
+  });
+
+  test("a node refused because the window is spent asks the store again only after RECHECK_MS", async () => {
+    await settled();
+    const { store, nodes } = cluster();
+    for (let i = 0; i < 60; i++) expect(await tryAdmit(nodes[0]!, "k-spent", rpm60)).toBe(true);
+    expect(await tryAdmit(nodes[0]!, "k-spent", rpm60)).toBe(false);
+    const before = store.statements;
+    for (let i = 0; i < 50; i++) expect(await tryAdmit(nodes[0]!, "k-spent", rpm60)).toBe(false);
+    expect(store.statements).toBe(before);
+    expect(await tryAdmit(nodes[0]!, "k-spent", rpm60, 0, Date.now() + 300)).toBe(false);
+    expect(store.statements).toBe(before + 1);
+  });
+
+  test("a refunded request (529, or the client left the queue) goes back to the node's hand", async () => {
+    await settled();
+    const { nodes } = cluster();
+    const a = nodes[0]!;
+    const limits = { rpm: 2, tpm: null };
+    const t0 = Date.now();
+    expect(await tryAdmit(a, "k-refund", limits)).toBe(true);
+    expect(a.refund("k-refund", limits, 0, t0)!["x-ratelimit-remaining-requests"]).toBe("2");
+    expect(await tryAdmit(a, "k-refund", limits)).toBe(true);
+    expect(await tryAdmit(a, "k-refund", limits)).toBe(true);
+    expect(await tryAdmit(nodes[1]!, "k-refund", limits)).toBe(false);
+  });
+
+  test("tpm: completion tokens beyond the node's hand are owed to the row, and the others see them", async () => {
+    await settled();
+    const { store, nodes } = cluster();
+    const [a, b] = nodes as [RateLimiter, RateLimiter];
+    const limits = { rpm: null, tpm: 600 };
+    expect(await tryAdmit(a, "k-tpm", limits, 10)).toBe(true);
+    // A took a block of 100 (600 / 6); the answer used 500 completion tokens.
+    a.charge("k-tpm", 500);
+    await sync(a, store, Date.now());
+    expect(store.rows.get([...store.rows.keys()][0]!)!.tokens).toBe(510);
+    // 90 left: B gets one 80-token request, not a second.
+    expect(await tryAdmit(b, "k-tpm", limits, 80)).toBe(true);
+    expect(await tryAdmit(b, "k-tpm", limits, 80)).toBe(false);
+  });
+
+  test("the store unreachable: each node admits at most its even share, and owes it once the store is back", async () => {
+    await settled();
+    const { store, nodes } = cluster();
+    store.fail = true;
+    const errors: unknown[] = [];
+    for (const n of nodes) n.onStoreError = (e) => errors.push(e);
+    let ok = 0;
+    for (let i = 0; i < 90; i++) if (await tryAdmit(nodes[i % 3]!, "k-down", rpm60)) ok++;
+    expect(ok).toBe(60);
+    expect(errors.length).toBe(3);
+    store.fail = false;
+    const now = Date.now() + 2000;
+    for (const n of nodes) await sync(n, store, now);
+    expect(store.rows.get([...store.rows.keys()][0]!)!.requests).toBe(60);
+    expect(await tryAdmit(nodes[0]!, "k-down", rpm60, 0, now)).toBe(false);
+  });
+});

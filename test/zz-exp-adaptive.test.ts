@@ -1,0 +1,27 @@
+import { test, expect } from "bun:test";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { chatReq, createBatch, waitBatch } from "/work/main/test/helpers/batches";
+import { startEngineModel } from "/work/main/test/helpers/engineModel";
+import { startTestServer } from "/work/main/test/helpers/server";
+test("exp", async () => {
+  const engine = await startEngineModel({ unloadedMs: 20, knee: 16, cliff: 32, failAt: 64 });
+  const dir = mkdtempSync(join(tmpdir(), "exp-"));
+  writeFileSync(join(dir, "c.json"), JSON.stringify({ upstreams: [{ name: "engine", base_url: engine.baseUrl, models: ["engine-chat"] }] }));
+  const t = await startTestServer({ argv: ["--config", join(dir, "c.json")], env: { OFFPEAK_BATCH_WORKERS: "2" } });
+  const client = t.sdk();
+  const N = 4000;
+  const lines = Array.from({ length: N }, (_, i) => chatReq(`a-${i}`, `line ${i}`, { model: "engine-chat" }));
+  const t0 = performance.now();
+  const { batch } = await createBatch(client, lines);
+  const samples: string[] = [];
+  const iv = setInterval(() => { const s = t.server.ctx.scheduler.adaptiveState("engine-chat"); const e = engine.stats(); samples.push(`${((performance.now()-t0)/1000).toFixed(1)} L=${s?.limit} lat=${s?.latencyMs?.toFixed(1)} floor=${s?.floorMs?.toFixed(1)} ${s?.decision} engine=${e.inFlight}`); }, 250);
+  const done = await waitBatch(client, batch.id, undefined, 60_000);
+  clearInterval(iv);
+  console.log(samples.join("\n"));
+  const e = engine.stats();
+  console.log(done.status, done.request_counts, ((performance.now()-t0)/1000).toFixed(1), "s", e, "pastCliff", (e.pastCliffMs/e.elapsedMs).toFixed(3));
+  console.log(t.server.ctx.scheduler.adaptiveState("engine-chat")!.trace.map(p=>`${(p.at/1000).toFixed(2)} ${p.limit} ${p.decision} ${p.latencyMs?.toFixed(1)} ${p.floorMs?.toFixed(1)}`).join("\n"));
+  await t.stop(); await engine.stop();
+}, 60_000);
