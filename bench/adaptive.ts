@@ -15,13 +15,13 @@
 // controller's trace: its limit, latency and floor read from /metrics every
 // 250 ms, beside the engine's in-flight count.
 //
-// Usage: bun bench/adaptive.ts [seconds=15] [unloaded-ms=100] [knee=24] [cliff=48] [fixed=8,16,24,32,48,64,96]
+// Usage: bun bench/adaptive.ts [seconds=12] [unloaded-ms=100] [knee=24] [cliff=48] [fixed=8,16,24,32,48,64,96]
 // Run it alone: flock /tmp/offpeak-bench.lock bun bench/adaptive.ts
 import { loadAverage, machineNote, median, percentile } from "./lib";
 import { auth, startBenchServer, uploadBatchFile } from "./server";
 import { startEngineModel, throughputAt, type EngineShape } from "../test/helpers/engineModel";
 
-const seconds = Number(process.argv[2] ?? 15);
+const seconds = Number(process.argv[2] ?? 12);
 const unloadedMs = Number(process.argv[3] ?? 100);
 const knee = Number(process.argv[4] ?? 24);
 const cliff = Number(process.argv[5] ?? 48);
@@ -39,7 +39,7 @@ const input = `/tmp/offpeak-adaptive-${process.pid}.jsonl`;
 {
   const pad = "x".repeat(1900);
   const w = Bun.file(input).writer();
-  for (let i = 0; i < 12_000; i++)
+  for (let i = 0; i < 5_000; i++)
     w.write(JSON.stringify({ custom_id: `a-${i}`, method: "POST", url: "/v1/chat/completions", body: { model: MODEL, messages: [{ role: "user", content: `q${i} ${pad}` }], max_tokens: 16 } }) + "\n");
   await w.end();
 }

@@ -30,7 +30,6 @@ import { existsSync, mkdtempSync, renameSync, rmSync, symlinkSync } from "node:f
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startPostgres } from "../test/helpers/postgres";
-import { ADMIN_KEY } from "../test/helpers/server";
 import { ROOT } from "./lib";
 
 const argv = process.argv.slice(2);
@@ -142,7 +141,7 @@ async function run(nodes: Node[], r: number): Promise<Map<string, Tally>> {
         for (let i = 0; ; i++) {
           const at = start + (i * 1000) / RATE;
           if (at >= end) break;
-          await sleep(at - Date.now());
+          await sleep(Math.max(0, at - Date.now()));
           const w = windowOf(Date.now());
           const n = route(p, i, w !== lastWindow);
           lastWindow = w;
@@ -168,7 +167,6 @@ const nodes = await Promise.all(
     ChildServer.start({ dataDir: join(tmp, `node-${i}`), args: ["--database-url", dbUrl], env: { ...env, OFFPEAK_NODE_NAME: `rpm-node-${i}` }, startMs: 60_000 }),
   ),
 );
-void ADMIN_KEY;
 // Every node has seen the others' heartbeats.
 await sleep(2500);
 const all = new Map<string, number[]>();

@@ -744,7 +744,7 @@ function insertEvents(db: Database, endpointId: string, n: number): string[] {
     for (let i = 0; i < n; i++) {
       const id = `evt_${base62(24)}`;
       const payload = JSON.stringify({ id, object: "event", type: "batch.completed", created_at: Math.floor(t / 1000), data: { id: `batch_${base62(24)}` } });
-      ins.run(id, endpointId, payload, t, t);
+      ins.run(id, endpointId, payload, t, Math.floor(t / 1000));
       ids.push(id);
     }
   })();

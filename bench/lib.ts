@@ -70,13 +70,13 @@ for (const sig of ["SIGINT", "SIGTERM"] as const) {
  * the real executable, not a shell shim), so the returned pid is the process
  * that serves; assertRuns() checks /proc/pid/cmdline to be sure.
  */
-export function spawnBun(args: string[], opts: { env?: Record<string, string>; cwd?: string } = {}): Child {
+export function spawnBun(args: string[], opts: { env?: Record<string, string>; cwd?: string; /** A file for the child's stderr (default: inherited). */ stderr?: string } = {}): Child {
   const proc = Bun.spawn([process.execPath, ...args], {
     cwd: opts.cwd ?? ROOT,
     env: { ...process.env, ...opts.env },
     stdin: "ignore",
     stdout: "ignore",
-    stderr: "inherit",
+    stderr: opts.stderr ? Bun.file(opts.stderr) : "inherit",
   });
   const pid = proc.pid;
   live.add(proc);

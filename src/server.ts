@@ -37,7 +37,14 @@ export interface RunningServer {
   stop(): Promise<void>;
 }
 
-export async function startServer(config: Config, opts: { quiet?: boolean } = {}): Promise<RunningServer> {
+export async function startServer(
+  config: Config,
+  opts: {
+    quiet?: boolean;
+    /** Tests only: the webhook sender's clock (ms since the epoch), to reach its 72 h give-up without waiting. */
+    webhookClock?: () => number;
+  } = {},
+): Promise<RunningServer> {
   const log = createLogger(config.logLevel);
   // Before anything is created in it: 0700 and 0600 from here on (SPEC §16; src/dataDir.ts).
   const openPaths = secureDataDir(config.dataDir, config.database);
@@ -112,7 +119,7 @@ export async function startServer(config: Config, opts: { quiet?: boolean } = {}
   sweep.unref?.();
 
   runner.start();
-  const webhooks = new WebhookSender(ctx);
+  const webhooks = new WebhookSender(ctx, { clock: opts.webhookClock });
   webhooks.start();
   const url = `http://${config.host}:${server.port}`;
   // For people, on stdout, before the JSON log lines (stderr) of what follows: SPEC §19.

@@ -140,11 +140,6 @@ describe("SIGKILL mid-batch, then restart", () => {
     expect(fake.stats.requests).toBe(N + twice);
   });
 
-  // BUG: after a restart, the usage and cost of lines recovered from part
-  // files are recomputed in src/batches/worker/partFiles.ts (recoverParts)
-  // by looking the model up by the response body's `model` — the upstream's
-  // name ("fake-chat"), not the server's id ("mapped-chat") when model_map
-  // is used — so the recovered lines add no cost.
   test("usage and cost after the restart still equal the sums over the output lines", () => {
     expect(done).toBeDefined();
     expectUsageAndCost(done, out);
@@ -199,12 +194,6 @@ describe("SIGTERM mid-batch, then restart", () => {
     expect(await second.stop("SIGTERM")).toBe(0);
   }, 60_000);
 
-  // BUG: after a restart, request_counts drop back (towards 0) and climb
-  // again: BatchRunner.dispatchShards (src/batches/runner.ts) registers a
-  // resumed shard in `live` with zeroTotals(), and writeCounts (every 500 ms,
-  // and on the first tick) writes done-shards + live totals into the batch
-  // row before the Worker has recovered its part files and reported the
-  // shard's real totals.
   test("request_counts never go back after the restart", () => {
     expect(done).toBeDefined();
     expect(afterRestart.length).toBeGreaterThan(0);
@@ -229,19 +218,12 @@ describe("SIGTERM mid-batch, then restart", () => {
     expect(over).toEqual([]);
   });
 
-  // BUG: a request whose attempt fails with a retryable status while the
-  // server checkpoints for SIGTERM is written as a final error line (its 500)
-  // instead of being left for the restart to retry: runUpstream in
-  // src/batches/worker/execute.ts stops retrying when `stopping()` is true,
-  // and runShard passes `control.pausing` into `stopping`, so a shutdown
-  // turns retryable failures into results after a single attempt.
   test("requests that failed once (retryable 500) in flight at SIGTERM are retried, not reported as failed", () => {
     expect(done).toBeDefined();
     expect(err.map((l) => `${l.custom_id}: ${l.response?.status_code ?? l.error?.code}`)).toEqual([]);
     expect(out.length).toBe(N);
   });
 
-  // BUG: same cause as in the SIGKILL test: recoverParts prices recovered lines by the upstream's model name.
   test("usage and cost after the restart still equal the sums over the output lines", () => {
     expect(done).toBeDefined();
     expectUsageAndCost(done, out);

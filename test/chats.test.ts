@@ -384,19 +384,21 @@ describe("POST /chats/{id}/stream", () => {
 
 describe("POST /chat/completions on the slow echo", () => {
   test("a streamed completion whose client disconnects stops and frees its slot", async () => {
+    // 6000 tokens at 200 tokens/s: 30 s if nobody stopped it, far longer than the 3 s allowed below, so
+    // only the client's leaving can free the slot in time.
     const abort = new AbortController();
     const res = await t.api("/chat/completions", {
       method: "POST",
       signal: abort.signal,
       headers: { "content-type": "application/json" },
-      body: JSON.stringify({ model: "offpeak-echo", stream: true, messages: [{ role: "user", content: Array.from({ length: 400 }, (_, i) => `c${i}`).join(" ") }] }),
+      body: JSON.stringify({ model: "offpeak-echo", stream: true, messages: [{ role: "user", content: Array.from({ length: 6000 }, (_, i) => `c${i}`).join(" ") }] }),
     });
     expect(res.status).toBe(200);
     const reader = sseReader(res);
     for (let i = 0; i < 3; i++) await within(reader.nextData(), 5000, "a chunk");
     expect(await inFlight("offpeak-echo")).toBe(1);
     abort.abort();
-    await eventually(async () => (await inFlight("offpeak-echo")) === 0, "the slot to be released");
+    await eventually(async () => (await inFlight("offpeak-echo")) === 0, "the slot to be released", 3000);
   });
 });
 

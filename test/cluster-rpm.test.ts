@@ -14,6 +14,10 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { AppContext } from "../src/context";
+import { openDb } from "../src/db/client";
+import { KeyUsageSync } from "../src/nodes/keyUsage";
+import type { Membership } from "../src/nodes/membership";
 import { pollUntil, sleep } from "./helpers/batches";
 import { ChildServer, killChildren } from "./helpers/child";
 import { startPostgres } from "./helpers/postgres";
@@ -115,7 +119,7 @@ test(
         for (let i = 0; ; i++) {
           const at = start + (i * 1000) / RATE;
           if (at >= end) break;
-          await sleep(at - Date.now());
+          await sleep(Math.max(0, at - Date.now()));
           const w = windowOf(Date.now());
           const node = p === "one node" ? 0 : p === "late node" ? (w !== lastWindow ? 2 : i % 2) : i % 3;
           lastWindow = w;
@@ -140,3 +144,26 @@ test(
   },
   60_000,
 );
+
+test("the statement that takes budget never gives more than the window has left, however many run at once", async () => {
+  const db = await openDb({ kind: "postgres", url: await (await startPostgres()).createDatabase() });
+  try {
+    const sync = new KeyUsageSync({ db } as AppContext, { place: () => ({ index: 0, count: 3 }) } as unknown as Membership);
+    const zero = { requests: 0, tokens: 0 };
+    const take = (want: { requests: number; tokens: number }, need = zero, delta = zero) =>
+      sync.take({ keyId: "key_race", windowStart: 60_000, limits: { rpm: 60, tpm: 1000 }, delta, need, want });
+    // 200 statements at once (as many at a time as the pool has connections), each for 1 request and 7 tokens.
+    const got = await Promise.all(Array.from({ length: 200 }, () => take({ requests: 1, tokens: 7 }, { requests: 1, tokens: 7 })));
+    expect(got.reduce((a, g) => a + g.got.requests, 0)).toBe(60);
+    expect(got.reduce((a, g) => a + g.got.tokens, 0)).toBe(60 * 7);
+    // Given back, then owed: applied before the grant; less than `need` left gives nothing of that dimension.
+    const back = await take({ requests: 5, tokens: 0 }, zero, { requests: -3, tokens: 100 });
+    expect(back).toEqual({ got: { requests: 3, tokens: 0 }, total: { requests: 60, tokens: 520 } });
+    const none = await take({ requests: 0, tokens: 600 }, { requests: 0, tokens: 481 });
+    expect(none).toEqual({ got: { requests: 0, tokens: 0 }, total: { requests: 60, tokens: 520 } });
+    const rest = await take({ requests: 0, tokens: 600 }, { requests: 0, tokens: 480 });
+    expect(rest).toEqual({ got: { requests: 0, tokens: 480 }, total: { requests: 60, tokens: 1000 } });
+  } finally {
+    await db.close();
+  }
+});

@@ -8,6 +8,8 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, readFileSync } from "node:fs";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
 import { configWriter } from "./helpers/inference";
+import { startFakeUpstream } from "./helpers/fakeUpstream";
+import { upstreamLines, writeUpstreamConfig } from "./helpers/outage";
 import { ADMIN_KEY, chatLine, startTestServer, type TestServer } from "./helpers/server";
 
 const CHROMIUM = process.env.OFFPEAK_CHROMIUM || "/usr/bin/chromium";
@@ -364,6 +366,51 @@ suite("web console in chromium", () => {
     expect(await card.getByRole("row").count()).toBe(3); // the header and the two failed lines
     await page.getByText("2 failed lines.").waitFor();
   }, T);
+
+  test("a batch's page shows its estimated completion, and a notice saying why it waits while its upstream is down (SPEC §18/§19)", async () => {
+    // A server of its own, with a real fake engine as the upstream "vllm".
+    const fake = await startFakeUpstream({ models: ["fake-chat"], latencyMs: 20 });
+    const upCfg = writeUpstreamConfig("offpeak-console-upstream-", { name: "vllm", base_url: fake.baseUrl, models: ["fake-chat"], max_concurrency: 4 });
+    const s = await startTestServer({ argv: ["--config", upCfg.path], env: { OFFPEAK_BATCH_WORKERS: "1", OFFPEAK_BATCH_RETRY_BASE_MS: "10" } });
+    try {
+      const form = new FormData();
+      form.append("purpose", "batch");
+      form.append("file", new Blob([jsonl(upstreamLines("console-wait", 1500).text)]), "wait.jsonl");
+      const f: any = await (await s.api("/files", { method: "POST", body: form })).json();
+      const b: any = await (await s.api("/batches", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ input_file_id: f.id, endpoint: "/v1/chat/completions", completion_window: "24h" }) })).json();
+      const page = await newPage();
+      await page.goto(`${s.url}/#/batches/${b.id}`);
+      await page.getByLabel("API key").fill(ADMIN_KEY);
+      await page.getByRole("button", { name: "Sign in" }).click();
+      await page.getByRole("heading", { name: new RegExp(b.id) }).waitFor();
+      // While it runs: an estimated completion, a time.
+      const eta = page.locator("dt", { hasText: /^Estimated completion$/ }).locator("xpath=following-sibling::dd[1]");
+      await eta.locator("time").waitFor();
+      const at = Date.parse((await eta.locator("time").getAttribute("datetime"))!);
+      expect(at).toBeGreaterThan(Date.now() - 5000);
+      expect(at).toBeLessThan(Date.now() + 60_000);
+      const notice = page.getByRole("status", { name: "Why the batch waits" });
+      expect(await notice.count()).toBe(0);
+      await fake.down();
+      try {
+        await notice.waitFor({ timeout: 10_000 });
+        const text = await notice.innerText();
+        expect(text).toContain("Upstream down");
+        expect(text).toContain("waiting: upstream vllm is down");
+        expect(text).toMatch(/\(since .+\)/);
+      } finally {
+        await fake.up();
+      }
+      // Back: the notice goes, the batch completes, and no estimate is left.
+      await page.getByText("completed", { exact: true }).first().waitFor({ timeout: 20_000 });
+      expect(await notice.count()).toBe(0);
+      expect(await page.getByText("Estimated completion").count()).toBe(0);
+    } finally {
+      await s.stop();
+      await fake.stop();
+      upCfg.cleanup();
+    }
+  }, 60_000);
 
   test("a confirmation dialog closes when the page changes (a link, the back button), and nothing is done", async () => {
     const secret = await t.createKey({ name: "kept by navigation" });

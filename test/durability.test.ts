@@ -12,7 +12,8 @@
 //    removing the final file flush, the rename's directory fsync, the
 //    syncCommits() of any route, or the part flush before "done" makes the
 //    matching test below fail.)
-// 2. strace (runs where `strace -f` works, else skipped with a note): the
+// 2. strace (runs where `strace -f` works, else skipped with a note, and a
+//    failure under CI=true, where .ci/run installs strace): the
 //    real syscalls of an upload, in order: fdatasync of the temp file →
 //    rename into files/ → fsync of files/ → the record's WAL write →
 //    fdatasync of the WAL → the HTTP answer; and for a batch, the part files'
@@ -23,6 +24,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs
 import { tmpdir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { chatReq, pollUntil } from "./helpers/batches";
+import { missingPrerequisite } from "./helpers/ci";
 import { ADMIN_KEY, SERVE_READY } from "./helpers/server";
 
 const ROOT = resolve(import.meta.dir, "..");
@@ -283,7 +285,11 @@ function straceWorks(): boolean {
   return r.exitCode === 0;
 }
 const STRACE = straceWorks();
-if (!STRACE) console.warn("durability.test.ts: strace is missing or cannot trace here; the syscall-order tests are skipped (the seam tests above still run)");
+if (!STRACE)
+  missingPrerequisite(
+    "strace can trace the server",
+    "durability.test.ts: strace is missing or cannot trace here (apt-get install strace; ptrace must be allowed); the syscall-order tests are skipped (the seam tests above still run)",
+  );
 
 interface Sys {
   i: number;

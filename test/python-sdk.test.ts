@@ -2,19 +2,30 @@
 // Responses and Completions (plain, streamed, responses.stream()) and a
 // batch on each endpoint, on offpeak-echo and through a fake engine. Needs
 // a python3 that can `import openai` (or OFFPEAK_PYTHON naming one); without
-// it the test is skipped with the reason printed (README: "Python SDK").
+// it the test is skipped with the reason printed (README: "Python SDK"), and
+// fails under CI=true (.ci/run makes one).
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { join } from "node:path";
 import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
+import { missingPrerequisite } from "./helpers/ci";
 import { configWriter } from "./helpers/inference";
 import { startTestServer, type TestServer } from "./helpers/server";
 
 const python = process.env.OFFPEAK_PYTHON || "python3";
-const probe = Bun.which(python) || python.includes("/") ? Bun.spawnSync([python, "-c", "import openai; print(openai.__version__)"], { stderr: "pipe" }) : null;
+/** null when there is no such program (also an OFFPEAK_PYTHON path that does not exist). */
+const probe = (() => {
+  if (!Bun.which(python) && !python.includes("/")) return null;
+  try {
+    return Bun.spawnSync([python, "-c", "import openai; print(openai.__version__)"], { stderr: "pipe" });
+  } catch {
+    return null;
+  }
+})();
 const available = probe?.exitCode === 0;
 if (!available)
-  console.log(
-    `python-sdk.test.ts: skipped — ${probe ? `${python} cannot import openai (${probe.stderr.toString().trim().split("\n").pop()})` : `no ${python} on PATH`}; ` +
+  missingPrerequisite(
+    "the Python SDK is there",
+    `python-sdk.test.ts: ${probe ? `${python} cannot import openai (${probe.stderr.toString().trim().split("\n").pop()})` : `${python} not found`}; ` +
       "install it (pip install openai) or set OFFPEAK_PYTHON to a python that has it",
   );
 

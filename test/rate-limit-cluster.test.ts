@@ -2,7 +2,7 @@
 // RateLimiters (three nodes) share a store that does in memory what
 // src/nodes/keyUsage.ts's statement does on the key's row (apply the
 // delta, then give per dimension `want` as far as the window has it, or
-// nothing if less than `need` is left). test/cluster-rpm.test.ts runs the
+// nothing at all if a limited dimension has less than its `need` left). test/cluster-rpm.test.ts runs the
 // same over real nodes and Postgres.
 import { describe, expect, test } from "bun:test";
 import { ApiError } from "../src/errors";
@@ -24,12 +24,14 @@ class MemoryStore implements BudgetStore {
     const row = this.rows.get(id) ?? { requests: 0, tokens: 0 };
     const lim = { requests: t.limits.rpm ?? 0, tokens: t.limits.tpm ?? 0 };
     const got = { requests: 0, tokens: 0 };
-    for (const k of ["requests", "tokens"] as const) {
-      row[k] = Math.max(0, row[k] + t.delta[k]);
-      const left = Math.max(0, lim[k] - row[k]);
-      got[k] = left >= t.need[k] ? Math.min(t.want[k], left) : 0;
-      row[k] += got[k];
-    }
+    const dims = (["requests", "tokens"] as const).filter((k) => (k === "requests" ? t.limits.rpm : t.limits.tpm) !== null);
+    for (const k of ["requests", "tokens"] as const) row[k] = Math.max(0, row[k] + t.delta[k]);
+    // All or nothing: every limited dimension must have its `need` left.
+    if (dims.every((k) => lim[k] - row[k] >= t.need[k]))
+      for (const k of dims) {
+        got[k] = Math.min(t.want[k], Math.max(0, lim[k] - row[k]));
+        row[k] += got[k];
+      }
     this.rows.set(id, row);
     return { got, total: { ...row } };
   }
@@ -108,6 +110,28 @@ describe("a key's rpm over three nodes sharing one budget", () => {
     // Past RECHECK_MS, B asks the store again and gets what A gave back.
     for (let i = 0; i < 20; i++) if (await tryAdmit(b, "k-idle", rpm60, 0, now + IDLE_MS + 300)) ok++;
     expect(ok).toBe(60);
+  });
+
+  test("budget beyond what a node's pace will use before the window ends goes back, the rest it keeps", async () => {
+    const { store, nodes } = cluster();
+    const [a, b] = nodes as [RateLimiter, RateLimiter];
+    const limits = { rpm: null, tpm: 600 };
+    // Ten seconds before a window's end (explicit times: the window is the one they fall in).
+    const t0 = Date.now() - (Date.now() % 60_000) + 50_000;
+    expect(await tryAdmit(a, "k-pace", limits, 1, t0)).toBe(true);
+    expect(await tryAdmit(a, "k-pace", limits, 1, t0 + 1000)).toBe(true);
+    // A took 100 (a sixth) and used 2 in 1.5 s: at that pace (and half again) it keeps 18 for the 8.5 s left.
+    const row = () => store.rows.get([...store.rows.keys()][0]!)!.tokens;
+    expect(row()).toBe(100);
+    await sync(a, store, t0 + 1500);
+    expect(row()).toBe(2 + 18);
+    expect(a.current("k-pace", limits, t0 + 1500)["x-ratelimit-remaining-tokens"]).toBe(String(600 - 2));
+    // B can have all the rest.
+    expect(await tryAdmit(b, "k-pace", limits, 580, t0 + 1500)).toBe(true);
+    expect(await tryAdmit(b, "k-pace", limits, 1, t0 + 1500)).toBe(false);
+    // An idle node gives back everything, past IDLE_MS without a request.
+    await sync(a, store, t0 + 1000 + IDLE_MS);
+    expect(row()).toBe(2 + 580);
   });
 
   test("a node refused because the window is spent asks the store again only after RECHECK_MS", async () => {

@@ -266,12 +266,16 @@ describe("offpeak-echo, streamed", () => {
   });
 
   test("a client that leaves mid-stream frees the model's slot", async () => {
+    // 3000 tokens at TPS (100/s): 30 s if nobody stopped it, far longer than the 3 s allowed below, so
+    // only the client's leaving can free the slot in time.
+    const inFlight = async () => (await json(await t.api("/status"))).models.find((m: any) => m.id === "offpeak-echo").in_flight;
     const abort = new AbortController();
-    const res = await post({ model: "offpeak-echo", input: Array(200).fill("word").join(" "), stream: true }, { signal: abort.signal });
+    const res = await post({ model: "offpeak-echo", input: Array(3000).fill("word").join(" "), stream: true }, { signal: abort.signal });
     const reader = sseReader(res);
     await reader.nextData();
+    expect(await inFlight()).toBe(1);
     abort.abort();
-    await eventually(async () => (await json(await t.api("/status"))).models.find((m: any) => m.id === "offpeak-echo").in_flight === 0, "the slot to be released");
+    await eventually(async () => (await inFlight()) === 0, "the slot to be released", 3000);
   });
 });
 

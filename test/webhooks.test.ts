@@ -6,6 +6,7 @@ import { chatReq, createBatch, waitBatch } from "./helpers/batches";
 import { eventually, expectError, json } from "./helpers/inference";
 import { freshDataDir, startTestServer, type TestServer } from "./helpers/server";
 import { rmSync } from "node:fs";
+import { eq } from "drizzle-orm";
 
 interface Received {
   body: string;
@@ -245,3 +246,51 @@ test("durable: a receiver down when the batch ends gets the event after offpeak 
     rmSync(dataDir, { recursive: true, force: true });
   }
 });
+
+test("an event's created_at is in Unix seconds; delivery gives up 72 h after it (an injected clock), not before, and tries no more", async () => {
+  // The sender's clock: real time plus `skew`, which the receiver moves forward as it answers.
+  let skew = 0;
+  const HOUR = 3600_000;
+  const r3 = startReceiver();
+  r3.answer = (n) => {
+    // The sender reads its clock after the answer: attempt 1 fails "71 h 59 min" after the event was made,
+    // attempt 2 "72 h 1 s" after.
+    skew = n === 1 ? 72 * HOUR - 60_000 : 72 * HOUR + 1000;
+    return 500;
+  };
+  const s = await startTestServer({ env: { ...HOOK_ENV, OFFPEAK_WEBHOOK_RETRY_BASE_MS: "50" }, webhookClock: () => Date.now() + skew });
+  try {
+    const ep = await json(await createEndpoint(s, { url: r3.url }));
+    const c = s.sdk();
+    const before = Math.floor(Date.now() / 1000);
+    const { batch } = await createBatch(c, [chatReq("g1", "give up")]);
+    await waitBatch(c, batch.id);
+    const after = Math.ceil(Date.now() / 1000);
+    const e = s.server.ctx.db.t.webhookEvents;
+    const row = async () => (await s.server.ctx.db.select().from(e).where(eq(e.endpointId, ep.id)))[0]!;
+    // Seconds, like every other created_at (and the event body's).
+    const stored = await row();
+    expect(stored.createdAt).toBeGreaterThanOrEqual(before);
+    expect(stored.createdAt).toBeLessThanOrEqual(after);
+    expect(JSON.parse(stored.payload).created_at).toBe(stored.createdAt);
+
+    // 72 h minus a minute: not given up, so there is a second attempt; 72 h and a second: given up.
+    await eventually(async () => (await row()).attempts >= 2, "the second attempt to be recorded", 10_000, 20);
+    expect(await row()).toMatchObject({ status: "failed", attempts: 2 });
+    const d = (await json(await s.api(`/webhook_endpoints/${ep.id}/deliveries`))).data;
+    expect(d.map((x: any) => [x.attempt, x.status_code])).toEqual([
+      [2, 500],
+      [1, 500],
+    ]);
+    // Attempts are stamped by the same clock, in seconds: the second "72 h" after the event.
+    expect(d[0].created_at - stored.createdAt).toBeGreaterThanOrEqual(72 * 3600);
+    expect(d[0].created_at - stored.createdAt).toBeLessThan(72 * 3600 + 60);
+    // Nothing more is tried: a third attempt would be due some 300 ms later, read at the next second's tick.
+    await Bun.sleep(2000);
+    expect(r3.got).toHaveLength(2);
+    expect((await row()).attempts).toBe(2);
+  } finally {
+    await s.stop();
+    r3.stop();
+  }
+}, 30_000);

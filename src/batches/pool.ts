@@ -4,6 +4,9 @@ import { BATCH_WORKER } from "../workers";
 import type { FromWorker, PricedModel, ToWorker, WorkerTask } from "./types";
 import type { HealthMemory } from "../inference/upstreamHealth";
 
+/** How every batch Worker is created. */
+export const BATCH_WORKER_OPTIONS: WorkerOptions = {};
+
 interface Slot {
   worker: Worker;
   task: WorkerTask | null;
@@ -28,7 +31,7 @@ export class WorkerPool {
   }
 
   private spawn(): Slot {
-    const slot: Slot = { worker: new Worker(BATCH_WORKER), task: null, held: new Int32Array(new SharedArrayBuffer(4 * SHARED_MODELS)) };
+    const slot: Slot = { worker: new Worker(BATCH_WORKER, BATCH_WORKER_OPTIONS), task: null, held: new Int32Array(new SharedArrayBuffer(4 * SHARED_MODELS)) };
     slot.worker.onmessage = (e: MessageEvent<FromWorker>) => {
       const m = e.data;
       if (m.type === "validated" || m.type === "done" || m.type === "paused" || m.type === "failed") slot.task = null;

@@ -55,8 +55,8 @@ export type PeakHoursHook = (batch: TrackedBatch, nowMs: number) => string | nul
 export interface Signals {
   /** The model's upstream (null: a built-in model): its name, since when it is down (ms; null while up), and whether 429s hold it back. */
   upstream(model: string): { name: string; downSince: number | null; rateLimited: boolean } | null;
-  /** Lines for the model wait for a scheduler slot here (its concurrency is in use). */
-  waitingForCapacity(model: string): boolean;
+  /** Batch lines for the model wait here for a scheduler slot (its concurrency is in use): "interactive" while interactive requests hold some of it, else "batches"; null when none waits. */
+  waitingForCapacity(model: string): "interactive" | "batches" | null;
 }
 
 /** A 429 within this long still counts as rate limited (a pause is 1 s by default: this bridges the gaps between them). */
@@ -82,18 +82,37 @@ export function signalsOf(registry: ModelRegistry, scheduler: Scheduler): Signal
       if (!info) return null;
       return { name: info.name, downSince: info.downSince, rateLimited: rateLimitedNow(registry.health.mem, m.upstreamIdx, RATE_LIMITED_MS) };
     },
-    waitingForCapacity: (model) => scheduler.stats(model).batchQueued > 0,
+    waitingForCapacity(model) {
+      const s = scheduler.stats(model);
+      if (s.batchQueued === 0) return null;
+      return s.inFlight > s.batchInFlight ? "interactive" : "batches";
+    },
   };
 }
 
-/** Why a batch that runs here is not moving, or null; `stalled`: its count has not moved for a while. */
-export function decide(b: TrackedBatch, s: Signals, stalled: boolean, nowMs: number, peakHours: PeakHoursHook | null): { code: StatusDetailCode; message: string; sinceMs: number | null } | null {
+/**
+ * Why a batch that runs here is not moving, or null. `stalled`: its count
+ * has not moved for STALL_MS; `othersMoving`: another batch on the same
+ * model has moved meanwhile (a stalled batch whose own lines hold the
+ * capacity is slow, not queued).
+ */
+export function decide(
+  b: TrackedBatch,
+  s: Signals,
+  stalled: boolean,
+  othersMoving: boolean,
+  nowMs: number,
+  peakHours: PeakHoursHook | null,
+): { code: StatusDetailCode; message: string; sinceMs: number | null } | null {
   const up = b.model ? s.upstream(b.model) : null;
   if (up?.downSince != null) return { code: "upstream_down", message: `upstream ${up.name} is down`, sinceMs: up.downSince };
   if (up?.rateLimited) return { code: "rate_limited", message: `upstream ${up.name} answers 429 (rate limited): dispatch slowed`, sinceMs: null };
   const peak = peakHours?.(b, nowMs);
   if (peak) return { code: "peak_hours", message: peak, sinceMs: null };
-  if (stalled && b.model && s.waitingForCapacity(b.model)) return { code: "queued", message: `waiting for capacity on model ${b.model}: its concurrency is in use`, sinceMs: null };
+  if (!stalled || !b.model) return null;
+  const cap = s.waitingForCapacity(b.model);
+  if (cap === "interactive") return { code: "queued", message: `waiting for capacity on model ${b.model}: interactive requests go first`, sinceMs: null };
+  if (cap === "batches" && othersMoving) return { code: "queued", message: `waiting for capacity on model ${b.model} behind other batches`, sinceMs: null };
   return null;
 }
 
@@ -121,6 +140,8 @@ interface Entry {
   /** What this node last wrote into the row (undefined: nothing yet, or since it took a shard again). */
   written: Written | undefined;
   seenAt: number;
+  /** When its count last grew (ms; 0: not seen to). */
+  movedAt: number;
 }
 
 function prepare(db: Db) {
@@ -157,20 +178,23 @@ export class BatchProgress {
   private readonly q: ReturnType<typeof prepare>;
 
   constructor(
-    private readonly db: Db,
+    db: Db,
     private readonly signals: Signals,
   ) {
     this.q = prepare(db);
   }
 
-  /** This node took a shard of `b`: it writes its view of the batch at the next counts write. */
+  /** This node took a shard of `b`: it writes its view of the batch at the next counts write (another node, or markQueued, may have written since). */
   track(b: TrackedBatch, nowMs = Date.now()): void {
+    const batch = { id: b.id, model: b.model, total: b.total, completionWindow: b.completionWindow, expiresAt: b.expiresAt };
     const e = this.entries.get(b.id);
-    if (e) {
-      e.batch = { id: b.id, model: b.model, total: b.total, completionWindow: b.completionWindow, expiresAt: b.expiresAt };
-      e.written = undefined;
-      e.seenAt = nowMs;
-    } else this.entries.set(b.id, { batch: { id: b.id, model: b.model, total: b.total, completionWindow: b.completionWindow, expiresAt: b.expiresAt }, samples: [], written: undefined, seenAt: nowMs });
+    if (!e) return void this.entries.set(b.id, { batch, samples: [], written: undefined, seenAt: nowMs, movedAt: 0 });
+    e.batch = batch;
+    e.written = undefined;
+    e.seenAt = nowMs;
+    // Back after a pause (it waited for a Worker): the time away is not its rate.
+    const last = e.samples[e.samples.length - 1];
+    if (last && nowMs - last[0] > 2 * STALL_MS) e.samples.length = 0;
   }
 
   /** At the counts write, for a batch with shards running here: `done` = its completed + failed (all nodes). Writes the row if the view changed. */
@@ -181,12 +205,15 @@ export class BatchProgress {
     const samples = e.samples;
     const last = samples[samples.length - 1];
     if (last && done < last[1]) samples.length = 0; // counts went back (a restart): measure again
+    if (last && done > last[1]) e.movedAt = nowMs;
     samples.push([nowMs, done]);
     while (samples.length > 2 && nowMs - samples[1]![0] >= RATE_WINDOW_MS) samples.shift();
     // The count has not moved over the last STALL_MS.
     const ref = samples.findLast((x) => nowMs - x[0] >= STALL_MS);
     const stalled = ref !== undefined && ref[1] === done;
-    const d = decide(e.batch, this.signals, stalled, nowMs, this.peakHours);
+    let othersMoving = false;
+    for (const o of this.entries.values()) if (o !== e && o.batch.model === e.batch.model && nowMs - o.seenAt < STALL_MS && nowMs - o.movedAt < STALL_MS) othersMoving = true;
+    const d = decide(e.batch, this.signals, stalled, othersMoving, nowMs, this.peakHours);
     const prev = e.written;
     // A reason keeps its `since` while it stays.
     const since = d ? (d.sinceMs !== null ? Math.floor(d.sinceMs / 1000) : prev?.code === d.code && prev.since !== null ? prev.since : Math.floor(nowMs / 1000)) : null;

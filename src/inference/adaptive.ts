@@ -12,30 +12,34 @@
 // This is TCP Vegas as Netflix's concurrency-limits applies it to requests
 // (VegasLimit), measured per window rather than per request: with the limit
 // binding, Little's law gives throughput = in flight / latency, so the
-// latency ratio r = latency / floor (the floor: the least latency seen
-// lately) says how much of the concurrency added since the floor turned into
+// latency ratio r = latency / floor (the floor: the latency below the
+// knee, measured lately) says how much of the concurrency added since the floor turned into
 // throughput (1/r of it) and how much only waits inside the engine
 // (Vegas's "queue", L·(1 − 1/r)). So:
 //
-//   r < 1.15 and the limit binding: grow (×1.5 at the start, "slow start";
+//   r < 1.1 and the limit binding: grow (×1.5 at the start, "slow start";
 //            then ×1.2 while r < 1.05, else ×1.08; at least +1)
-//   1.15 … 1.3: hold (Vegas's alpha…beta band)
-//   r > 1.3: latency grew without throughput: shrink toward r = 1.2
-//            (L × 1.2 / r, at most halving), on the second such window
+//   1.1 … 1.25: hold (Vegas's alpha…beta band)
+//   r > 1.25: latency grew without throughput: shrink toward r = 1.15
+//            (L × 1.15 / r, at most halving), on the second such window
 //            in a row
 //   429/503 in the window: cut to 0.7× at once (and grow only by +1 near
 //            where it happened, for a while)
 //
-// The floor is the minimum of the window means over a horizon, not for
+// The floor is the least latency measured below the knee lately, not for
 // ever: requests of another batch may take longer, and a floor from shorter
 // ones would keep the limit low. A controller that runs at its limit never
 // sees its floor again, though, and a floor that only aged out would creep
 // up with the load (Vegas's known drift). So, as BBR's ProbeRTT does, it
-// probes: every probe interval (10 s, or 50 floors if longer) it halves the
-// limit for one window, which measures the latency below the knee again. A
-// probe that finds the latency well above the floor (the engine got slower,
-// or the requests longer) replaces the floor; one that finds a lower floor
-// probes again soon.
+// probes: every probe interval (10 s, or 50 floors up to 5 min) it halves the
+// limit for one window, which measures the latency below the knee again.
+// The floor is the median of those probes, the slow-start windows, and any
+// window far below it, over three intervals. Two probes in a row that find
+// the latency well above the floor (the engine got slower, or the requests
+// longer) replace it; one that finds a lower floor probes again soon. Each
+// decision reads the window together with the one before it at the same
+// limit, and a shrink needs two high windows in a row: window means are
+// noisy when requests differ in size.
 //
 // Pure: it sees windows (src/inference/scheduler.ts measures them from the
 // slots' shared cells) and returns limits; the unit tests feed it a
@@ -76,18 +80,20 @@ export interface TracePoint {
 }
 
 /** Latency ratios (window mean / floor) that bound the hold band, and what a shrink aims at. */
-export const GROW_BELOW = 1.15;
-export const SHRINK_ABOVE = 1.3;
-export const SHRINK_TO = 1.2;
+export const GROW_BELOW = 1.1;
+export const SHRINK_ABOVE = 1.25;
+export const SHRINK_TO = 1.15;
 const NEAR_FLOOR = 1.05;
 const OVERLOAD_CUT = 0.7;
+/** However slow the engine, a probe at least this often (a floor measured past the knee would otherwise stretch the interval). */
+const MAX_PROBE_EVERY_MS = 300_000;
 /** Trace points kept (for /metrics readers and the benchmark: a few minutes of windows). */
 const TRACE = 512;
 
 export class AdaptiveLimit {
   /** The limit to apply now (an integer within [min, max]). */
   limit: number;
-  /** The least window mean latency within the horizon, ms (null before the first window). */
+  /** The latency below the knee: the median of recent probes and slow-start windows, ms (null before the first window). */
   floorMs: number | null = null;
   /** The last window's mean latency, ms. */
   latencyMs: number | null = null;
@@ -108,6 +114,16 @@ export class AdaptiveLimit {
   private lastActive: number | null = null;
   /** Windows in a row with the latency above the band. */
   private high = 0;
+  /** The last probe found the latency well above the floor. */
+  private staleProbe = false;
+  /** Windows left before the limit may grow again after a shrink. */
+  private cool = 0;
+  /** The estimate before the last step up. */
+  private grewFrom = 0;
+  /** The latency that the probe now running was decided on. */
+  private beforeProbeMs = 0;
+  /** The window before, at the limit it ran with. */
+  private prev: { limit: number; n: number; ms: number } | null = null;
 
   constructor(opts: AdaptiveOptions) {
     this.max = Math.max(1, Math.floor(opts.max));
@@ -131,7 +147,7 @@ export class AdaptiveLimit {
 
   /** How long a probe interval is now: 10 s, or 50 floors for slow engines. */
   private probeInterval(): number {
-    return Math.max(this.probeEveryMs, 50 * (this.floorMs ?? 0));
+    return Math.max(this.probeEveryMs, Math.min(50 * (this.floorMs ?? 0), MAX_PROBE_EVERY_MS));
   }
 
   /** Takes one window's measurements; returns the limit to apply from now on. */
@@ -142,7 +158,10 @@ export class AdaptiveLimit {
     }
     const horizon = 3 * this.probeInterval();
     // Back after a long pause: what was learnt may be about other requests.
-    if (this.lastActive !== null && w.at - this.lastActive > horizon) this.floors = [];
+    if (this.lastActive !== null && w.at - this.lastActive > horizon) {
+      this.floors = [];
+      this.prev = null;
+    }
     this.lastActive = w.at;
     if (w.overloads > 0) {
       // The engine says it is past its capacity: believe it at once.
@@ -150,6 +169,7 @@ export class AdaptiveLimit {
       this.probing = false;
       this.slowStart = false;
       this.overloadAt = { limit: from, at: w.at };
+      this.prev = null;
       this.estimate = Math.max(this.min, from * OVERLOAD_CUT);
       // A floor measured this far up is suspect: check it at the next chance.
       this.nextProbeAt = w.at;
@@ -158,44 +178,74 @@ export class AdaptiveLimit {
     this.latencyMs = w.latencyMs;
     this.floors = this.floors.filter((f) => w.at - f.at <= horizon);
     const before = this.floorMs;
-    this.floors.push({ at: w.at, ms: w.latencyMs });
-    let floor = Infinity;
-    for (const f of this.floors) floor = Math.min(floor, f.ms);
     if (this.probing) {
       this.probing = false;
-      let lower = before !== null && floor < before * 0.95;
+      this.prev = null;
+      this.floors.push({ at: w.at, ms: w.latencyMs });
+      const lower = before !== null && w.latencyMs < before * 0.9;
+      // Well below the floor at half the limit: what is far above this was measured past the knee.
+      if (lower) this.floors = this.floors.filter((f) => f.ms <= w.latencyMs * SHRINK_ABOVE);
       // At half the limit the latency is still well above the floor: the
-      // floor is from lighter requests or a faster engine. Start from this.
-      if (before !== null && w.latencyMs > before * SHRINK_ABOVE) {
+      // floor is from lighter requests or a faster engine, or this window
+      // was slow for reasons of its own. Two such probes in a row: start
+      // from this one.
+      const above = before !== null && w.latencyMs > before * SHRINK_ABOVE;
+      if (above && this.staleProbe) {
         this.floors = [{ at: w.at, ms: w.latencyMs }];
-        floor = w.latencyMs;
-        lower = false;
-      }
-      this.floorMs = floor;
-      // Lower than before: the limit was past the knee, and may still be: look again soon.
-      this.nextProbeAt = w.at + (lower ? this.probeInterval() / 10 : this.probeInterval());
+        this.staleProbe = false;
+      } else this.staleProbe = above;
+      this.floorMs = middle(this.floors);
+      // The floor was too high: so was the limit before the probe. Judge
+      // that window again against the new floor rather than wait for more.
+      const rBefore = this.beforeProbeMs / this.floorMs;
+      if (lower && rBefore > SHRINK_ABOVE) this.estimate = Math.max(this.min, this.estimate * Math.max(0.5, SHRINK_TO / rBefore));
+      // Lower than before: the limit was past the knee, and may still be
+      // (far lower: halve again at once); above: the next probe confirms it or not.
+      const farLower = before !== null && w.latencyMs < before * 0.8;
+      this.nextProbeAt = farLower ? w.at : w.at + (lower || this.staleProbe ? this.probeInterval() / 10 : this.probeInterval());
       return this.apply(w.at, "probed", Math.round(this.estimate));
     }
+    // This window together with the one before it at the same limit: half the noise.
+    const p = this.prev && this.prev.limit === this.limit ? this.prev : null;
+    const ms = p ? (p.ms * p.n + w.latencyMs * w.completions) / (p.n + w.completions) : w.latencyMs;
+    this.prev = { limit: this.limit, n: w.completions, ms: w.latencyMs };
+    // What the floor is made of: probes, the windows of slow start that
+    // were near it, and a window far below it (the requests got lighter).
+    // Not every window, and a median, not a minimum: the least of many
+    // noisy windows is the luckiest one, and a floor that low keeps the
+    // limit low (Netflix's Gradient2 notes the same about minimums).
+    const first = this.floors.length === 0;
+    if (first || (before !== null && (ms < before * 0.8 || (this.slowStart && ms < before * SHRINK_ABOVE)))) this.floors.push({ at: w.at, ms });
+    const floor = middle(this.floors);
     this.floorMs = floor;
-    const r = w.latencyMs / floor;
+    const r = ms / floor;
     let decision: Decision = "hold";
     this.high = r > SHRINK_ABOVE ? this.high + 1 : 0;
+    if (this.cool > 0) this.cool--;
     if (r > SHRINK_ABOVE) {
-      // Two windows in a row: one slow window is as often a pause on this
-      // side (a Worker busy writing its part, a GC) as the engine's doing.
-      if (this.high >= 2) {
-        this.estimate = Math.max(this.min, this.estimate * Math.max(0.5, SHRINK_TO / r));
+      // Two windows in a row, unless the last step up did it: one slow
+      // window is as often a pause on this side (a Worker busy writing its
+      // part, a GC) as the engine's doing.
+      const grew = this.last === "grow" ? this.grewFrom : null;
+      if (this.high >= 2 || grew !== null) {
+        let next = this.estimate * Math.max(0.5, SHRINK_TO / r);
+        if (grew !== null) next = Math.min(next, grew);
+        // At least one fewer: at small limits a rounded step is no step.
+        this.estimate = Math.max(this.min, Math.min(next, this.limit - 1));
         this.high = 0;
+        // Hold a while before trying higher again.
+        this.cool = 3;
         decision = "shrink";
       }
       this.slowStart = false;
-    } else if (r < GROW_BELOW && w.binding && this.estimate < this.max) {
-      const factor = r < NEAR_FLOOR ? (this.slowStart ? 1.5 : 1.2) : 1.08;
+    } else if (r < GROW_BELOW && w.binding && this.estimate < this.max && this.cool === 0) {
+      const factor = this.slowStart ? 1.5 : r < NEAR_FLOOR ? 1.2 : 1.08;
       let next = Math.max(this.estimate + 1, this.estimate * factor);
       // Near where the engine last said 429/503: one at a time (for a few probe intervals).
       const o = this.overloadAt;
       if (o && w.at - o.at > horizon) this.overloadAt = null;
       else if (o && next > 0.9 * o.limit) next = this.estimate + 1;
+      this.grewFrom = this.estimate;
       this.estimate = Math.min(this.max, next);
       decision = "grow";
     } else if (r >= GROW_BELOW) this.slowStart = false;
@@ -205,6 +255,7 @@ export class AdaptiveLimit {
     if (!this.slowStart && this.nextProbeAt === null) this.nextProbeAt = w.at;
     if (w.binding && this.nextProbeAt !== null && w.at >= this.nextProbeAt && this.estimate >= 2 * this.min) {
       this.probing = true;
+      this.beforeProbeMs = ms;
       return this.apply(w.at, "probe", Math.max(this.min, Math.round(this.estimate / 2)));
     }
     return this.apply(w.at, decision, Math.round(this.estimate));
@@ -221,4 +272,11 @@ export class AdaptiveLimit {
     if (this.trace.length >= TRACE) this.trace.shift();
     this.trace.push({ at, limit: this.limit, latencyMs: this.latencyMs, floorMs: this.floorMs, decision: this.last });
   }
+}
+
+/** The median of the floor's measurements: robust to one lucky (or slow) window, as a minimum is not. */
+function middle(floors: { ms: number }[]): number {
+  const xs = floors.map((f) => f.ms).sort((a, b) => a - b);
+  const mid = xs.length >> 1;
+  return xs.length % 2 ? xs[mid]! : (xs[mid - 1]! + xs[mid]!) / 2;
 }

@@ -9,31 +9,39 @@
 // A cluster (Postgres, SPEC §14/§17: a key's rpm/tpm hold cluster-wide
 // within 10%): windows are whole wall-clock minutes on every node, and each
 // node admits out of budget it has taken from the key's row for the window
-// in the database (src/nodes/keyUsage.ts: one UPDATE … RETURNING that takes
-// no more than the window has left, so the grants of all nodes together
-// never pass the limit). A request that finds budget in hand is admitted at
-// once with no database round trip; one that finds none waits for a take
-// (one statement, shared by every request waiting on this node), which asks
-// for a block: an eighth of what the window had left at the last answer for
-// three nodes (a 2·nodes-th part, at least what the waiting requests need).
-// So a key's first requests take a few sizeable blocks, and blocks shrink
-// as the window empties: a few statements a window per busy node, not one a
-// request. Budget a node holds but does not use (it got no requests for a
-// second) is given back at the next sync, so a node that took a block and
-// then saw no more traffic strands nothing; tokens an answer used beyond the
-// node's hand (completion tokens, counted after the fact) are owed to the
-// row and added with the next statement. When the row says the window is
-// spent, requests are refused here (429) without asking again for RECHECK_MS.
+// in the database (src/nodes/keyUsage.ts: one INSERT … ON CONFLICT DO
+// UPDATE … RETURNING that gives no more than the window has left, so what
+// all nodes are given together never passes the limit, whatever each node
+// thinks of the others). A request that finds budget in hand is admitted
+// at once, with no database round trip; one that finds none waits for a
+// take (one statement, shared by every request waiting on this node for
+// the key), which asks for a block: a 2·nodes-th part of what the window
+// had left at the last answer (a sixth for three nodes), or what the
+// waiting requests need if more. Blocks shrink as the window empties: a
+// few statements a window per busy node, not one a request. Budget a node
+// holds but does not use (no request for IDLE_MS), or more than it will use
+// before the window ends at the pace it has had, is given back at the next
+// sync (every 250 ms), so a node that took a block and then saw little or
+// no traffic strands little. Tokens an answer used beyond the node's hand
+// (completion tokens, counted after the fact) are owed to the row and added
+// with the next statement. When the row said the window is spent, requests
+// are refused here (429) without asking again for RECHECK_MS. If the
+// database does not answer, each node admits up to its even share of the
+// window meanwhile, and owes it to the row once the database is back.
 //
-// Why not the earlier design (each node publishing its counts a few times a
-// second and taking an estimated share of what the others had left): its
-// shares were guesses from a view a sync old, so nodes that recomputed
-// together handed out the same budget (70 admitted for rpm 60 on three
-// nodes), and shares divided over nodes that never used the key starved a
-// fresh key's first minute (12, 40, 51 admitted): measured with
-// bench/cluster-rpm.ts. Taking budget atomically cannot over-admit; giving
-// back what is idle keeps under-admission to what a node holds when the
-// window ends or when it dies.
+// Why not the earlier design (each node published its counts a few times a
+// second and admitted an estimated share of what the others had left, split
+// over the live nodes): the shares were guesses, and they added up to more
+// or less than the limit. A node's list of live nodes is its own reading of
+// the heartbeats, a second apart, so just after nodes start or join the
+// shares were computed over different counts (a burst of 120 at three nodes
+// that had just started: 93 admitted for rpm 60); and each node's even share
+// stayed reserved for it even when it got no traffic (one node that sees
+// one request a minute: 41 admitted every minute). Measured with
+// bench/cluster-rpm.ts and test/cluster-rpm.test.ts. Taking budget
+// atomically cannot over-admit (beyond tokens counted after the answer);
+// giving back what is idle or beyond a node's pace keeps under-admission to
+// what nodes hold in the last moments of a window, or hold when they die.
 import { ApiError } from "../errors";
 
 export interface Limits {
@@ -54,7 +62,7 @@ export interface Take {
   limits: Limits;
   /** Applied first: given back (negative) or owed (positive) since the last statement. */
   delta: Budget;
-  /** Per dimension: taken only if the window has at least this much left (else none of it). */
+  /** What the first waiting request lacks: nothing is taken unless every limited dimension has at least this much left. */
   need: Budget;
   /** Per dimension: up to this much, as far as the window has it (at least `need`). */
   want: Budget;
@@ -94,6 +102,8 @@ interface Share {
   taking: boolean;
   /** Last admission (or refund) here: budget held this long unused is given back. */
   lastUse: number;
+  /** First admission here in the window (the node's pace since then says what it will still use). */
+  firstUse: number;
 }
 
 interface Window {
@@ -106,6 +116,8 @@ interface Window {
 
 /** Budget a node holds unused for this long is given back (src/nodes/keyUsage.ts, at its next sync). */
 export const IDLE_MS = 1000;
+/** Budget held beyond what the node's pace (measured over at least this long) will use before the window ends is given back too. */
+const PACE_MS = 1000;
 /** A window the row says is spent refuses requests here, without asking again, for this long. */
 const RECHECK_MS = 250;
 /** A take that has not answered by then is treated as failed (the database is away): the node admits out of its own share meanwhile. */
@@ -177,7 +189,7 @@ export class RateLimiter {
   // ── cluster ─────────────────────────────────────────────────────────────
 
   private admitShared(keyId: string, w: Window, limits: Limits, tokens: number, now: number): Record<string, string> | Promise<Record<string, string>> {
-    const s = (w.share ??= { limits, held: { ...ZERO }, total: { ...ZERO }, totalAt: 0, delta: { ...ZERO }, waiters: [], taking: false, lastUse: now });
+    const s = (w.share ??= { limits, held: { ...ZERO }, total: { ...ZERO }, totalAt: 0, delta: { ...ZERO }, waiters: [], taking: false, lastUse: now, firstUse: now });
     s.limits = limits;
     if (s.waiters.length === 0) {
       if (this.fits(s, limits, tokens)) return this.consume(w, s, limits, tokens, now);
@@ -329,7 +341,8 @@ export class RateLimiter {
 
   /**
    * For the sync (src/nodes/keyUsage.ts): what to apply to the keys' rows
-   * of the current windows — budget held unused for IDLE_MS given back,
+   * of the current windows — budget held unused for IDLE_MS given back, or
+   * what the node will not use before the window ends at its pace so far;
    * tokens owed — taken out of the limiter (hand it back with `restore` if
    * the statement fails).
    */
@@ -338,16 +351,27 @@ export class RateLimiter {
     for (const [keyId, w] of this.windows) {
       const s = w.share;
       if (!s || now - w.start >= this.windowMs) continue;
-      if (!s.taking && s.waiters.length === 0 && now - s.lastUse >= IDLE_MS && !this.down(now)) {
-        s.delta.requests -= s.held.requests;
-        s.delta.tokens -= s.held.tokens;
-        s.held = { ...ZERO };
+      if (!s.taking && s.waiters.length === 0 && !this.down(now)) {
+        if (now - s.lastUse >= IDLE_MS) this.giveBack(s, { ...s.held });
+        else if (now - s.firstUse >= PACE_MS) {
+          // More than this node will use before the window ends, at its pace so far (with half again to spare): the rest goes back.
+          const left = w.start + this.windowMs - now;
+          const keep = (used: number) => Math.ceil(((1.5 * used) / (now - s.firstUse)) * left) + 1;
+          this.giveBack(s, { requests: Math.max(0, s.held.requests - keep(w.requests)), tokens: Math.max(0, s.held.tokens - keep(w.tokens)) });
+        }
       }
       if (isZero(s.delta) || s.taking) continue;
       out.push({ keyId, windowStart: w.start, limits: s.limits, delta: s.delta });
       s.delta = { ...ZERO };
     }
     return out;
+  }
+
+  private giveBack(s: Share, b: Budget): void {
+    s.held.requests -= b.requests;
+    s.held.tokens -= b.tokens;
+    s.delta.requests -= b.requests;
+    s.delta.tokens -= b.tokens;
   }
 
   /** A delta from `takeDeltas` that could not be applied: kept for the next statement (if its window is still current). */

@@ -1,8 +1,8 @@
 // One scheduler per process decides who may use a model's capacity.
 // Interactive requests go first; batch lines ("off-peak") get a slot only
 // when no interactive request is waiting, so batches use what interactive
-// traffic leaves free. A model without max_concurrency is unlimited and
-// needs no slots. A full interactive queue answers 529 at once.
+// traffic leaves free. A model without a limit (a built-in, unless one is
+// configured) needs no slots. A full interactive queue answers 529 at once.
 //
 // A limited model's slot count lives in memory shared with the batch Workers
 // (`sharedCells`), so a Worker can take a free slot with one atomic operation
@@ -15,6 +15,8 @@
 // a Worker included. A model with max_concurrency "auto" has a controller
 // (./adaptive.ts) that reads them every window and sets the limit; the
 // interactive requests keep their priority within whatever limit it finds.
+// Per request that costs a performance.now() at each end and two atomic
+// adds; the reading is a timer here (TICK_MS), a few loads per model.
 import { ApiError } from "../errors";
 import { AdaptiveLimit } from "./adaptive";
 import type { ModelEntry } from "./registry";
@@ -72,8 +74,8 @@ export function tryTakeSlot(cells: Int32Array, base: number): boolean {
 const TICK_MS = 50;
 /** A window lasts at least this, and at least one mean latency… */
 const MIN_WINDOW_MS = 200;
-/** …and holds this many answers, unless it has waited MAX_WINDOW_MS (or 4 latencies) for them. */
-const MIN_SAMPLES = 16;
+/** …and holds this many answers, unless it has waited MAX_WINDOW_MS (or 2 latencies) for them. */
+const MIN_SAMPLES = 32;
 const MAX_WINDOW_MS = 2000;
 /** After a change, what was measured for one mean latency (at most this) is not counted: those requests began under the old limit. */
 const MAX_SETTLE_MS = 30_000;
@@ -213,7 +215,7 @@ class WindowMeter {
     const latency = this.ctl.latencyMs ?? 0;
     const long = elapsed >= Math.max(MIN_WINDOW_MS, latency);
     // A 429/503 is acted on at once; otherwise a window needs its length and its answers.
-    if (this.sum.overloads === 0 && !(long && (this.sum.answers >= MIN_SAMPLES || elapsed >= Math.max(MAX_WINDOW_MS, 4 * latency)))) return;
+    if (this.sum.overloads === 0 && !(long && (this.sum.answers >= MIN_SAMPLES || elapsed >= Math.max(MAX_WINDOW_MS, 2 * latency)))) return;
     const { answers: n, held: h, overloads: o } = this.sum;
     const wasBinding = this.binding;
     this.sum = { answers: 0, held: 0, overloads: 0 };

@@ -2,18 +2,21 @@
 // cluster-wide within 10%). The budget of a key's window lives in one row
 // of key_usage (node_id POOL): `requests` and `tokens` are what the nodes
 // have taken of the window, and `reserved_requests`/`reserved_tokens` what
-// the last statement on the row gave its node (so that one UPDATE …
+// the last statement on the row gave its node (so that one statement's
 // RETURNING tells the taker both what it got and what is left). A node
 // takes blocks of it when a request finds none in hand
 // (src/inference/rateLimit.ts), never per request; every SYNC_MS it gives
-// back what it holds unused and adds the tokens it owes (completion tokens
-// counted after the answer). Runs on Postgres only: on SQLite there is one
-// node, and its counts in memory are the whole truth.
+// back what it holds unused (or beyond its pace) and adds the tokens it
+// owes (completion tokens counted after the answer). Runs on Postgres
+// only: on SQLite there is one node, and its counts in memory are the
+// whole truth.
 //
-// The statement takes no more than the window has left, and concurrent
-// ones on the same row queue on its lock (each re-reads the row it
-// updates), so what all nodes take of a window never passes the limit.
-import { lt, sql, type SQLWrapper } from "drizzle-orm";
+// The statement (INSERT … ON CONFLICT DO UPDATE … RETURNING) gives no more
+// than the window has left, and concurrent ones on the same row queue on
+// its lock: ON CONFLICT DO UPDATE computes the new row from the row's
+// latest version, whatever the statement's snapshot. So what all nodes
+// take of a window never passes the limit, one round trip a take.
+import { lt, sql } from "drizzle-orm";
 import type { AppContext } from "../context";
 import type { Budget, BudgetStore, Take, Taken } from "../inference/rateLimit";
 import type { Membership } from "./membership";
@@ -46,22 +49,25 @@ export class KeyUsageSync implements BudgetStore {
 
   /**
    * One statement on the key's row for the window: applies `delta`, then
-   * takes per dimension `want` (at most what is left), or nothing if less
-   * than `need` is left. A dimension without a limit takes nothing.
+   * takes per dimension `want` (at most what is left) — or nothing at all
+   * if some limited dimension has less than its `need` left (a request's
+   * tokens are no use without the request, nor the request without its
+   * tokens). A dimension without a limit takes nothing.
    */
   async take(t: Take): Promise<Taken> {
     const db = this.ctx.db;
     const u = db.t.keyUsage;
+    const dims = (["requests", "tokens"] as const).filter((k) => (k === "requests" ? t.limits.rpm : t.limits.tpm) !== null);
     const lim = { requests: t.limits.rpm ?? 0, tokens: t.limits.tpm ?? 0 };
-    // The row's figure once the delta is applied, and what it gives: both from the row as it stands when locked.
-    const base = (col: SQLWrapper, d: number) => sql`greatest(0, ${col} + ${d}::bigint)`;
-    const grant = (col: SQLWrapper, k: keyof Budget) =>
-      sql`(case when ${lim[k]}::bigint - ${base(col, t.delta[k])} >= ${t.need[k]}::bigint then least(${t.want[k]}::bigint, greatest(0, ${lim[k]}::bigint - ${base(col, t.delta[k])})) else 0 end)`;
+    const col = { requests: u.requests, tokens: u.tokens };
+    // The row's figures once the delta is applied, and what it gives: all from the row as it stands when locked.
+    const base = (k: keyof Budget) => sql`greatest(0, ${col[k]} + ${t.delta[k]}::bigint)`;
+    const enough = dims.length === 0 ? sql`true` : sql.join(dims.map((k) => sql`${lim[k]}::bigint - ${base(k)} >= ${t.need[k]}::bigint`), sql` and `);
+    const grant = (k: keyof Budget) =>
+      dims.includes(k) ? sql`(case when ${enough} then least(${t.want[k]}::bigint, greatest(0, ${lim[k]}::bigint - ${base(k)})) else 0 end)` : sql`0`;
     // No row yet: the window is whole.
-    const first = (k: keyof Budget) => {
-      const b = Math.max(0, t.delta[k]);
-      return lim[k] - b >= t.need[k] ? Math.min(t.want[k], Math.max(0, lim[k] - b)) : 0;
-    };
+    const firstEnough = dims.every((k) => lim[k] - Math.max(0, t.delta[k]) >= t.need[k]);
+    const first = (k: keyof Budget) => (dims.includes(k) && firstEnough ? Math.min(t.want[k], Math.max(0, lim[k] - Math.max(0, t.delta[k]))) : 0);
     const [row] = await db
       .insert(u)
       .values({
@@ -76,10 +82,10 @@ export class KeyUsageSync implements BudgetStore {
       .onConflictDoUpdate({
         target: [u.windowStart, u.keyId, u.nodeId],
         set: {
-          requests: sql`${base(u.requests, t.delta.requests)} + ${grant(u.requests, "requests")}`,
-          tokens: sql`${base(u.tokens, t.delta.tokens)} + ${grant(u.tokens, "tokens")}`,
-          reservedRequests: grant(u.requests, "requests"),
-          reservedTokens: grant(u.tokens, "tokens"),
+          requests: sql`${base("requests")} + ${grant("requests")}`,
+          tokens: sql`${base("tokens")} + ${grant("tokens")}`,
+          reservedRequests: grant("requests"),
+          reservedTokens: grant("tokens"),
         },
       })
       .returning({ requests: u.requests, tokens: u.tokens, gotRequests: u.reservedRequests, gotTokens: u.reservedTokens });

@@ -9,6 +9,11 @@
 // it is taken: if the process dies mid-delivery, the event is sent again
 // after that (at least once), by this process after a restart or by any other.
 //
+// Every time the sender uses (due, leases, backoff, the 72 h give-up, an
+// attempt's created_at) comes from its clock: Date.now, or one a test
+// injects (startServer's webhookClock) to reach the give-up without waiting.
+// An event's created_at is in Unix seconds, as every other created_at.
+//
 // Due rows are read per endpoint, at most as many as that endpoint has room
 // for: one endpoint's backlog never hides another's events, and a query reads
 // only rows it can take. Every TICK_MS each endpoint with room is read; when
@@ -20,7 +25,6 @@
 import { and, asc, eq, lte, sql } from "drizzle-orm";
 import type { AppContext } from "../context";
 import type { WebhookEventRow } from "../db/schema";
-import { nowSeconds } from "../ids";
 import { egressPolicy, type EgressPolicy } from "./egress";
 import { postWebhook } from "./post";
 import { signatureHeaders } from "./sign";
@@ -78,7 +82,14 @@ export class WebhookSender {
   /** Where deliveries may go (webhooks.allowed_hosts). */
   private readonly policy: EgressPolicy;
 
-  constructor(private readonly ctx: AppContext) {
+  /** ms since the epoch: Date.now, or a test's clock. */
+  private readonly now: () => number;
+
+  constructor(
+    private readonly ctx: AppContext,
+    opts: { clock?: () => number } = {},
+  ) {
+    this.now = opts.clock ?? Date.now;
     this.policy = egressPolicy(ctx.config.webhookAllowedHosts);
     this.backoffScale = ctx.config.webhookRetryBaseMs / BACKOFF_MS[0]!;
     // Prepared once: built per call, Drizzle's query building costs more than the queries here.
@@ -160,7 +171,7 @@ export class WebhookSender {
     if (this.stopped || this.ticking) return;
     this.ticking = true;
     try {
-      const now = Date.now();
+      const now = this.now();
       const leased: EventRow[] = [];
       // SQLite: one commit for every lease (a commit each cost ≈4× as much).
       // Each lease is a conditional update on its own: of two nodes, one takes a row.
@@ -227,8 +238,8 @@ export class WebhookSender {
     const { statusCode, error, detail } = await postWebhook(endpoint.url, headers, row.payload, this.policy, { timeoutMs: TIMEOUT_MS });
     if (this.stopped) return; // the database may be closing: the lease brings it back
     const attempt = row.attempts + 1;
-    const now = Date.now();
-    const giveUp = error !== null && now - row.createdAt >= GIVE_UP_AFTER_MS;
+    const now = this.now();
+    const giveUp = error !== null && now - row.createdAt * 1000 >= GIVE_UP_AFTER_MS;
     // Written with the others that end in the same turn (and always before due rows are read
     // again); until then the lease keeps the row from being taken again.
     this.outcomesTimer ??= setImmediate(() => {
@@ -242,7 +253,7 @@ export class WebhookSender {
       attempt,
       statusCode,
       error,
-      createdAt: nowSeconds(),
+      createdAt: Math.floor(now / 1000),
       status: error === null ? "delivered" : giveUp ? "failed" : "pending",
       next: error === null || giveUp ? null : now + Math.max(50, backoff(attempt) * this.backoffScale),
     });

@@ -31,6 +31,11 @@
 //   SIGQUIT`, so it also stops if the watchdog is SIGKILLed. The watchdog
 //   shrugs off SIGTERM/SIGINT/SIGHUP: when a test times out, bun test SIGTERMs
 //   every process its file spawned (as of Bun 1.4), and this server is shared.
+// - startDedicatedPostgres(): a server for one test file alone, which it may
+//   halt (a fast shutdown, as a restart does; the data stays) and resume on
+//   the same port (SPEC §17, test/postgres-outage.test.ts). The watchdog
+//   reads the wanted state from a file in the temp dir at each turn. Its
+//   port is below the kernel's ephemeral range (see freeFixedPort).
 // - Settings for speed, test use only: fsync, synchronous_commit and
 //   full_page_writes off, wal_level=minimal, io_method=sync; trust auth on
 //   127.0.0.1 only (no Unix socket); max_connections=200.
@@ -108,6 +113,7 @@ function alive(inst: Instance): boolean {
  */
 async function waitReady(inst: Instance, deadline: number, previous = 0): Promise<string | null> {
   const pidFile = join(inst.data, "postmaster.pid");
+  const t0 = Date.now();
   let ready = false;
   while (!inst.dead && Date.now() < deadline) {
     try {
@@ -121,7 +127,7 @@ async function waitReady(inst: Instance, deadline: number, previous = 0): Promis
     } catch {}
     await Bun.sleep(15);
   }
-  if (!ready) return inst.dead ? "the watchdog exited" : `postgres was not ready within ${START_TIMEOUT_MS / 1000} s`;
+  if (!ready) return inst.dead ? "the watchdog exited" : `postgres was not ready within ${Math.round((Date.now() - t0) / 1000)} s`;
   const sql = new SQL({ url: `postgres://postgres@127.0.0.1:${inst.port}/postgres`, max: 1, connectionTimeout: 10 });
   try {
     await sql`select 1`;
@@ -308,6 +314,31 @@ function freePort(): number {
   return port;
 }
 
+/**
+ * A free port below the kernel's range of ephemeral ports, for a server that
+ * is halted and resumed: while it is down, clients keep connecting to its
+ * port, and a connect from 127.0.0.1 that the kernel gives that very port as
+ * its local one connects to itself (TCP simultaneous open) and holds the
+ * port, so postgres could not bind it again (seen: about one run in five).
+ */
+function freeFixedPort(): number {
+  let low = 32768;
+  try {
+    low = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]) || low;
+  } catch {}
+  const from = 10_000;
+  if (low - from < 1000) return freePort();
+  for (let i = 0; i < 50; i++) {
+    const port = from + Math.floor(Math.random() * (low - from));
+    try {
+      const s = Bun.listen({ hostname: "127.0.0.1", port, socket: { data() {} } });
+      s.stop(true);
+      return port;
+    } catch {}
+  }
+  return freePort();
+}
+
 let pdeathsig: boolean | undefined;
 /** Whether setpriv (util-linux) can set the parent-death signal. */
 function hasPdeathsig(): boolean {
@@ -359,24 +390,32 @@ run_pg() {
   pg=$!
 }
 run_pg "$@"
-# Lines on stdin: "halt" stops postgres as a restart does (fast shutdown, SIGINT), keeping the data;
-# "resume" starts it again (startDedicatedPostgres). Anything else is ignored.
 while :; do
-  read -r -t 0.25 cmd
+  read -r -t 0.25 _
   rc=$?
-  if [ $rc -eq 0 ]; then
-    if [ "$cmd" = halt ] && [ -n "$pg" ]; then
+  [ $rc -eq 0 ] && continue
+  [ $rc -le 128 ] && cleanup 0   # EOF: the parent closed the pipe, or is gone
+  [ -d "/proc/$parent" ] || cleanup 0
+  # $root/want says "down" while the server is halted (RestartablePostgres.halt), "up" after; a file
+  # (a state, looked at each turn), not a message on the pipe: nothing to miss. A fast shutdown
+  # (SIGINT), as a restart does; the data stays.
+  want=up
+  [ -f "$root/want" ] && read -r want <"$root/want"
+  if [ "$want" = down ]; then
+    if [ -n "$pg" ]; then
       kill -INT "$pg" 2>/dev/null
       wait "$pg" 2>/dev/null
       pg=
-    elif [ "$cmd" = resume ] && [ -z "$pg" ]; then
-      run_pg "$@"
+      echo "$(date +%T.%N) halted" >>"$root/watchdog.log"
     fi
     continue
   fi
-  [ $rc -le 128 ] && cleanup 0   # EOF: the parent closed the pipe, or is gone
-  [ -d "/proc/$parent" ] || cleanup 0
-  if [ -n "$pg" ] && ! kill -0 "$pg" 2>/dev/null; then
+  if [ -z "$pg" ]; then
+    run_pg "$@"
+    echo "$(date +%T.%N) resumed: $pg" >>"$root/watchdog.log"
+    continue
+  fi
+  if ! kill -0 "$pg" 2>/dev/null; then
     wait "$pg"
     echo "postgres exited (status $?):" >&2
     tail -c 4000 "$root/postgres.log" >&2
@@ -428,7 +467,7 @@ async function start(shared: boolean): Promise<TestPostgres> {
   for (let attempt = 0; attempt < 5; attempt++) {
     const root = mkdtempSync(join(base, "offpeak-pg-"));
     if (user) chownSync(root, user.uid, user.gid);
-    const port = freePort();
+    const port = shared ? freePort() : freeFixedPort();
     const t0 = performance.now();
     const proc = Bun.spawn(["bash", "-c", WATCHDOG, "offpeak-pg-watchdog", String(process.pid), root, join(binDir, "bin"), hasPdeathsig() ? "pdeathsig" : "", String(port), ...args], {
       stdin: "pipe",
@@ -472,6 +511,13 @@ async function start(shared: boolean): Promise<TestPostgres> {
   fail(`could not start postgres (${join(binDir, "bin", "postgres")}${user ? `, as user ${user.name}` : ""}): ${lastError || "no reason given"}`);
 }
 
+/** Tells the watchdog whether postgres should run (it looks every 0.25 s): written whole, then renamed. */
+function want(inst: Instance, state: "up" | "down"): void {
+  const file = join(dirname(inst.data), "want");
+  writeFileSync(`${file}.tmp`, `${state}\n`, { mode: 0o644 });
+  renameSync(`${file}.tmp`, file);
+}
+
 function handle(inst: Instance): RestartablePostgres {
   const { port } = inst;
   const url = (dbName = "postgres") => `postgres://postgres@127.0.0.1:${port}/${encodeURIComponent(dbName)}`;
@@ -513,8 +559,7 @@ function handle(inst: Instance): RestartablePostgres {
       if (stopped || inst.dead) fail("halt() of a server that is stopped");
       if (inst.halted) return;
       inst.halted = true;
-      inst.proc.stdin.write("halt\n");
-      inst.proc.stdin.flush();
+      want(inst, "down");
       const deadline = Date.now() + 15_000;
       while (!exited(inst.postmaster)) {
         if (Date.now() > deadline) fail(`the server on port ${port} did not halt within 15 s`);
@@ -525,10 +570,19 @@ function handle(inst: Instance): RestartablePostgres {
       if (stopped || inst.dead) fail("resume() of a server that is stopped");
       if (!inst.halted) return;
       const previous = inst.postmaster;
-      inst.proc.stdin.write("resume\n");
-      inst.proc.stdin.flush();
-      const notReady = await waitReady(inst, Date.now() + START_TIMEOUT_MS, previous);
-      if (notReady) fail(`resume(): ${notReady}`);
+      want(inst, "up");
+      const notReady = await waitReady(inst, Date.now() + 30_000, previous);
+      if (notReady) {
+        const tail = (name: string) => {
+          try {
+            return readFileSync(join(dirname(inst.data), name), "utf8").slice(-2000);
+          } catch {
+            return "(none)";
+          }
+        };
+        const stderr = inst.dead ? `: ${(await new Response(inst.proc.stderr).text().catch(() => "")).trim()}` : "";
+        fail(`resume(): ${notReady}${stderr}; watchdog.log: ${tail("watchdog.log")}; postgres.log ends: ${tail("postgres.log")}`);
+      }
       inst.halted = false;
     },
   };

@@ -56,7 +56,15 @@ export async function testDatabaseArgs(dataDir: string, argv: string[] = [], dat
 const databases = new Map<string, Promise<string>>();
 
 export async function startTestServer(
-  opts: { env?: Record<string, string>; argv?: string[]; dataDir?: string; storage?: "file" | "s3"; database?: "sqlite" | "postgres" } = {},
+  opts: {
+    env?: Record<string, string>;
+    argv?: string[];
+    dataDir?: string;
+    storage?: "file" | "s3";
+    database?: "sqlite" | "postgres";
+    /** The webhook sender's clock (ms): for its 72 h give-up without the wait. */
+    webhookClock?: () => number;
+  } = {},
 ): Promise<TestServer> {
   const dataDir = opts.dataDir ?? freshDataDir();
   const dbArgs = await testDatabaseArgs(dataDir, opts.argv, opts.database);
@@ -68,7 +76,7 @@ export async function startTestServer(
     ...storage?.env,
     ...opts.env,
   });
-  const server = await startServer(config, { quiet: true });
+  const server = await startServer(config, { quiet: true, webhookClock: opts.webhookClock });
   const url = server.url;
   const base = `${url}/api/v1`;
   const api = (path: string, init: RequestInit & { key?: string | null } = {}) => {

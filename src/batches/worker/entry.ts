@@ -23,7 +23,7 @@ const WORKER_NICE = 10;
 // call and interactive chat waited with it (bench/stall.ts). A niced Worker
 // yields the core when the HTTP thread wakes, and loses nothing while the
 // HTTP thread is idle. It cannot help against other processes on a busy
-// machine (BENCHMARKS.md "Stall").
+// machine (docs/benchmarks/history.md "Stall").
 try {
   setPriority(WORKER_NICE);
 } catch {}

@@ -11,7 +11,7 @@ import { isFinal } from "../progress";
 import { go, href } from "../router";
 import { can } from "../session";
 import type { Batch, FileRecord, Me } from "../types";
-import { Speed } from "./Batches";
+import { Speed, WAITING_WORDS } from "./Batches";
 import { FailedLines } from "./BatchErrors";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -102,12 +102,7 @@ function DownloadButton({ fileId, filename, label, small }: { fileId: string; fi
   );
 }
 
-const WAITING_TITLES: Record<string, string> = {
-  upstream_down: "Upstream down",
-  rate_limited: "Rate limited",
-  peak_hours: "Peak hours",
-  queued: "Queued",
-};
+const WAITING_TITLES: Record<string, string> = Object.fromEntries(Object.entries(WAITING_WORDS).map(([k, v]) => [k, v[0]!.toUpperCase() + v.slice(1)]));
 
 /** Why a running batch is not moving (its status_details, SPEC §18/§19), as a notice above its progress. */
 function Waiting({ batch }: { batch: Batch }) {

@@ -15,14 +15,21 @@ import type { Batch, List, Me } from "../types";
 
 export const PAGE_SIZE = 25;
 
+/** Short words for a batch's status_details code (SPEC §18), for the list; the batch's page gives its message. */
+export const WAITING_WORDS: Record<string, string> = { upstream_down: "upstream down", rate_limited: "rate limited", peak_hours: "peak hours", queued: "queued" };
+
 export function Speed({ batch }: { batch: Batch }) {
   const { rate, eta, took } = speedOf(batch);
   if (took !== null) return <span>took {fmtDuration(took)}</span>;
-  if (rate === null) return <span class="muted">—</span>;
+  const d = batch.status_details;
+  // Why it waits, when the server says so (its message on hover).
+  const waiting = d ? <span class="waiting" title={d.message}>waiting: {WAITING_WORDS[d.code] ?? d.code}</span> : null;
+  if (rate === null) return waiting ?? <span class="muted">—</span>;
   return (
     <span>
       {fmtRate(rate)}
       {eta !== null && <span class="muted"> · {fmtDuration(eta)} left</span>}
+      {waiting && <> · {waiting}</>}
     </span>
   );
 }

@@ -25,7 +25,9 @@ export const webhookEvents = pgTable(
     payload: text("payload").notNull(),
     status: text("status").notNull(),
     attempts: bigint("attempts", { mode: "number" }).notNull().default(0),
+    /** ms since epoch. */
     nextAttemptAt: bigint("next_attempt_at", { mode: "number" }).notNull(),
+    /** Unix seconds, as every created_at. */
     createdAt: bigint("created_at", { mode: "number" }).notNull(),
   },
   (t) => [index("webhook_events_due").on(t.status, t.nextAttemptAt), index("webhook_events_endpoint_due").on(t.endpointId, t.status, t.nextAttemptAt)],

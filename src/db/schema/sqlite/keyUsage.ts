@@ -1,10 +1,11 @@
 import { sqliteTable, text, integer, primaryKey } from "drizzle-orm/sqlite-core";
 
 /**
- * A cluster's per-key counts (SPEC §14): each node's requests and tokens
- * of a key in one wall-clock minute, published a few times a second by
- * src/nodes/keyUsage.ts so that rpm/tpm hold for the cluster. Rows of past
- * minutes are deleted. (Created on SQLite too, where one node needs none.)
+ * A cluster's per-key budgets (SPEC §14): for a key in one wall-clock
+ * minute, the row with node_id "*" holds what the nodes have taken of its
+ * rpm/tpm (src/nodes/keyUsage.ts takes blocks of it atomically, so that
+ * rpm/tpm hold for the cluster). Rows of past minutes are deleted.
+ * (Created on SQLite too, where one node needs none.)
  */
 export const keyUsage = sqliteTable(
   "key_usage",
@@ -15,7 +16,7 @@ export const keyUsage = sqliteTable(
     windowStart: integer("window_start").notNull(),
     requests: integer("requests").notNull(),
     tokens: integer("tokens").notNull(),
-    /** What the node may still admit until its next sync (its allowance not yet used): the others leave it to it. */
+    /** What the last statement on the row gave its node (read back with RETURNING). */
     reservedRequests: integer("reserved_requests").notNull().default(0),
     reservedTokens: integer("reserved_tokens").notNull().default(0),
   },

@@ -1,0 +1,205 @@
+// Where each batch Worker's memory goes, without the server around it: N
+// batch Workers (src/batches/worker/entry.ts, with the probe of
+// bench/worker-probe.ts beside it, created with the pool's own options)
+// validate and then run every shard of the 1M-line echo batch
+// (bench/gen-batch.ts), a task at a time each, as the runner hands them
+// out; the part files go to a temporary directory. Each count runs in a
+// fresh child process, which reports
+//   - its RSS before any Worker, with N idle Workers, and its peak RSS
+//     (VmHWM, reset once the Workers are up) while validating and running,
+//   - each Worker's largest JavaScriptCore heap while it worked: the GC heap
+//     (heapSize), the "extra" memory the GC was told of (strings' and
+//     ArrayBuffers' storage, included in heapSize), the heap's capacity,
+//     and its ArrayBuffer bytes; the median over the Workers is printed,
+//   - the modules a Worker loaded, and the run's time.
+// No database, no HTTP, no request log: the growth per Worker here is the
+// Workers' own.
+//
+// Usage: bun bench/worker-memory.ts [--workers 1,2,4,8,16] [--lines N] [--rounds R]
+//          [--options JSON] [--env K=V,K=V]
+//   --options replaces the pool's Worker options (e.g. '{}' for none, '{"smol":true}').
+//   --env adds environment variables to the children (e.g. MIMALLOC_PURGE_DELAY=0;
+//   without it they get MIMALLOC_PURGE_DELAY as `offpeak serve` sets it).
+// Run benchmarks one at a time: flock /tmp/offpeak-bench.lock bun bench/worker-memory.ts
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { PURGE_DELAY_MS } from "../src/allocator";
+import { BATCH_WORKER_OPTIONS } from "../src/batches/pool";
+import { shardBoundaries } from "../src/batches/shards";
+import type { FromWorker, PricedModel, RunTask, ToWorker, ValidateTask } from "../src/batches/types";
+import { CELLS, SHARED_MODELS } from "../src/inference/scheduler";
+import { newHealthMemory } from "../src/inference/upstreamHealth";
+import { DEFAULT_LINES, DEFAULT_PATH, generateBatchFile } from "./gen-batch";
+import { loadAverage, machineNote, median, ROOT } from "./lib";
+
+const argv = process.argv.slice(2);
+const opt = (name: string) => {
+  const i = argv.indexOf(`--${name}`);
+  return i === -1 ? undefined : argv[i + 1];
+};
+const lines = Number(opt("lines") ?? DEFAULT_LINES);
+const input = lines === DEFAULT_LINES ? DEFAULT_PATH : `bench/data/batch-${lines}.jsonl`;
+const options = (opt("options") ? JSON.parse(opt("options")!) : BATCH_WORKER_OPTIONS) as WorkerOptions;
+
+const kb = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync("/proc/self/status", "utf8"))?.[1] ?? NaN) * 1024;
+const MB = 1e6;
+
+interface Probe {
+  max: { heap: number; extra: number; capacity: number; arrayBuffers: number };
+  now: { heap: number; extra: number; capacity: number };
+  modules: number;
+}
+
+interface ChildReport {
+  workers: number;
+  beforeMb: number;
+  idleMb: number;
+  validatePeakMb: number;
+  runPeakMb: number;
+  validateSeconds: number;
+  runSeconds: number;
+  probes: Probe[];
+}
+
+if (opt("child")) {
+  // ── one count, in this process ─────────────────────────────────────────
+  const n = Number(opt("child"));
+  const abs = join(ROOT, input);
+  const size = Bun.file(abs).size;
+  const shards = await shardBoundaries(Bun.file(abs), size);
+  const outDir = mkdtempSync(join(tmpdir(), "offpeak-wmem-"));
+  const model: PricedModel = {
+    id: "offpeak-echo",
+    kind: "echo",
+    baseUrl: null,
+    apiKey: null,
+    upstreamModel: null,
+    timeoutMs: 600_000,
+    latencyMs: 0,
+    tokensPerSecond: 0,
+    upstreamIdx: -1,
+    inputPerMillion: 0,
+    outputPerMillion: 0,
+    limited: false,
+    sharedBase: -1,
+  };
+  const slots = new Int32Array(new SharedArrayBuffer(4 * CELLS * SHARED_MODELS));
+  const health = newHealthMemory();
+  Bun.gc(true);
+  const beforeMb = kb("VmRSS") / MB;
+  const workers = Array.from({ length: n }, () => new Worker(new URL("./worker-probe.ts", import.meta.url), options));
+  for (const w of workers) w.postMessage({ type: "init", models: [model], slots, held: new Int32Array(new SharedArrayBuffer(4 * SHARED_MODELS)), health } satisfies ToWorker);
+  // Up and idle: every Worker has answered a probe.
+  const probeAll = () =>
+    Promise.all(
+      workers.map(
+        (w) =>
+          new Promise<Probe>((resolve) => {
+            const on = (e: MessageEvent) => {
+              if (e.data?.type !== "probe") return;
+              w.removeEventListener("message", on);
+              resolve(e.data as Probe);
+            };
+            w.addEventListener("message", on);
+            w.postMessage({ type: "probe" });
+          }),
+      ),
+    );
+  await probeAll();
+  await Bun.sleep(500);
+  const idleMb = kb("VmRSS") / MB;
+
+  /** Hands `tasks` out, one at a time per Worker; resolves when all are answered. */
+  const runAll = (tasks: (ValidateTask | RunTask)[]) =>
+    new Promise<void>((resolve, reject) => {
+      let next = 0;
+      let left = tasks.length;
+      const give = (w: Worker) => {
+        if (next < tasks.length) w.postMessage(tasks[next++]! satisfies ToWorker);
+      };
+      for (const w of workers) {
+        w.onmessage = (e: MessageEvent<FromWorker>) => {
+          const m = e.data;
+          if (m.type === "failed") reject(new Error(m.error));
+          if (m.type !== "validated" && m.type !== "done") return;
+          if (--left === 0) resolve();
+          else give(w);
+        };
+        w.onerror = (e) => reject(new Error(e.message));
+        give(w);
+      }
+    });
+  const base = { batchId: "batch_bench", input: { path: abs }, endpoint: "/v1/chat/completions" };
+  writeFileSync("/proc/self/clear_refs", "5");
+  let t0 = performance.now();
+  await runAll(shards.map((s, idx) => ({ ...base, ...s, idx, type: "validate", models: ["offpeak-echo"] })));
+  const validateSeconds = (performance.now() - t0) / 1000;
+  const validatePeakMb = kb("VmHWM") / MB;
+  writeFileSync("/proc/self/clear_refs", "5");
+  t0 = performance.now();
+  await runAll(
+    shards.map((s, idx) => ({
+      ...base,
+      ...s,
+      idx,
+      type: "run",
+      outPath: join(outDir, `out-${idx}.jsonl`),
+      errPath: join(outDir, `err-${idx}.jsonl`),
+      partTargets: null,
+      claim: 1,
+      stopCode: null,
+      deadline: Date.now() + 86_400_000,
+      maxAttempts: 10,
+      retryBaseMs: 500,
+      concurrency: 64,
+    })),
+  );
+  const runSeconds = (performance.now() - t0) / 1000;
+  const runPeakMb = kb("VmHWM") / MB;
+  const probes = await probeAll();
+  rmSync(outDir, { recursive: true, force: true });
+  console.log(JSON.stringify({ workers: n, beforeMb, idleMb, validatePeakMb, runPeakMb, validateSeconds, runSeconds, probes } satisfies ChildReport));
+  process.exit(0);
+}
+
+// ── the parent: one child per count and round ─────────────────────────────
+const counts = (opt("workers") ?? "1,2,4,8,16").split(",").map(Number);
+const rounds = Number(opt("rounds") ?? 1);
+const extraEnv = Object.fromEntries((opt("env") ?? "").split(",").filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
+console.log(`machine : ${machineNote()}; load ${loadAverage()}`);
+await generateBatchFile(input, lines);
+console.log(`input   : ${input}, ${lines} lines; Worker options ${JSON.stringify(options)}${Object.keys(extraEnv).length ? `; env ${JSON.stringify(extraEnv)}` : ""}`);
+const reports: ChildReport[] = [];
+const f1 = (x: number) => x.toFixed(1);
+for (let r = 0; r < rounds; r++) {
+  const order = counts.map((_, i) => counts[(i + r) % counts.length]!);
+  if (r % 2 === 1) order.reverse();
+  for (const n of order) {
+    const args = [process.execPath, import.meta.path, "--child", String(n), "--lines", String(lines)];
+    if (opt("options")) args.push("--options", opt("options")!);
+    const child = Bun.spawnSync(args, { cwd: ROOT, env: { ...process.env, MIMALLOC_PURGE_DELAY: String(PURGE_DELAY_MS), ...extraEnv }, stderr: "inherit" });
+    if (child.exitCode !== 0) throw new Error(`child for ${n} Workers exited with ${child.exitCode}`);
+    const rep = JSON.parse(child.stdout.toString().trim().split("\n").pop()!) as ChildReport;
+    reports.push(rep);
+    const med = (k: keyof Probe["max"]) => f1(median(rep.probes.map((p) => p.max[k])) / MB);
+    console.log(
+      `round ${r + 1} workers ${String(n).padStart(2)}: run ${f1(rep.runSeconds)} s, peak ${rep.runPeakMb.toFixed(0)} MB; validate ${f1(rep.validateSeconds)} s, peak ${rep.validatePeakMb.toFixed(0)} MB; RSS before ${rep.beforeMb.toFixed(0)}, idle ${rep.idleMb.toFixed(0)} MB; per Worker (median of largest): heap ${med("heap")} (extra ${med("extra")}), capacity ${med("capacity")}, ArrayBuffers ${med("arrayBuffers")} MB; modules ${rep.probes[0]?.modules}; load ${loadAverage()}`,
+    );
+  }
+}
+console.log(`\nmedians over ${rounds} round(s):`);
+console.log("workers | run s | run peak MB | +MB/Worker | validate peak MB | idle MB | +MB/idle Worker | heap/Worker MB | capacity/Worker MB");
+let prev: { n: number; peak: number; idle: number } | null = null;
+for (const n of counts) {
+  const mine = reports.filter((x) => x.workers === n);
+  const peak = median(mine.map((x) => x.runPeakMb));
+  const idle = median(mine.map((x) => x.idleMb - x.beforeMb));
+  const per = (a: number, b: number) => (prev ? f1((a - b) / (n - prev.n)) : "–");
+  const heap = median(mine.flatMap((x) => x.probes.map((p) => p.max.heap))) / MB;
+  const cap = median(mine.flatMap((x) => x.probes.map((p) => p.max.capacity))) / MB;
+  console.log(
+    `${String(n).padStart(7)} | ${f1(median(mine.map((x) => x.runSeconds))).padStart(5)} | ${peak.toFixed(0).padStart(11)} | ${per(peak, prev?.peak ?? 0).padStart(10)} | ${median(mine.map((x) => x.validatePeakMb)).toFixed(0).padStart(16)} | ${idle.toFixed(0).padStart(7)} | ${per(idle, prev?.idle ?? 0).padStart(15)} | ${f1(heap).padStart(14)} | ${f1(cap).padStart(18)}`,
+  );
+  prev = { n, peak, idle };
+}
