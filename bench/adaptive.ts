@@ -33,13 +33,23 @@ const SKIP_MS = 1000;
 
 const engine = await startEngineModel(shape, { models: [MODEL] });
 
+let peak = 0;
+let peakAt = 0;
+for (let n = 1; n <= 4 * knee; n++)
+  if (throughputAt(shape, n) > peak) {
+    peak = throughputAt(shape, n);
+    peakAt = n;
+  }
+
 // Lines of ≈2 KB: a 4 MB shard holds ≈2000, so two Workers run two shards
-// (up to 128 lines in flight) through the whole measurement.
+// (up to 128 lines in flight) through the whole measurement; enough of them
+// that the batch outlasts it at the engine's peak.
+const LINES = Math.max(5000, Math.ceil((seconds + 4) * peak * 1.3));
 const input = `/tmp/offpeak-adaptive-${process.pid}.jsonl`;
 {
   const pad = "x".repeat(1900);
   const w = Bun.file(input).writer();
-  for (let i = 0; i < 5_000; i++)
+  for (let i = 0; i < LINES; i++)
     w.write(JSON.stringify({ custom_id: `a-${i}`, method: "POST", url: "/v1/chat/completions", body: { model: MODEL, messages: [{ role: "user", content: `q${i} ${pad}` }], max_tokens: 16 } }) + "\n");
   await w.end();
 }
@@ -139,6 +149,8 @@ async function run(name: string, maxConcurrency: number | null): Promise<Result>
     await Promise.all(pending);
     tracing = false;
     await tracer;
+    const status = ((await fetch(`${server.base}/batches/${created.id}`, { headers: auth }).then((r) => r.json())) as { status: string }).status;
+    if (status !== "in_progress") console.log(`  (${name}: the batch was ${status} before the end of the measurement: its rate is too low)`);
     await fetch(`${server.base}/batches/${created.id}/cancel`, { method: "POST", headers: auth });
     latencies.sort((a, b) => a - b);
     return {
@@ -162,18 +174,11 @@ async function run(name: string, maxConcurrency: number | null): Promise<Result>
 
 try {
   const alone = await unloaded(engine.baseUrl);
-  let peak = 0;
-  let peakAt = 0;
-  for (let n = 1; n <= 4 * knee; n++)
-    if (throughputAt(shape, n) > peak) {
-      peak = throughputAt(shape, n);
-      peakAt = n;
-    }
   console.log(`machine: ${machineNote()}; load ${loadAverage()}`);
   console.log(
     `engine model: ${unloadedMs} ms alone (measured ${alone.toFixed(1)} ms), knee ${knee}, cliff ${cliff}, 503 from ${shape.failAt}; peak ${peak.toFixed(0)} req/s (from ${peakAt} in flight)`,
   );
-  console.log(`each run: ${seconds} s measured from 1 s after the first answer; interactive requests every ${INTERACTIVE_EVERY_MS} ms meanwhile\n`);
+  console.log(`each run: a batch of ${LINES} lines; ${seconds} s measured from 1 s after the first answer; interactive requests every ${INTERACTIVE_EVERY_MS} ms meanwhile\n`);
   const results: Result[] = [];
   for (const c of fixed) results.push(await run(String(c), c));
   results.push(await run("auto", null));

@@ -20,9 +20,11 @@
 //   bun scripts/test-all.ts test/batches.test.ts  only these files (in every mode that takes them)
 //   --shards N    split each mode into N processes (bun test --shard; default 1)
 //   --jobs N      at most N processes at once (default: all)
+//   --timings DIR each mode's per-file durations: read from, and written to, DIR/<mode>.json
+//                 (bun test --timings; balances --shards)
 //
 // OFFPEAK_TEST_MODE_TIMEOUT_S (default 1800) ends a process that runs longer.
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join, relative, resolve } from "node:path";
 
@@ -57,6 +59,7 @@ function parseArgs(argv: string[]) {
   const files: string[] = [];
   let shards = 1;
   let jobs = Infinity;
+  let timings: string | null = null;
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     const value = () => {
@@ -71,10 +74,11 @@ function parseArgs(argv: string[]) {
       }
     } else if (a === "--shards" || a.startsWith("--shards=")) shards = Math.max(1, Number(value()) || 1);
     else if (a === "--jobs" || a.startsWith("--jobs=")) jobs = Math.max(1, Number(value()) || 1);
+    else if (a === "--timings" || a.startsWith("--timings=")) timings = resolve(value());
     else if (a.startsWith("-")) throw new Error(`unknown option ${a}`);
     else files.push(a);
   }
-  return { modes: modes.length ? [...new Set(modes)] : (Object.keys(MODES) as Mode[]), files, shards, jobs };
+  return { modes: modes.length ? [...new Set(modes)] : (Object.keys(MODES) as Mode[]), files, shards, jobs, timings };
 }
 
 interface Job {
@@ -83,6 +87,8 @@ interface Job {
   files: string[];
   shard: string | null;
   log: string;
+  /** bun test's --timings file, or null. */
+  timings: string | null;
 }
 
 interface Result {
@@ -104,20 +110,29 @@ const count = (out: string, word: string) => {
 
 async function run(job: Job, timeoutS: number): Promise<Result> {
   const t0 = performance.now();
-  const args = [process.execPath, "test", "--timeout", "60000", ...(job.shard ? [`--shard=${job.shard}`] : []), ...job.files.map((f) => relative(ROOT, f))];
+  const args = [process.execPath, "test", "--timeout", "60000", ...(job.shard ? [`--shard=${job.shard}`] : []),
+    ...(job.timings ? [`--timings=${job.timings}`, "--update-timings"] : []), ...job.files.map((f) => relative(ROOT, f))];
   const proc = Bun.spawn(args, {
     cwd: ROOT,
     env: { ...process.env, ...MODES[job.mode], FORCE_COLOR: "0", NO_COLOR: "1" },
     stdin: "ignore",
-    stdout: Bun.file(job.log),
+    stdout: "pipe",
     stderr: "pipe",
   });
-  // bun test reports on stderr; both go to the log, in order enough (its stdout is the tests' own prints).
+  // bun test reports on stderr, the tests' own prints go to stdout: both into the log as they come
+  // (written as they come, so that the log of a process that hangs can be read while it runs).
   const chunks: string[] = [];
-  const reader = (async () => {
+  const log = Bun.file(job.log).writer();
+  const pump = async (stream: ReadableStream<Uint8Array>) => {
     const dec = new TextDecoder();
-    for await (const c of proc.stderr) chunks.push(dec.decode(c, { stream: true }));
-  })();
+    for await (const c of stream) {
+      const text = dec.decode(c, { stream: true });
+      chunks.push(text);
+      log.write(text);
+      log.flush();
+    }
+  };
+  const pumps = Promise.all([pump(proc.stdout), pump(proc.stderr)]);
   let timedOut = false;
   const timer = setTimeout(() => {
     timedOut = true;
@@ -125,10 +140,9 @@ async function run(job: Job, timeoutS: number): Promise<Result> {
   }, timeoutS * 1000);
   const code = await proc.exited;
   clearTimeout(timer);
-  await reader;
-  const stdout = readFileSync(job.log, "utf8");
-  const output = (stdout ? `${stdout}\n` : "") + chunks.join("");
-  writeFileSync(job.log, output);
+  await pumps;
+  await log.end();
+  const output = chunks.join("");
   return {
     job,
     code,
@@ -153,7 +167,7 @@ async function main() {
   const follows = new Set(wanted.filter((f) => FOLLOWS_MODE.test(readFileSync(f, "utf8"))));
 
   const logDir = mkdtempSync(join(tmpdir(), "offpeak-test-logs-"));
-  mkdirSync(logDir, { recursive: true });
+  if (opts.timings) mkdirSync(opts.timings, { recursive: true });
   const jobs: Job[] = [];
   for (const mode of opts.modes) {
     let files = wanted;
@@ -170,7 +184,14 @@ async function main() {
     const n = Math.min(opts.shards, files.length);
     for (let i = 1; i <= n; i++) {
       const name = n > 1 ? `${mode} ${i}/${n}` : mode;
-      jobs.push({ name, mode, files, shard: n > 1 ? `${i}/${n}` : null, log: join(logDir, `${name.replace(/\W+/g, "-")}.log`) });
+      jobs.push({
+        name,
+        mode,
+        files,
+        shard: n > 1 ? `${i}/${n}` : null,
+        log: join(logDir, `${name.replace(/\W+/g, "-")}.log`),
+        timings: opts.timings ? join(opts.timings, `${mode}.json`) : null,
+      });
     }
   }
 

@@ -9,6 +9,7 @@ import { join, resolve } from "node:path";
 import type { DatabaseConfig } from "./db/client";
 import type { S3Settings } from "./storage/locator";
 import { parseAllowedHosts } from "./webhooks/egress";
+import { PeakCalendar, type PeakWindow } from "./batches/order";
 
 const Pricing = Type.Object(
   {
@@ -87,6 +88,9 @@ export const ConfigFile = Type.Object(
           max_attempts: Type.Optional(Type.Integer({ minimum: 1, maximum: 20 })),
           retry_base_ms: Type.Optional(Type.Integer({ minimum: 1 })),
           lease_ms: Type.Optional(Type.Integer({ minimum: 1000 })),
+          /** SPEC §18 off-peak hours: when batches with a window of 24h or more are held to peak_share of a model's concurrency. */
+          peak_hours: Type.Optional(Type.Array(Type.Object({ days: Type.String(), from: Type.String(), to: Type.String(), tz: Type.String() }, { additionalProperties: false }))),
+          peak_share: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
         },
         { additionalProperties: false },
       ),
@@ -162,6 +166,10 @@ export interface Config {
     leaseMs: number;
     /** Length of one "h" of completion_window in seconds: 3600, shortened only by tests of expiry. */
     hourSeconds: number;
+    /** batches.peak_hours (checked at start: days, HH:MM, IANA tz). */
+    peakHours: PeakWindow[];
+    /** batches.peak_share: 0–1, 1 = no cap. */
+    peakShare: number;
   };
   upstreams: UpstreamConfig[];
   models: Record<string, ModelConfig>;
@@ -172,6 +180,17 @@ export interface Config {
 }
 
 export class ConfigError extends Error {}
+
+/** batches.peak_hours, checked now: a bad day, time or time zone stops the start with a precise message. */
+function peakHoursOf(windows: PeakWindow[] | undefined): PeakWindow[] {
+  if (!windows) return [];
+  try {
+    new PeakCalendar(windows);
+  } catch (e) {
+    throw new ConfigError((e as Error).message);
+  }
+  return windows;
+}
 
 type Flags = Record<string, string>;
 
@@ -403,6 +422,8 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
       retryBaseMs: pick(intOf("OFFPEAK_BATCH_RETRY_BASE_MS", env.OFFPEAK_BATCH_RETRY_BASE_MS, 1), file.batches?.retry_base_ms) ?? 500,
       leaseMs: pick(intOf("OFFPEAK_BATCH_LEASE_MS", env.OFFPEAK_BATCH_LEASE_MS, 1000), file.batches?.lease_ms) ?? 30_000,
       hourSeconds: intOf("OFFPEAK_BATCH_HOUR_SECONDS", env.OFFPEAK_BATCH_HOUR_SECONDS, 1, 3600) ?? 3600,
+      peakHours: peakHoursOf(file.batches?.peak_hours),
+      peakShare: file.batches?.peak_share ?? 1,
     },
     upstreams,
     models: file.models ?? {},

@@ -18,6 +18,10 @@ import { chatReq, createBatch, expectExactlyOnce, pollUntil, readResults, sleep,
 import { ChildServer, killChildren } from "./helpers/child";
 import { startDedicatedPostgres, type RestartablePostgres } from "./helpers/postgres";
 import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
+import { s3Storage } from "./helpers/s3";
+import { SQL } from "bun";
+import { DrizzleQueryError } from "drizzle-orm";
+import { databaseUnavailable, DatabaseUnavailable } from "../src/db/unavailable";
 
 const N = 4000;
 const WORKERS = 4;
@@ -81,6 +85,39 @@ interface Probe {
   code: string | null;
   retryAfter: string | null;
 }
+
+describe("which errors say the database is unavailable (src/db/unavailable.ts)", () => {
+  const caught = (p: Promise<unknown>) => p.then(() => null, (e: unknown) => e);
+  const wrapped = (e: unknown) => new DrizzleQueryError("select 1", [], e as Error);
+
+  test("a refused connection, and a session ended by the server (57P01), as Bun's client reports them and under Drizzle's wrapper", async () => {
+    const closed = new SQL({ url: pg.url().replace(`:${pg.port}/`, ":1/"), max: 1, connectionTimeout: 2 });
+    const refused = await caught(closed`select 1`);
+    await closed.close().catch(() => {});
+    const sql = new SQL({ url: dbUrl, max: 2 });
+    try {
+      const sleeping = caught(sql`select pg_sleep(10)`);
+      await sleep(200);
+      // The session that sleeps is ended by the server, as a fast shutdown ends every session.
+      await sql`select pg_terminate_backend(pid) from pg_stat_activity where query = 'select pg_sleep(10)' and pid <> pg_backend_pid()`;
+      const terminated = await sleeping;
+      const syntax = await caught(sql`select frobnicate`);
+      expect((terminated as { errno?: string }).errno).toBe("57P01");
+      for (const e of [refused, terminated, wrapped(refused), wrapped(terminated)]) expect(databaseUnavailable(e)).toBeInstanceOf(DatabaseUnavailable);
+      expect(databaseUnavailable(syntax)).toBeNull();
+      expect(databaseUnavailable(wrapped(syntax))).toBeNull();
+    } finally {
+      await sql.close();
+    }
+  });
+
+  test("connection exceptions (08xxx), starting up (57P03), socket errors; not errors about the query", () => {
+    const server = (errno: string) => Object.assign(new Error("x"), { code: "ERR_POSTGRES_SERVER_ERROR", errno });
+    for (const e of [server("08006"), server("08001"), server("57P03"), server("57P01"), Object.assign(new Error("x"), { code: "ECONNRESET" }), Object.assign(new Error("x"), { code: "ERR_POSTGRES_CONNECTION_CLOSED" })])
+      expect(databaseUnavailable(wrapped(e))).toBeInstanceOf(DatabaseUnavailable);
+    for (const e of [server("23505"), server("42601"), server("40001"), new Error("boom"), null, "ECONNRESET"]) expect(databaseUnavailable(e)).toBeNull();
+  });
+});
 
 describe("Postgres restarts mid-batch", () => {
   const { ids, contents, text } = lines();
@@ -169,6 +206,65 @@ describe("Postgres restarts mid-batch", () => {
   test("it stops cleanly after", async () => {
     expect(await node.stop("SIGTERM")).toBe(0);
   });
+});
+
+describe("two nodes, Postgres away longer than their lease", () => {
+  // Each node runs one shard, under a 2 s lease, through a 5 s outage: when
+  // it is back every lease has lapsed, and the node that ticks first must not
+  // take over the other's shard, which is still running (leases lapse by the
+  // time the database was there to renew them in).
+  const LEASE_MS = 2000;
+  const M = 2000;
+  const pad = "pad ".repeat(900);
+  const contents = Array.from({ length: M }, (_, i) => `two-node request ${i} ${pad}`);
+
+  test("both stay up, nothing is taken over, the batch ends exact and no line is sent twice", async () => {
+    const url = await pg.createDatabase();
+    const storage = await s3Storage();
+    const config = join(tmp, "config-8.json");
+    // 8 at a time for the cluster (4 a node), 40 ms each: each node's shard of 1,000 lines takes ≈10 s.
+    writeFileSync(config, JSON.stringify({ upstreams: [{ name: "fake", base_url: fake.baseUrl, models: ["fake-chat"], max_concurrency: 8 }] }));
+    const nodes = await Promise.all(
+      [0, 1].map((i) =>
+        ChildServer.start({
+          dataDir: join(tmp, `two-${i}`),
+          args: ["--config", config, "--database-url", url, "--storage-url", storage.url],
+          env: { ...storage.env, OFFPEAK_LOG_LEVEL: "info", OFFPEAK_NODE_NAME: `node-${i}`, OFFPEAK_BATCH_WORKERS: "1", OFFPEAK_BATCH_LEASE_MS: String(LEASE_MS) },
+          startMs: 30_000,
+        }),
+      ),
+    );
+    fake.reset();
+    const { batch } = await createBatch(nodes[0]!.client, contents.map((c, i) => chatReq(`two-${i}`, c, { model: "fake-chat" })));
+    // Both nodes hold a shard.
+    await pollUntil(
+      async () => ((await (await nodes[0]!.api("/status")).json()) as { nodes: { shards: number }[] }).nodes,
+      (ns) => ns.length === 2 && ns.every((n) => n.shards === 1),
+      20_000,
+      50,
+      "each node to run a shard",
+    );
+    await pollUntil(() => nodes[0]!.client.batches.retrieve(batch.id), (b) => b.request_counts!.completed >= 150, 20_000, 25, "the batch to be partway");
+    await pg.halt();
+    await sleep(2.5 * LEASE_MS);
+    for (const n of nodes) expect(n.proc.exitCode).toBeNull();
+    expect(fake.stats.requests).toBeLessThan(M); // the shards still run when it is back
+    await pg.resume();
+
+    const done = await waitBatch(nodes[1]!.client, batch.id, undefined, 40_000);
+    expect(done.status).toBe("completed");
+    const out = await readResults(nodes[1]!.client, done.output_file_id);
+    expectExactlyOnce(contents.map((_, i) => `two-${i}`), out, []);
+    expect(done.request_counts).toEqual({ total: M, completed: M, failed: 0 });
+    const twice = contents.filter((c) => (fake.counts.get(c) ?? 0) !== 1).length;
+    if (process.env.OFFPEAK_TEST_VERBOSE) console.error({ twoNodeResent: fake.stats.requests - M, twice });
+    expect(twice).toBe(0);
+    expect(fake.stats.requests).toBe(M);
+    for (const n of nodes) {
+      expect(n.proc.exitCode).toBeNull();
+      expect(await n.stop("SIGTERM")).toBe(0);
+    }
+  }, 60_000);
 });
 
 describe("Postgres down when a node starts", () => {

@@ -24,6 +24,8 @@ import { shardBoundaries } from "./shards";
 import { CELLS, type Release } from "../inference/scheduler";
 import { prepareTickQueries, type TickQueries } from "./tickQueries";
 import { BatchProgress, signalsOf } from "./statusDetails";
+import { bucketOf, peakNow, type BatchKey } from "./order";
+import { windowHours } from "./service";
 import { zeroTotals, type ToWorker, type FromWorker, type PricedModel, type ShardTotals, type ValidateResult, type WorkerTask } from "./types";
 
 const TICK_MS = 200;
@@ -72,7 +74,7 @@ export class BatchRunner {
   private abandoned = false;
   /** When ticks began to find the database unavailable (0: they do not). */
   private downSince = 0;
-  /** When the database came back after ticks found it unavailable. */
+  /** When the database came back after ticks found it unavailable (Infinity: not yet; it is away). */
   private backAt = -Infinity;
   private readonly noteUnavailable = unavailableLogger((msg, fields) => this.ctx.log.warn(msg, fields));
 
@@ -83,6 +85,61 @@ export class BatchRunner {
     this.owner = newNodeId(ctx.config.nodeName);
     this.q = prepareTickQueries(ctx.db, this.owner);
     this.progress = new BatchProgress(ctx.db, signalsOf(registry, ctx.scheduler));
+    this.progress.peakHours = (b) => {
+      const k = this.keys.get(b.id);
+      if (!k?.key.capped || !b.model) return null;
+      const s = ctx.scheduler.stats(b.model);
+      if (s.cappedQueued === 0) return null;
+      return `peak hours: batches with a window of 24h or more get ${Math.round(ctx.scheduler.peakShare * 100)}% of model ${b.model}'s capacity (${s.batchCap} slots)`;
+    };
+  }
+
+  /** The batch order's key of each batch whose shards ran here (batches/order.ts), with what the peak cap needs. */
+  private readonly keys = new Map<string, { key: BatchKey; hours: number; expiresAt: number; seenAt: number }>();
+  /** Capped batches found to miss their deadline at the capped rate: uncapped for good (SPEC §18). */
+  private readonly overridden = new Set<string>();
+
+  private keyOf(batch: BatchRow): BatchKey {
+    let k = this.keys.get(batch.id);
+    if (!k) {
+      k = { key: { bucket: bucketOf(batch.expiresAt, this.ctx.config.batches.hourSeconds), project: batch.project, batch: batch.id, capped: false }, hours: windowHours(batch.completionWindow), expiresAt: batch.expiresAt, seenAt: Date.now() };
+      this.keys.set(batch.id, k);
+      this.capOne(k, this.ctx.scheduler.peakShare);
+    }
+    k.seenAt = Date.now();
+    return k.key;
+  }
+
+  /** Whether a batch is capped now; true if that changed it to uncapped. */
+  private capOne(k: { key: BatchKey; hours: number; expiresAt: number }, share: number): boolean {
+    const was = k.key.capped;
+    let capped = share < 1 && k.hours >= 24 && !this.overridden.has(k.key.batch);
+    if (capped) {
+      // Its estimated finish at the capped rate (the rate it has now, while capped) passes its deadline: uncapped.
+      const eta = this.progress.etaOf(k.key.batch);
+      if (eta !== null && eta > k.expiresAt) {
+        this.overridden.add(k.key.batch);
+        this.ctx.log.info("batch uncapped in peak hours: it would miss its deadline", { batch_id: k.key.batch, estimated_completion_at: eta, expires_at: k.expiresAt });
+        capped = false;
+      }
+    }
+    k.key.capped = capped;
+    return was && !capped;
+  }
+
+  /** Off-peak hours (SPEC §18): the share for the scheduler, and which batches it caps. */
+  private applyPeak(now: number): void {
+    const { share } = peakNow(this.ctx.config.batches, now);
+    this.ctx.scheduler.setPeakShare(share);
+    let freed = false;
+    for (const [id, k] of this.keys) {
+      if (now - k.seenAt > 600_000 && ![...this.live.values()].some((l) => l.batchId === id)) {
+        this.keys.delete(id);
+        continue;
+      }
+      freed = this.capOne(k, share) || freed;
+    }
+    if (freed) this.ctx.scheduler.pumpAll();
   }
 
   start(): void {
@@ -121,6 +178,8 @@ export class BatchRunner {
    * recorded once it is back (record()). Said once, not at every tick.
    */
   private databaseDown(e: DatabaseUnavailable): void {
+    // Leases seen lapsed are not taken over until one lease period after it is back (ownerIsDead).
+    this.backAt = Infinity;
     if (this.downSince) return;
     this.downSince = Date.now();
     this.ctx.log.warn("database unavailable: batch work waits for it", { error: e.message, live_shards: this.live.size });
@@ -165,6 +224,7 @@ export class BatchRunner {
 
   private async tick(): Promise<void> {
     const now = Date.now();
+    this.applyPeak(now);
     await this.markExpired();
     this.registry.health.sweep();
     await this.renewLeases(now);
@@ -358,7 +418,7 @@ export class BatchRunner {
     while (this.queue.length > 0 && pool.idle > 0) pool.dispatch(this.queue.shift()!);
     if (pool.idle === 0 || this.stopping) return;
     const idle = pool.idle;
-    const claimed = await claimShards(this.ctx.db, this.owner, now + this.ctx.config.batches.leaseMs, idle);
+    const claimed = await claimShards(this.ctx.db, this.owner, now + this.ctx.config.batches.leaseMs, idle, this.ctx.config.batches.hourSeconds);
     for (const [i, { shard, batch }] of claimed.entries()) {
       // Stopping meanwhile, or more than asked for: what cannot run now goes back at once.
       if (this.stopping || i >= idle) {
@@ -371,6 +431,7 @@ export class BatchRunner {
       const err = this.ctx.store.partTarget(ids.err, shard.idx, claim);
       this.live.set(`${shard.batchId}/${shard.idx}`, { batchId: shard.batchId, idx: shard.idx, totals: zeroTotals() });
       this.progress.track(batch);
+      this.keyOf(batch);
       mkdirSync(batchDir(this.ctx, batch.id), { recursive: true });
       pool.dispatch({
         type: "run",
@@ -413,10 +474,11 @@ export class BatchRunner {
     }
     for (const model of m.pump) this.ctx.scheduler.pump(model);
     const mine = held;
-    for (const [reqId, modelId] of m.acquire) {
+    for (const [reqId, modelId, batchId] of m.acquire) {
       const model = this.registry.get(modelId);
       if (!model) continue;
-      this.ctx.scheduler.acquireBatch(model).then((release) => {
+      // Served in the batch order (batches/order.ts): the key of the batch this Worker runs.
+      this.ctx.scheduler.acquireBatch(model, undefined, this.keys.get(batchId)?.key).then((release) => {
         // The Worker died meanwhile (its slots were given back): give this one back too.
         if (this.slots.get(worker) !== mine) return release();
         mine.set(reqId, release);
@@ -518,7 +580,11 @@ export class BatchRunner {
 
   /** A database write started from a Worker message or a timer: its failure is logged (the next tick decides again from the rows). */
   private later(p: Promise<unknown>): void {
-    p.catch((e) => this.ctx.log.error("batch runner: database write failed", { error: String(e?.stack ?? e) }));
+    p.catch((e) => {
+      const down = databaseUnavailable(e);
+      if (down) this.noteUnavailable("batch runner writes", down);
+      else this.ctx.log.error("batch runner: database write failed", { error: String(e?.stack ?? e) });
+    });
   }
 
   /**

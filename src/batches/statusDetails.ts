@@ -184,6 +184,12 @@ export class BatchProgress {
     this.q = prepare(db);
   }
 
+  /** estimated_completion_at (Unix s) of a batch running here at its recent rate, or null (the peak cap's deadline override). */
+  etaOf(id: string, nowMs = Date.now()): number | null {
+    const e = this.entries.get(id);
+    return e ? estimate(e.samples, e.batch.total, nowMs) : null;
+  }
+
   /** This node took a shard of `b`: it writes its view of the batch at the next counts write (another node, or markQueued, may have written since). */
   track(b: TrackedBatch, nowMs = Date.now()): void {
     const batch = { id: b.id, model: b.model, total: b.total, completionWindow: b.completionWindow, expiresAt: b.expiresAt };

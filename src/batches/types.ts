@@ -83,7 +83,7 @@ export type FromWorker =
    * event loop: `acquire` asks for slots (answered with "grants"), `release`
    * gives them back. One message per turn, not three per request.
    */
-  | { type: "slots"; acquire: [reqId: number, model: string][]; release: number[]; pump: string[] }
+  | { type: "slots"; acquire: [reqId: number, model: string, batchId: string][]; release: number[]; pump: string[] }
   /** Requests of this Worker made upstream `upstream` suspect (its index in the health state): probe it now. */
   | { type: "upstream_down"; upstream: number; error: string };
 

@@ -1,15 +1,22 @@
-// Claiming batch work (SPEC §14): the one query whose SQL differs most
-// between the dialects. A claim makes pending shards of running batches
-// (in_progress or cancelling; oldest batch first) `running` under a lease
-// for one owner, and counts the run (claims + 1: its checkpoints and its
-// part object are named for it).
+// Claiming batch work (SPEC §14, §18): a claim makes pending shards of
+// running batches (in_progress or cancelling) `running` under a lease for
+// one owner, and counts the run (claims + 1: its checkpoints and its part
+// object are named for it).
 //
-// Postgres: one statement claims up to `limit` shards; the rows it picks are
-// locked FOR UPDATE SKIP LOCKED, so nodes claiming at once never wait for
-// each other or pick the same shard. SQLite (one writer at a time): the
-// candidates are read, then each is taken with an update that only succeeds
-// if it is still pending.
-import { and, eq, getTableColumns, inArray, sql } from "drizzle-orm";
+// Which shard goes next follows the batch order (batches/order.ts): the
+// earliest deadline hour, then the project with fewest shards running, then
+// its batch with fewest running, then the oldest. The running counts come
+// from the rows, so every node of a cluster follows one order: a project's
+// turn is "it holds fewer Workers than the others", cluster-wide.
+//
+// Both dialects: the candidate batches (with a pending shard) are read with
+// their running counts, then each pick is taken with one update of the
+// batch's lowest pending shard that only succeeds if it is still pending, so
+// nodes claiming at once never take the same shard (on Postgres the loser's
+// update re-reads the row after the winner commits and matches nothing; it
+// then tries that batch's next shard).
+import { and, eq, inArray, sql } from "drizzle-orm";
+import { bucketOf, nextCandidate } from "../batches/order";
 import type { BatchRow, ShardRow } from "./schema";
 import type { Db } from "./client";
 
@@ -20,70 +27,52 @@ export interface ClaimedShard {
 
 const RUNNABLE = ["in_progress", "cancelling"];
 
-export async function claimShards(db: Db, owner: string, until: number, limit: number): Promise<ClaimedShard[]> {
+export async function claimShards(db: Db, owner: string, until: number, limit: number, hourSeconds = 3600): Promise<ClaimedShard[]> {
   if (limit <= 0) return [];
-  return db.engine === "postgres" ? claimSkipLocked(db, owner, until, limit) : claimOneByOne(db, owner, until, limit);
-}
-
-async function claimSkipLocked(db: Db, owner: string, until: number, limit: number): Promise<ClaimedShard[]> {
   const { batchShards: s, batches: b } = db.t;
-  // A CTE, not `WHERE (…) IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)`:
-  // Postgres may run such a subquery more than once, each time skipping the
-  // rows it just locked, and so update more than n rows (seen: a node with
-  // one Worker claimed 6 shards, and 5 of them never ran). A CTE with a
-  // row lock is never inlined: it runs once.
-  const picked = db.$with("picked").as(
-    db
-      .select({ batchId: s.batchId, idx: s.idx })
-      .from(s)
-      .innerJoin(b, eq(b.id, s.batchId))
-      .where(and(eq(s.status, "pending"), inArray(b.status, RUNNABLE)))
-      .orderBy(b.seq, s.idx)
-      .limit(limit)
-      .for("update", { of: s, skipLocked: true }),
-  );
-  const shards = await db
-    .with(picked)
-    .update(s)
-    .set({ status: "running", leaseOwner: owner, leaseExpiresAt: until, claims: sql`${s.claims} + 1` })
-    .from(picked)
-    .where(and(eq(s.batchId, picked.batchId), eq(s.idx, picked.idx)))
-    .returning(getTableColumns(s));
-  if (shards.length === 0) return [];
-  const rows = await db.select().from(b).where(inArray(b.id, [...new Set(shards.map((x) => x.batchId))]));
-  const byId = new Map(rows.map((r) => [r.id, r]));
-  return shards
-    .map((shard) => ({ shard, batch: byId.get(shard.batchId)! }))
-    .sort((x, y) => x.batch.seq - y.batch.seq || x.shard.idx - y.shard.idx);
-}
-
-const pendingOf = new WeakMap<Db, ReturnType<typeof preparePending>>();
-
-/** Prepared once per database: built per tick, Drizzle's query building cost ≈1 ms of the HTTP thread. */
-function preparePending(db: Db) {
-  const { batchShards: s, batches: b } = db.t;
-  return db
-    .select({ shard: s, batch: b })
-    .from(s)
-    .innerJoin(b, eq(b.id, s.batchId))
-    .where(and(eq(s.status, "pending"), inArray(b.status, RUNNABLE)))
-    .orderBy(b.seq, s.idx)
-    .limit(sql.placeholder("limit"))
-    .prepare("claims_pending");
-}
-
-async function claimOneByOne(db: Db, owner: string, until: number, limit: number): Promise<ClaimedShard[]> {
-  const s = db.t.batchShards;
-  let pending = pendingOf.get(db);
-  if (!pending) pendingOf.set(db, (pending = preparePending(db)));
+  const rows = await db
+    .select({
+      batch: b,
+      running: sql<number>`(SELECT count(*) FROM ${s} WHERE ${s.batchId} = ${b.id} AND ${s.status} = 'running')`.mapWith(Number),
+    })
+    .from(b)
+    .where(and(inArray(b.status, RUNNABLE), sql`EXISTS (SELECT 1 FROM ${s} WHERE ${s.batchId} = ${b.id} AND ${s.status} = 'pending')`));
+  const cands = rows.map((r) => ({ batch: r.batch, running: r.running, bucket: bucketOf(r.batch.expiresAt, hourSeconds), project: r.batch.project, seq: r.batch.seq }));
+  const byProject = new Map<string, number>();
+  for (const c of cands) byProject.set(c.project, (byProject.get(c.project) ?? 0) + c.running);
   const out: ClaimedShard[] = [];
-  for (const { shard, batch } of await pending.execute({ limit })) {
+  while (out.length < limit && cands.length > 0) {
+    const i = nextCandidate(cands, byProject);
+    const c = cands[i]!;
+    const taken = await takeNext(db, c.batch.id, owner, until);
+    if (!taken) {
+      cands.splice(i, 1); // no pending shard left (or others took them meanwhile)
+      continue;
+    }
+    c.running++;
+    byProject.set(c.project, (byProject.get(c.project) ?? 0) + 1);
+    out.push({ shard: taken, batch: c.batch });
+  }
+  return out;
+}
+
+/** Takes a batch's lowest pending shard; tries the next one a few times if another node took it meanwhile. */
+async function takeNext(db: Db, batchId: string, owner: string, until: number): Promise<ShardRow | null> {
+  const s = db.t.batchShards;
+  for (let tries = 0; tries < 4; tries++) {
+    const [next] = await db
+      .select({ idx: s.idx })
+      .from(s)
+      .where(and(eq(s.batchId, batchId), eq(s.status, "pending")))
+      .orderBy(s.idx)
+      .limit(1);
+    if (!next) return null;
     const [taken] = await db
       .update(s)
       .set({ status: "running", leaseOwner: owner, leaseExpiresAt: until, claims: sql`${s.claims} + 1` })
-      .where(and(eq(s.batchId, shard.batchId), eq(s.idx, shard.idx), eq(s.status, "pending")))
+      .where(and(eq(s.batchId, batchId), eq(s.idx, next.idx), eq(s.status, "pending")))
       .returning();
-    if (taken) out.push({ shard: taken, batch });
+    if (taken) return taken as ShardRow;
   }
-  return out;
+  return null;
 }

@@ -13,20 +13,20 @@
 // (VegasLimit), measured per window rather than per request: with the limit
 // binding, Little's law gives throughput = in flight / latency, so the
 // latency ratio r = latency / floor (the floor: the latency below the
-// knee, measured lately) says how much of the concurrency added since the floor turned into
-// throughput (1/r of it) and how much only waits inside the engine
-// (Vegas's "queue", L·(1 − 1/r)). So:
+// knee, measured lately) says how much of the concurrency added since the
+// floor turned into throughput (1/r of it) and how much only waits inside
+// the engine (Vegas's "queue", L·(1 − 1/r)). So:
 //
 //   r < 1.1 and the limit binding: grow (×1.5 at the start, "slow start";
 //            then ×1.2 while r < 1.05, else ×1.08; at least +1)
 //   1.1 … 1.25: hold (Vegas's alpha…beta band)
 //   r > 1.25: latency grew without throughput: shrink toward r = 1.15
-//            (L × 1.15 / r, at most halving), on the second such window
-//            in a row
+//            (L × 1.15 / r, by a fifth at most unless r > 2.5), on the
+//            second such window in a row or right after a step up
 //   429/503 in the window: cut to 0.7× at once (and grow only by +1 near
 //            where it happened, for a while)
 //
-// The floor is the least latency measured below the knee lately, not for
+// The floor is the latency below the knee measured lately, not for
 // ever: requests of another batch may take longer, and a floor from shorter
 // ones would keep the limit low. A controller that runs at its limit never
 // sees its floor again, though, and a floor that only aged out would creep
@@ -36,10 +36,14 @@
 // The floor is the median of those probes, the slow-start windows, and any
 // window far below it, over three intervals. Two probes in a row that find
 // the latency well above the floor (the engine got slower, or the requests
-// longer) replace it; one that finds a lower floor probes again soon. Each
-// decision reads the window together with the one before it at the same
-// limit, and a shrink needs two high windows in a row: window means are
-// noisy when requests differ in size.
+// longer) replace it; one that finds it well below judges the window
+// before the probe again against the new floor (the limit was past the
+// knee) and probes again soon, at once if far below. Each decision reads
+// the window together with the one before it at the same limit, a shrink
+// needs two high windows in a row (or follows a step up), and the limit
+// holds for three windows after a shrink: window means are noisy when
+// requests differ in size, and a pause on offpeak's side looks like a slow
+// engine.
 //
 // Pure: it sees windows (src/inference/scheduler.ts measures them from the
 // slots' shared cells) and returns limits; the unit tests feed it a
@@ -91,7 +95,7 @@ const MAX_PROBE_EVERY_MS = 300_000;
 const TRACE = 512;
 
 export class AdaptiveLimit {
-  /** The limit to apply now (an integer within [min, max]). */
+  /** The limit to apply now (an integer within [min, max]; 0 only while max is 0). */
   limit: number;
   /** The latency below the knee: the median of recent probes and slow-start windows, ms (null before the first window). */
   floorMs: number | null = null;
@@ -134,11 +138,12 @@ export class AdaptiveLimit {
     this.note(0);
   }
 
-  /** A new ceiling (a cluster's share changed): the limit follows it down at once. */
+  /** A new ceiling (a cluster's share changed): the limit follows it down at once. 0: no slots here (more nodes than max_concurrency_limit). */
   setMax(max: number): void {
-    this.max = Math.max(this.min, Math.floor(max));
-    this.estimate = Math.min(this.estimate, this.max);
-    this.limit = Math.min(this.limit, this.max);
+    this.max = Math.max(0, Math.floor(max));
+    const least = Math.min(this.min, this.max);
+    this.estimate = Math.max(least, Math.min(this.estimate, this.max));
+    this.limit = Math.max(least, Math.min(this.limit, this.max));
   }
 
   get ceiling(): number {
@@ -228,7 +233,9 @@ export class AdaptiveLimit {
       // part, a GC) as the engine's doing.
       const grew = this.last === "grow" ? this.grewFrom : null;
       if (this.high >= 2 || grew !== null) {
-        let next = this.estimate * Math.max(0.5, SHRINK_TO / r);
+        // A fifth at most, unless far above: a pause on this side (the
+        // machine busy) looks the same from here, and costs less this way.
+        let next = this.estimate * Math.max(r > 2 * SHRINK_ABOVE ? 0.5 : 0.8, SHRINK_TO / r);
         if (grew !== null) next = Math.min(next, grew);
         // At least one fewer: at small limits a rounded step is no step.
         this.estimate = Math.max(this.min, Math.min(next, this.limit - 1));
@@ -253,7 +260,7 @@ export class AdaptiveLimit {
     // (it was measured at the initial limit, perhaps already past the knee),
     // then every probe interval, while there is load to probe with.
     if (!this.slowStart && this.nextProbeAt === null) this.nextProbeAt = w.at;
-    if (w.binding && this.nextProbeAt !== null && w.at >= this.nextProbeAt && this.estimate >= 2 * this.min) {
+    if (decision === "hold" && w.binding && this.nextProbeAt !== null && w.at >= this.nextProbeAt && this.estimate >= 2 * this.min) {
       this.probing = true;
       this.beforeProbeMs = ms;
       return this.apply(w.at, "probe", Math.max(this.min, Math.round(this.estimate / 2)));
@@ -262,7 +269,7 @@ export class AdaptiveLimit {
   }
 
   private apply(at: number, decision: Decision, limit: number): number {
-    this.limit = Math.max(this.min, Math.min(this.max, limit));
+    this.limit = Math.max(Math.min(this.min, this.max), Math.min(this.max, limit));
     this.last = decision;
     this.note(at);
     return this.limit;

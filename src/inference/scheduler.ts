@@ -20,14 +20,19 @@
 import { ApiError } from "../errors";
 import { AdaptiveLimit } from "./adaptive";
 import type { ModelEntry } from "./registry";
+import { BatchQueue, type BatchKey } from "../batches/order";
 
 interface Waiter {
   grant: () => void;
   cancelled: boolean;
+  /** A batch line's place in the batch order (batches/order.ts); none for interactive requests. */
+  key?: BatchKey;
+  /** Granted as a capped line (counted in cappedInFlight until released). */
+  capped?: boolean;
 }
 
-/** Per limited model, 6 cells in shared memory. */
-export const CELLS = 6;
+/** Per limited model, 7 cells in shared memory. */
+export const CELLS = 7;
 export const IN_FLIGHT = 0;
 export const LIMIT = 1;
 /** Requests waiting here (interactive and batch): Workers then do not take slots themselves, and one that frees a slot asks this thread to hand it on. */
@@ -38,6 +43,8 @@ export const ANSWERS = 3;
 export const HELD = 4;
 /** Slots given back after a 429 or 503 answer. */
 export const OVERLOADS = 5;
+/** 1 while batches are held to a peak share of this model (SPEC §18 off-peak hours): Workers then take no slot themselves, every batch line asks this thread, which keeps the cap. */
+export const CAPPED = 6;
 
 /** What the holder of a slot saw, said when it gives the slot back. */
 export const UNMEASURED = 0;
@@ -79,15 +86,22 @@ const MIN_SAMPLES = 32;
 const MAX_WINDOW_MS = 2000;
 /** After a change, what was measured for one mean latency (at most this) is not counted: those requests began under the old limit. */
 const MAX_SETTLE_MS = 30_000;
+/** A tick this much late (or a tenth of the latency, if more) means this process was held: the window is not counted. */
+const STALL_MS = 10;
 
 class ModelLane {
   private localInFlight = 0;
   /** Slots held by interactive requests (the rest of inFlight are batch lines). */
   interactiveInFlight = 0;
-  /** Requests that had to wait here since the controller last looked: the limit was binding. */
+  /** Requests that had to wait here for want of a slot since the controller last looked: the limit was binding. */
   pressure = 0;
   readonly interactive: Waiter[] = [];
-  readonly batch: Waiter[] = [];
+  /** Batch lines, in the batch order: earliest deadline hour, then projects in turn, then their batches (batches/order.ts). */
+  readonly batch = new BatchQueue<Waiter>();
+  /** The share of the limit that capped batches may hold now (1: no cap; off-peak hours). */
+  share = 1;
+  /** Slots held by lines of capped batches (granted here: while a cap is in force Workers take none themselves). */
+  cappedInFlight = 0;
   /** Where releases count what they saw: the shared cells, or (a limited model past SHARED_MODELS) cells of its own. */
   readonly meter: { cells: Int32Array; base: number } | null;
   constructor(
@@ -148,18 +162,48 @@ class ModelLane {
     this.pump();
   }
 
-  /** Hands free slots to waiters, interactive first. */
+  /** Slots capped batches may hold now: ceil(share × limit), at least 1; null when nothing is capped. */
+  get cap(): number | null {
+    return this.share < 1 && this.limit !== null ? Math.max(1, Math.ceil(this.share * this.limit)) : null;
+  }
+
+  setShare(share: number): void {
+    this.share = share;
+    if (this.shared) Atomics.store(this.shared.cells, this.shared.base + CAPPED, this.cap === null ? 0 : 1);
+    this.pump();
+  }
+
+  /** Whether a batch waiter may have a slot now (a capped batch only below the cap). */
+  mayGrant(w: Waiter): boolean {
+    if (!w.key?.capped) return true;
+    const cap = this.cap;
+    return cap === null || this.cappedInFlight < cap;
+  }
+
+  /** Hands free slots to waiters, interactive first, then batch lines in the batch order. */
   pump(): void {
     for (;;) {
-      let q = this.interactive;
-      let w = shiftLive(q);
-      if (!w) w = shiftLive((q = this.batch));
-      if (!w) break;
-      if (!this.tryTake()) {
-        q.unshift(w);
+      const w = shiftLive(this.interactive);
+      if (w) {
+        if (!this.tryTake()) {
+          this.interactive.unshift(w);
+          break;
+        }
+        w.grant();
+        continue;
+      }
+      if (this.batch.length === 0 || !this.tryTake()) break;
+      const b = this.batch.take((x) => this.mayGrant(x));
+      if (!b) {
+        this.give();
         break;
       }
-      w.grant();
+      // Counted now, not when the waiter runs: this loop may grant more at once.
+      if (b.key?.capped) {
+        this.cappedInFlight++;
+        b.capped = true;
+      }
+      b.grant();
     }
     this.publish();
   }
@@ -176,6 +220,8 @@ class WindowMeter {
   private overloads: number;
   private sum = { answers: 0, held: 0, overloads: 0 };
   private binding = false;
+  /** This thread was held during the window (a tick came late). */
+  private stalled = false;
   private start: number;
   private settleUntil = 0;
 
@@ -191,7 +237,8 @@ class WindowMeter {
     this.start = now;
   }
 
-  tick(now: number): void {
+  /** `lateMs`: how late this tick came (the timer's; 0 when a test ticks). */
+  tick(now: number, lateMs = 0): void {
     const lane = this.lane;
     const { cells, base } = lane.meter!;
     const answers = Atomics.load(cells, base + ANSWERS);
@@ -211,17 +258,23 @@ class WindowMeter {
     this.sum.held += dH;
     this.sum.overloads += dO;
     this.binding ||= binding;
-    const elapsed = now - this.start;
     const latency = this.ctl.latencyMs ?? 0;
+    // Held here, this process was held everywhere (a busy machine, a GC):
+    // the answers that came meanwhile were seen late, and their slots look
+    // held longer than the engine took. Such a window is not the engine's.
+    if (lateMs > Math.max(STALL_MS, latency / 10)) this.stalled = true;
+    const elapsed = now - this.start;
     const long = elapsed >= Math.max(MIN_WINDOW_MS, latency);
     // A 429/503 is acted on at once; otherwise a window needs its length and its answers.
     if (this.sum.overloads === 0 && !(long && (this.sum.answers >= MIN_SAMPLES || elapsed >= Math.max(MAX_WINDOW_MS, 2 * latency)))) return;
     const { answers: n, held: h, overloads: o } = this.sum;
     const wasBinding = this.binding;
+    const stalled = this.stalled;
     this.sum = { answers: 0, held: 0, overloads: 0 };
     this.binding = false;
+    this.stalled = false;
     this.start = now;
-    if (n === 0 && o === 0) return;
+    if ((n === 0 && o === 0) || (stalled && o === 0)) return;
     const limit = this.ctl.update({ at: now, completions: n, latencyMs: n > 0 ? h / 10 / n : 0, overloads: o, binding: wasBinding });
     if (limit !== lane.limit) {
       lane.setLimit(limit);
@@ -260,6 +313,7 @@ export class Scheduler {
   private sharedUsed = 0;
   private readonly meters = new Map<ModelLane, WindowMeter>();
   private timer: ReturnType<typeof setInterval> | null = null;
+  private stopped = false;
 
   private lane(model: ModelEntry): ModelLane {
     let l = this.lanes.get(model.id);
@@ -268,10 +322,19 @@ export class Scheduler {
       const ctl = model.adaptive && model.maxConcurrency !== null ? new AdaptiveLimit({ max: model.maxConcurrency }) : null;
       l = new ModelLane(ctl ? ctl.limit : model.maxConcurrency, model.queueSize, shared, ctl);
       this.lanes.set(model.id, l);
+      if (this.peakShare !== 1) l.setShare(this.peakShare);
       if (ctl) {
         this.meters.set(l, new WindowMeter(l, ctl, performance.now()));
-        this.timer ??= setInterval(() => this.tickAdaptive(), TICK_MS);
-        (this.timer as { unref?: () => void }).unref?.();
+        if (!this.stopped && !this.timer) {
+          let last = performance.now();
+          this.timer = setInterval(() => {
+            const now = performance.now();
+            const late = now - last - TICK_MS;
+            last = now;
+            this.tickAdaptive(now, late);
+          }, TICK_MS);
+          (this.timer as { unref?: () => void }).unref?.();
+        }
       }
     }
     return l;
@@ -300,12 +363,38 @@ export class Scheduler {
     return this.releaser(lane, false);
   }
 
-  /** For a batch line: waits (without bound) until interactive traffic leaves a slot. */
-  async acquireBatch(model: ModelEntry, signal?: AbortSignal): Promise<Release> {
+  /**
+   * For a batch line: waits (without bound) until interactive traffic leaves
+   * a slot, and its batch's turn comes (`key`: its place in the batch order;
+   * a capped key also waits for the peak cap).
+   */
+  async acquireBatch(model: ModelEntry, signal?: AbortSignal, key?: BatchKey): Promise<Release> {
     const lane = this.lane(model);
-    if (lane.interactive.length === 0 && lane.batch.length === 0 && lane.tryTake()) return this.releaser(lane, true);
-    await this.wait(lane, lane.batch, signal && (() => signal));
-    return this.releaser(lane, true);
+    const w0 = { key } as Waiter;
+    if (lane.interactive.length === 0 && lane.batch.length === 0 && lane.mayGrant(w0) && lane.tryTake()) {
+      if (key?.capped) lane.cappedInFlight++;
+      return this.releaser(lane, true, key?.capped);
+    }
+    const w = await this.wait(lane, lane.batch, signal && (() => signal), key);
+    return this.releaser(lane, true, w.capped);
+  }
+
+  /**
+   * Off-peak hours (SPEC §18): capped batches may hold `share` (0–1) of each
+   * limited model's slots; 1 lifts the cap. On a cluster the limit is this
+   * node's part of the model's, so the cap is too.
+   */
+  setPeakShare(share: number): void {
+    for (const lane of this.lanes.values()) if (lane.share !== share) lane.setShare(share);
+    this.peakShare = share;
+  }
+
+  /** The share capped batches get now (1: no cap). */
+  peakShare = 1;
+
+  /** A batch's key changed (it is no longer capped): waiters may be served now. */
+  pumpAll(): void {
+    for (const lane of this.lanes.values()) lane.pump();
   }
 
   /**
@@ -336,13 +425,14 @@ export class Scheduler {
     return { limit: ctl.limit, ceiling: ctl.ceiling, latencyMs: ctl.latencyMs, floorMs: ctl.floorMs, decision: ctl.last, trace: ctl.trace };
   }
 
-  /** Reads every adaptive model's cells (the timer calls it every TICK_MS; tests may call it with their own clock). */
-  tickAdaptive(now = performance.now()): void {
-    for (const m of this.meters.values()) m.tick(now);
+  /** Reads every adaptive model's cells (the timer calls it every TICK_MS, saying how late it came; tests may call it with their own clock). */
+  tickAdaptive(now = performance.now(), lateMs = 0): void {
+    for (const m of this.meters.values()) m.tick(now, lateMs);
   }
 
   /** Stops the controllers' timer (server stop). */
   stop(): void {
+    this.stopped = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
   }
@@ -364,18 +454,20 @@ export class Scheduler {
     lane.pump();
   }
 
-  private wait(lane: ModelLane, queue: Waiter[], signalOf?: () => AbortSignal): Promise<void> {
+  private wait(lane: ModelLane, queue: Waiter[] | BatchQueue<Waiter>, signalOf?: () => AbortSignal, key?: BatchKey): Promise<Waiter> {
     const signal = signalOf?.();
-    lane.pressure++;
-    return new Promise<void>((resolve, reject) => {
+    // The limit holds this request back (not a peak cap, not its turn): the controller may try more.
+    if (lane.limit !== null && lane.inFlight >= lane.limit) lane.pressure++;
+    return new Promise<Waiter>((resolve, reject) => {
       if (signal?.aborted) return reject(signal.reason ?? new Error("aborted"));
       let granted = false;
       const w: Waiter = {
         grant: () => {
           granted = true;
-          resolve();
+          resolve(w);
         },
         cancelled: false,
+        key,
       };
       queue.push(w);
       lane.publish();
@@ -387,8 +479,11 @@ export class Scheduler {
           // Leave the queue at once: a client that gave up used to keep its
           // place, so `queued` (GET /status) stayed up and the bounded queue
           // answered 529 although nobody was waiting.
-          const i = queue.indexOf(w);
-          if (i !== -1) queue.splice(i, 1);
+          if (queue instanceof BatchQueue) queue.remove(w);
+          else {
+            const i = queue.indexOf(w);
+            if (i !== -1) queue.splice(i, 1);
+          }
           lane.publish();
           reject(signal.reason ?? new Error("aborted"));
         },
@@ -399,7 +494,7 @@ export class Scheduler {
     });
   }
 
-  private releaser(lane: ModelLane, batch: boolean): Release {
+  private releaser(lane: ModelLane, batch: boolean, capped = false): Release {
     if (!batch) lane.interactiveInFlight++;
     // A Worker that shares the cells counts its own outcomes (slots.ts): its release comes here by message, late.
     const meter = batch && lane.sharedWithWorkers ? null : lane.meter;
@@ -410,14 +505,22 @@ export class Scheduler {
       done = true;
       if (meter) noteRelease(meter.cells, meter.base, since, outcome);
       if (!batch) lane.interactiveInFlight--;
+      if (capped) lane.cappedInFlight--;
       lane.give();
       lane.pump();
     };
   }
 
-  stats(modelId: string): { inFlight: number; queued: number; batchInFlight: number; batchQueued: number } {
+  stats(modelId: string): { inFlight: number; queued: number; batchInFlight: number; batchQueued: number; batchCap: number | null; cappedQueued: number } {
     const l = this.lanes.get(modelId);
     const inFlight = l?.inFlight ?? 0;
-    return { inFlight, queued: l?.queued ?? 0, batchInFlight: Math.max(0, inFlight - (l?.interactiveInFlight ?? 0)), batchQueued: l?.batch.length ?? 0 };
+    return {
+      inFlight,
+      queued: l?.queued ?? 0,
+      batchInFlight: Math.max(0, inFlight - (l?.interactiveInFlight ?? 0)),
+      batchQueued: l?.batch.length ?? 0,
+      batchCap: l?.cap ?? null,
+      cappedQueued: l ? l.batch.cappedWaiting() : 0,
+    };
   }
 }

@@ -30,6 +30,8 @@ export const m = {
   batchLinesProcessed: registry.counter("offpeak_batch_lines_processed_total", "Batch request lines that got a result (output or error line), by model.", ["model"]),
   batchLinesFailed: registry.counter("offpeak_batch_lines_failed_total", "Batch request lines that ended in the error file, by model.", ["model"]),
   batches: registry.gauge("offpeak_batches", "Batches in the database, by status.", ["status"]),
+  peakHours: registry.gauge("offpeak_peak_hours", "1 during batches.peak_hours (SPEC §18 off-peak hours), else 0."),
+  batchShare: registry.gauge("offpeak_batch_share", "The share of a model's concurrency that batches with a window of 24h or more may use now (batches.peak_share in peak hours, else 1)."),
   modelInFlight: registry.gauge("offpeak_model_in_flight", "Requests holding a scheduler slot, by model and priority (interactive, batch).", ["model", "priority"]),
   modelQueueDepth: registry.gauge("offpeak_model_queue_depth", "Requests waiting for a scheduler slot, by model and priority (interactive, batch).", ["model", "priority"]),
   modelConcurrencyLimit: registry.gauge(

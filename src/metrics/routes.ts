@@ -6,6 +6,7 @@ import pkg from "../../package.json";
 import type { AppContext } from "../context";
 import { m, registry } from "./index";
 import { windowOf } from "../inference/upstreamHealth";
+import { peakNow } from "../batches/order";
 import { PROMETHEUS_CONTENT_TYPE } from "./registry";
 
 const BATCH_STATUSES = ["validating", "in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled"];
@@ -30,6 +31,9 @@ export async function collectGauges(ctx: AppContext): Promise<void> {
   const free = ctx.store.freeBytes();
   if (free !== null) m.storageFreeBytes.set([], free);
 
+  const peak = peakNow(ctx.config.batches);
+  m.peakHours.set([], peak.peak ? 1 : 0);
+  m.batchShare.set([], peak.share);
   m.modelInFlight.reset();
   m.batchDispatchConcurrency.reset();
   m.modelQueueDepth.reset();

@@ -5,6 +5,7 @@ import pkg from "../../package.json";
 import { principalOf } from "../auth/plugin";
 import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
+import { peakNow } from "../batches/order";
 
 /** How old an upstream health check may be when GET /status answers, and how long a fresh one may take. */
 const HEALTH_MAX_AGE_MS = 1_000;
@@ -58,6 +59,8 @@ export async function statusReport(ctx: AppContext, who: Pick<Principal, "projec
     database: { ok: dbOk, kind: ctx.db.engine },
     storage: { ok: storageOk, free_bytes: free },
     batches: counts,
+    // SPEC §18 off-peak hours: whether it is peak now, and the share of a model's concurrency batches with a window of 24h or more get now.
+    peak_hours: ((p) => ({ peak: p.peak, peak_share_now: p.share }))(peakNow(ctx.config.batches)),
     models,
     // Upstream names are the operator's labels, already public as models' owned_by.
     upstreams: admin ? upstreams : upstreams.map(({ name, healthy, since }) => ({ name, healthy, since })),

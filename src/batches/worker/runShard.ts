@@ -20,7 +20,7 @@ import { runBuiltin, runUpstream, stoppedLine, type BatchRequest, type LineResul
 import { recoverParts } from "./partFiles";
 import { endpointKind } from "../../endpoints";
 import { addUsage } from "./usage";
-import { acquireSlot } from "./slots";
+import { acquireSlot, setSlotBatch } from "./slots";
 import { countLine, takeWorkerMetrics } from "../../metrics/worker";
 import { bucketOf } from "../../storage/bucket";
 import { openLocator } from "../../storage/locator";
@@ -136,6 +136,7 @@ async function syncPartDirs(paths: string[]): Promise<void> {
 }
 
 export async function runShard(task: RunTask, models: Map<string, PricedModel>, control: ShardControl, post: (m: FromWorker) => void): Promise<void> {
+  setSlotBatch(task.batchId);
   // With the files in a bucket, the part files are checkpointed there while
   // the shard runs (checkpoints.ts): first, take what an earlier run left.
   const t = task.partTargets;

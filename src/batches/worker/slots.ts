@@ -18,7 +18,7 @@
 // adaptive controller on the main thread reads them (inference/adaptive.ts).
 // Measured here, not there, for granted slots too: the grant's and the
 // release's messages would add their delay to every sample.
-import { CELLS, IN_FLIGHT, WAITING, noteRelease, tryTakeSlot, type SlotOutcome } from "../../inference/scheduler";
+import { CAPPED, CELLS, IN_FLIGHT, WAITING, noteRelease, tryTakeSlot, type SlotOutcome } from "../../inference/scheduler";
 import type { FromWorker } from "../types";
 
 const waiting = new Map<number, () => void>();
@@ -27,7 +27,13 @@ let post: (m: FromWorker) => void = () => {};
 let cells: Int32Array | null = null;
 let held: Int32Array | null = null;
 let baseOf: (model: string) => number = () => -1;
-let acquire: [number, string][] = [];
+let acquire: [number, string, string][] = [];
+/** The batch whose shard this Worker runs: its asks carry it, so the scheduler serves them in the batch order (batches/order.ts). */
+let currentBatch = "";
+
+export function setSlotBatch(batchId: string): void {
+  currentBatch = batchId;
+}
 let release: number[] = [];
 let pump: string[] = [];
 let scheduled = false;
@@ -80,7 +86,8 @@ function keptAfterTake(c: Int32Array, base: number, model: string): boolean {
 /** Resolves with a release function once a slot is taken or granted; the release says what the request saw (nothing counted if left out). */
 export function acquireSlot(model: string): Promise<(outcome?: SlotOutcome) => void> {
   const base = baseOf(model);
-  if (cells && held && base >= 0 && Atomics.load(cells, base + WAITING) === 0 && tryTakeSlot(cells, base) && keptAfterTake(cells, base, model)) {
+  // Not while batches are held to a peak share (CAPPED): the cap is kept on the main thread.
+  if (cells && held && base >= 0 && Atomics.load(cells, base + WAITING) === 0 && Atomics.load(cells, base + CAPPED) === 0 && tryTakeSlot(cells, base) && keptAfterTake(cells, base, model)) {
     const c = cells;
     const h = held;
     Atomics.add(h, base / CELLS, 1);
@@ -112,7 +119,7 @@ export function acquireSlot(model: string): Promise<(outcome?: SlotOutcome) => v
         flushSoon();
       });
     });
-    acquire.push([reqId, model]);
+    acquire.push([reqId, model, currentBatch]);
     flushSoon();
   });
 }
