@@ -176,7 +176,7 @@ async function main() {
       files = wanted.filter((f) => follows.has(f) && !(basename(f) in skip));
       const once = wanted.filter((f) => !follows.has(f)).map((f) => basename(f));
       const skipped = wanted.filter((f) => basename(f) in skip).map((f) => `  ${basename(f)}: ${skip[basename(f)]}`);
-      console.log(`[${mode}] ${files.length} file(s); not in this mode:`);
+      console.log(`[${mode}] ${files.length} file(s)${once.length || skipped.length ? "; not in this mode:" : ""}`);
       if (once.length) console.log(`  (no server from the harness: the same in every mode, run in sqlite) ${once.join(" ")}`);
       for (const s of skipped) console.log(s);
     } else console.log(`[sqlite] ${files.length} file(s)`);

@@ -5,7 +5,7 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
-import { ADMIN_KEY, chatLine, SERVE_READY, startTestServer, uploadRaw, type TestServer } from "./helpers/server";
+import { ADMIN_KEY, chatLine, SERVE_READY, startTestServer, testDatabaseArgs, uploadRaw, type TestServer } from "./helpers/server";
 
 /** Response.json() typed loosely, for assertions. */
 const json = (res: Response): Promise<any> => res.json();
@@ -126,17 +126,22 @@ afterAll(async () => {
 describe("offpeak keys … against the data dir of a running server", () => {
   let dataDir: string;
   let t: TestServer;
+  /** The server's database when it is not the data dir's SQLite (OFFPEAK_TEST_DATABASE=postgres): `--database-url` and it. */
+  let dbArgs: string[];
+  /** The keys CLI against the server's data dir (and its database). */
+  const keysCli = (args: string[]) => cli([...args, "--data-dir", dataDir, ...dbArgs]);
 
   beforeAll(async () => {
     dataDir = tempDir();
     t = await startTestServer({ dataDir });
+    dbArgs = await testDatabaseArgs(dataDir);
   });
   afterAll(async () => {
     await t?.stop();
   });
 
   test("create prints the secret alone; it works at once; list shows it; revoke makes the next request 401", async () => {
-    const created = await cli(["keys", "create", "--name", "x", "--scopes", "files:read", "--data-dir", dataDir]);
+    const created = await keysCli(["keys", "create", "--name", "x", "--scopes", "files:read"]);
     expect(created.stderr).toBe("");
     expect(created.code).toBe(0);
     expect(created.stdout).toMatch(KEY_LINE);
@@ -154,7 +159,7 @@ describe("offpeak keys … against the data dir of a running server", () => {
     expect(viaApi[0].scopes).toEqual(["files:read"]);
     expect(viaApi[0].project).toBe("default");
 
-    const listed = await cli(["keys", "list", "--data-dir", dataDir]);
+    const listed = await keysCli(["keys", "list"]);
     expect(listed.code).toBe(0);
     expect(listed.stdout).not.toContain(secret);
     const row = listed.stdout
@@ -166,18 +171,18 @@ describe("offpeak keys … against the data dir of a running server", () => {
     expect(row).toContain("files:read");
     expect(row).toContain("default");
 
-    const revoked = await cli(["keys", "revoke", viaApi[0].id, "--data-dir", dataDir]);
+    const revoked = await keysCli(["keys", "revoke", viaApi[0].id]);
     expect(revoked.code).toBe(0);
     const after = await t.api("/files", { key: secret });
     expect(after.status).toBe(401);
     expect(after.headers.get("www-authenticate")).toStartWith("Bearer");
 
-    const listedAgain = await cli(["keys", "list", "--data-dir", dataDir]);
+    const listedAgain = await keysCli(["keys", "list"]);
     expect(listedAgain.stdout).not.toContain(viaApi[0].id);
   });
 
   test("create with default scopes and --project", async () => {
-    const created = await cli(["keys", "create", "--name", "proj-key", "--project", "team-b", "--data-dir", dataDir]);
+    const created = await keysCli(["keys", "create", "--name", "proj-key", "--project", "team-b"]);
     expect(created.code).toBe(0);
     expect(created.stdout).toMatch(KEY_LINE);
     const secret = created.stdout.trim();
@@ -212,7 +217,8 @@ describe("offpeak keys … against the data dir of a running server", () => {
       ["keys", "revoke", "key_000000000000000000000000", "--data-dir", join(dataDir, "typo")],
       ["serve", "--prot", "1", "--data-dir", join(dataDir, "typo")],
     ]) {
-      const r = await cli(args);
+      // Those aimed at the server's data dir reach its database too.
+      const r = await cli(args.at(-2) === "--data-dir" && args.at(-1) === dataDir ? [...args, ...dbArgs] : args);
       expect({ args, failed: r.code !== 0 }).toEqual({ args, failed: true });
       expect(r.stdout).not.toMatch(/sk-op-/);
       expect(r.stderr.length).toBeGreaterThan(0);
@@ -381,7 +387,7 @@ describe("OFFPEAK_ADMIN_KEY in GET /keys (SPEC §19)", () => {
     expect((await t.api("/files")).status).toBe(200);
     expect((await json(await t.api("/keys"))).data[0].id).toBe("key_env_admin");
     // The keys CLI says the same, and changes nothing.
-    const r = await cli(["keys", "revoke", "key_env_admin", "--data-dir", t.dataDir]);
+    const r = await cli(["keys", "revoke", "key_env_admin", "--data-dir", t.dataDir, ...(await testDatabaseArgs(t.dataDir))]);
     expect(r.code).toBe(2);
     expect(r.stderr).toContain("OFFPEAK_ADMIN_KEY");
   });

@@ -275,7 +275,8 @@ describe("uploads at once", () => {
       await refused(t.admin, /server/);
       // Workers: two per upload under way, none for the refused ones (3 × 2, the bound).
       expect(validatorWorkers().busy).toBe(6);
-      expect((await storedBlobs(t)).filter((n) => n.startsWith("tmp/")).length).toBe(3);
+      // A temp file each on the local disk; in a bucket (OFFPEAK_TEST_STORAGE=s3) an upload's first part waits in memory.
+      if (!t.storage) expect((await storedBlobs(t)).filter((n) => n.startsWith("tmp/")).length).toBe(3);
     } finally {
       for (const c of held) c.close();
     }
@@ -301,7 +302,8 @@ describe("an upload that stops sending", () => {
     const slots = uploadSlotsOf(t.server.ctx);
     const c = stalledUpload(t, t.admin);
     await until(() => validatorWorkers().busy === 2 && slots.active === 1, "the upload under way");
-    expect((await storedBlobs(t)).filter((n) => n.startsWith("tmp/")).length).toBe(1);
+    // A temp file on the local disk; in a bucket (OFFPEAK_TEST_STORAGE=s3) an upload's first part waits in memory.
+    if (!t.storage) expect((await storedBlobs(t)).filter((n) => n.startsWith("tmp/")).length).toBe(1);
     const started = Date.now();
     const a = await within(c.answer, 10_000, "the idle upload");
     expect(a.status).toBe(408);

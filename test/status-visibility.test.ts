@@ -78,7 +78,7 @@ describe("GET /status by key", () => {
       expect(body.status).toBe("degraded");
       expect(body.models.find((m: any) => m.id === "gpu-chat")).toEqual({ id: "gpu-chat", owned_by: "gpu", healthy: false, in_flight: 0, queued: 0 });
       expect(body.upstreams).toEqual([{ name: "gpu", healthy: false, since: expect.any(Number) }]);
-      expect(Object.keys(body).sort()).toEqual(["batches", "database", "models", "status", "storage", "upstreams", "uptime_s", "version"]);
+      expect(Object.keys(body).sort()).toEqual(["batches", "database", "models", "peak_hours", "status", "storage", "upstreams", "uptime_s", "version"]);
       // Nowhere in the answer, in any field.
       expect(text).not.toContain(NODE_NAME);
       if (hostname().length >= 4) expect(text).not.toContain(hostname());

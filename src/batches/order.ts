@@ -117,7 +117,7 @@ export class BatchQueue<W extends Keyed> {
           this.n--;
           // This batch, and its project, go to the back of their turns.
           p.rotate(batch);
-
+          b.rotate(project);
           this.prune(w.key ?? NO_KEY);
           return w;
         }
