@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { chatReq, createBatch, expectExactlyOnce, pollUntil, readResults, waitBatch, type ResultLine } from "./helpers/batches";
 import { ChildServer, killChildren } from "./helpers/child";
 import { inShare, plans, startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
-import { testDatabaseArgs } from "./helpers/server";
+import { testServeArgs } from "./helpers/server";
 
 const WORKERS = 2;
 /** The upstream's max_concurrency: no more requests than this are in flight at once. */
@@ -44,13 +44,15 @@ afterAll(async () => {
   rmSync(tmp, { recursive: true, force: true });
 });
 
-/** A server on `dataDir` (SQLite there, or its own Postgres database under OFFPEAK_TEST_DATABASE=postgres: the same one on a restart). */
-const start = async (dataDir: string) =>
-  ChildServer.start({
+/** A server on `dataDir` (SQLite and files there, or as the environment says: testServeArgs; the same on a restart). */
+const start = async (dataDir: string) => {
+  const where = await testServeArgs(dataDir);
+  return ChildServer.start({
     dataDir,
-    args: ["--config", configPath, ...(await testDatabaseArgs(dataDir))],
-    env: { OFFPEAK_LOG_LEVEL: "warn", OFFPEAK_BATCH_WORKERS: String(WORKERS), OFFPEAK_BATCH_RETRY_BASE_MS: "5" },
+    args: ["--config", configPath, ...where.args],
+    env: { OFFPEAK_LOG_LEVEL: "warn", OFFPEAK_BATCH_WORKERS: String(WORKERS), OFFPEAK_BATCH_RETRY_BASE_MS: "5", ...where.env },
   });
+};
 
 function lines(prefix: string): { ids: string[]; contents: Map<string, string>; text: string[] } {
   // ≈2.3 kB a line, so the ≈4.6 MB file is cut into two shards, run by two Workers.

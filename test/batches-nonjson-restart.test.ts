@@ -29,6 +29,7 @@ afterAll(() => {
 
 describe("restart after a non-JSON 2xx", () => {
   test("the batch still finishes after a SIGTERM-style checkpoint and restart", async () => {
+    // The upstream's concurrency is adaptive (starts at 8 and grows): 299 lines of 200 ms take a few seconds.
     const env = { OFFPEAK_UPSTREAM_URL: `http://127.0.0.1:${up.port}/v1`, OFFPEAK_BATCH_WORKERS: "1", OFFPEAK_BATCH_MAX_ATTEMPTS: "1" };
     const a: TestServer = await startTestServer({ env, dataDir });
     const lines = [chatReq("f-0", "fast", { model: "raw-chat" })];
@@ -39,10 +40,10 @@ describe("restart after a non-JSON 2xx", () => {
     await a.stop(); // checkpoint
     const b: TestServer = await startTestServer({ env, dataDir });
     try {
-      const done = await pollUntil(() => b.sdk().batches.retrieve(batch.id), (x) => ["completed", "failed", "expired", "cancelled"].includes(x.status), 3000).catch((e) => String(e).slice(0, 300));
+      const done = await pollUntil(() => b.sdk().batches.retrieve(batch.id), (x) => ["completed", "failed", "expired", "cancelled"].includes(x.status), 15_000).catch((e) => String(e).slice(0, 300));
       expect(typeof done === "string" ? done : done.status).toBe("completed");
     } finally {
       await b.stop();
     }
-  }, 15_000);
+  }, 30_000);
 });

@@ -209,13 +209,24 @@ describe("a session stream waiting in a busy model's queue", () => {
     const leave = new AbortController();
     const res = await post(`/chats/${chat.id}/stream`, { content: "never mind" }, leave.signal);
     expect(res.status).toBe(200);
-    await sseReader(res).next(); // the first keep-alive
+    const reader = sseReader(res);
+    await reader.next(); // the first keep-alive
+    // Read on, so that the stream stays open (an unread body left to the garbage collector is
+    // closed too, and the test would pass without the abort) until the client leaves.
+    const reading = (async () => {
+      try {
+        while (await reader.next());
+      } catch {}
+    })();
     leave.abort();
+    await reading;
     expect((await holder).status).toBe(200);
     const status = await json(await busy.api("/status"));
     expect(status.models.find((m: { id: string }) => m.id === "quiet-chat")).toMatchObject({ in_flight: 0, queued: 0 });
     const next = await post("/chat/completions", { model: "quiet-chat", messages: [{ role: "user", content: "next" }] });
     expect(next.status).toBe(200);
+    // One slot, taken in turn: had it still been queued, it would have reached the upstream before "next".
+    expect(up.requests.map((r) => lastUserText(r.body))).not.toContain("never mind");
     expect((await json(await busy.api(`/chats/${chat.id}`))).messages).toEqual([]);
   });
 });

@@ -397,8 +397,15 @@ describe("POST /chat/completions on the slow echo", () => {
     const reader = sseReader(res);
     for (let i = 0; i < 3; i++) await within(reader.nextData(), 5000, "a chunk");
     expect(await inFlight("offpeak-echo")).toBe(1);
+    // Read on until the client leaves (a body left unread to the garbage collector may be closed without the abort).
+    const reading = (async () => {
+      try {
+        while (await reader.next());
+      } catch {}
+    })();
     abort.abort();
     await eventually(async () => (await inFlight("offpeak-echo")) === 0, "the slot to be released", 3000);
+    await reading;
   });
 });
 

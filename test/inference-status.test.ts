@@ -12,7 +12,7 @@ const cfg = configWriter("offpeak-status-");
 afterAll(() => cfg.cleanup());
 
 function expectStatusShape(s: any) {
-  expect(Object.keys(s).sort()).toEqual(["batches", "database", "models", "nodes", "status", "storage", "upstreams", "uptime_s", "version"]);
+  expect(Object.keys(s).sort()).toEqual(["batches", "database", "models", "nodes", "peak_hours", "status", "storage", "upstreams", "uptime_s", "version"]);
   expect(["ok", "degraded"]).toContain(s.status);
   expect(s.version).toBe(pkg.version);
   expect(Number.isInteger(s.uptime_s)).toBe(true);

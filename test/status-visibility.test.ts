@@ -35,11 +35,13 @@ beforeAll(async () => {
   await pollUntil(async () => active((await json(await t.api("/status"))).batches), (n) => n === 3, 20_000, 50, "three batches running");
 });
 
+// Its batches wait on an upstream that is down: stopping lets their Workers
+// checkpoint (a grace of up to 7 s), longer than a hook's default 5 s.
 afterAll(async () => {
   for (const id of batchIds) await t?.api(`/batches/${id}/cancel`, { method: "POST" });
   await t?.stop();
   cfg.cleanup();
-});
+}, 30_000);
 
 /** Batches not yet ended: which of validating/in_progress a batch is in changes as the runner takes them. */
 const active = (b: { validating: number; in_progress: number; finalizing: number }) => b.validating + b.in_progress + b.finalizing;

@@ -10,7 +10,7 @@ import { createBatch, expectExactlyOnce, pollUntil, readResults, sleep, waitBatc
 import { ChildServer, killChildren } from "./helpers/child";
 import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { readStatus, upstreamLines, writeUpstreamConfig, type StatusView } from "./helpers/outage";
-import { testDatabaseArgs } from "./helpers/server";
+import { testServeArgs } from "./helpers/server";
 
 const NAME = "outage-k";
 const N = 1500;
@@ -30,13 +30,15 @@ afterAll(async () => {
   rmSync(tmp, { recursive: true, force: true });
 });
 
-/** A server on `dataDir` (SQLite there, or its own Postgres database under OFFPEAK_TEST_DATABASE=postgres: the same one on a restart). */
-const start = async (dataDir: string) =>
-  ChildServer.start({
+/** A server on `dataDir` (SQLite and files there, or as the environment says: testServeArgs; the same on a restart). */
+const start = async (dataDir: string) => {
+  const where = await testServeArgs(dataDir);
+  return ChildServer.start({
     dataDir,
-    args: ["--config", cfg.path, ...(await testDatabaseArgs(dataDir))],
-    env: { OFFPEAK_LOG_LEVEL: "error", OFFPEAK_BATCH_WORKERS: "2", OFFPEAK_BATCH_RETRY_BASE_MS: "10", OFFPEAK_BATCH_MAX_ATTEMPTS: "4" },
+    args: ["--config", cfg.path, ...where.args],
+    env: { OFFPEAK_LOG_LEVEL: "error", OFFPEAK_BATCH_WORKERS: "2", OFFPEAK_BATCH_RETRY_BASE_MS: "10", OFFPEAK_BATCH_MAX_ATTEMPTS: "4", ...where.env },
   });
+};
 
 const { ids, contents, text } = upstreamLines("crash", N);
 let killed: any;

@@ -4,9 +4,13 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { chatReq, createBatch, waitBatch } from "./helpers/batches";
 import { eventually, expectError, json } from "./helpers/inference";
-import { freshDataDir, startTestServer, type TestServer } from "./helpers/server";
+import { freshDataDir, startTestServer, testDatabaseArgs, type TestServer } from "./helpers/server";
+import { Database } from "bun:sqlite";
+import { SQL } from "bun";
 import { rmSync } from "node:fs";
+import { join } from "node:path";
 import { eq } from "drizzle-orm";
+import { pgMigrations, sqliteMigrations, type Migration } from "../src/db/migrations.gen";
 
 interface Received {
   body: string;
@@ -294,3 +298,50 @@ test("an event's created_at is in Unix seconds; delivery gives up 72 h after it 
     r3.stop();
   }
 }, 30_000);
+
+test("a migration turns the created_at of events stored in ms (before it) into seconds, and leaves those in seconds", async () => {
+  // The data-only migration that does it (found by what it does, not by its name).
+  const isIt = (m: Migration) => m.statements.some((s) => /webhook_events/.test(s) && /created_at/.test(s) && /\/\s*1000/.test(s));
+  const postgres = process.env.OFFPEAK_TEST_DATABASE === "postgres";
+  const migration = (postgres ? pgMigrations : sqliteMigrations).find(isIt);
+  if (!migration) throw new Error("no migration converts webhook_events.created_at from ms to seconds");
+  const dataDir = freshDataDir();
+  let s: TestServer | null = await startTestServer({ dataDir, env: HOOK_ENV });
+  try {
+    const ep = await json(await createEndpoint(s, { url: "http://127.0.0.1:9/unused" }));
+    await s.stop();
+    s = null;
+    // As an older offpeak left them: one event in ms, one (as now) in seconds, and the migration not yet applied.
+    const rows = [
+      ["evt_" + "m".repeat(24), 1_795_000_000_123],
+      ["evt_" + "s".repeat(24), 1_795_000_000],
+    ] as const;
+    if (postgres) {
+      const db = new SQL({ url: (await testDatabaseArgs(dataDir))[1]!, max: 1 });
+      try {
+        for (const [id, at] of rows)
+          await db`INSERT INTO webhook_events (id, endpoint_id, type, payload, status, attempts, next_attempt_at, created_at) VALUES (${id}, ${ep.id}, 'batch.completed', '{}', 'delivered', 1, ${at}, ${at})`;
+        await db`DELETE FROM offpeak_migrations WHERE tag = ${migration!.tag}`;
+      } finally {
+        await db.close();
+      }
+    } else {
+      const db = new Database(join(dataDir, "offpeak.db"));
+      db.exec("PRAGMA busy_timeout = 5000"); // the stopped server's checkpoint Worker may still hold it for a moment
+      try {
+        const ins = db.query("INSERT INTO webhook_events (id, endpoint_id, type, payload, status, attempts, next_attempt_at, created_at) VALUES (?, ?, 'batch.completed', '{}', 'delivered', 1, ?, ?)");
+        for (const [id, at] of rows) ins.run(id, ep.id, at, at);
+        db.query("DELETE FROM offpeak_migrations WHERE tag = ?").run(migration!.tag);
+      } finally {
+        db.close();
+      }
+    }
+    s = await startTestServer({ dataDir, env: HOOK_ENV });
+    const e = s.server.ctx.db.t.webhookEvents;
+    const after = await s.server.ctx.db.select({ id: e.id, createdAt: e.createdAt }).from(e).where(eq(e.endpointId, ep.id));
+    expect(Object.fromEntries(after.map((r) => [r.id, r.createdAt]))).toEqual({ [rows[0][0]]: 1_795_000_000, [rows[1][0]]: 1_795_000_000 });
+  } finally {
+    await s?.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});

@@ -88,6 +88,12 @@ export const sqliteMigrations: Migration[] = [
       "ALTER TABLE `batches` ADD `status_details_message` text;",
       "ALTER TABLE `batches` ADD `status_details_since` integer;"
     ]
+  },
+  {
+    "tag": "0010_webhook_events_created_at_seconds",
+    "statements": [
+      "-- webhook_events.created_at was written in ms; every other created_at (and the event body's) is in Unix seconds.\nUPDATE `webhook_events` SET `created_at` = `created_at` / 1000 WHERE `created_at` > 100000000000;"
+    ]
   }
 ];
 export const pgMigrations: Migration[] = [
@@ -139,6 +145,12 @@ export const pgMigrations: Migration[] = [
       "ALTER TABLE \"batches\" ADD COLUMN \"status_details_code\" text;",
       "ALTER TABLE \"batches\" ADD COLUMN \"status_details_message\" text;",
       "ALTER TABLE \"batches\" ADD COLUMN \"status_details_since\" bigint;"
+    ]
+  },
+  {
+    "tag": "0004_webhook_events_created_at_seconds",
+    "statements": [
+      "-- webhook_events.created_at was written in ms; every other created_at (and the event body's) is in Unix seconds.\nUPDATE \"webhook_events\" SET \"created_at\" = \"created_at\" / 1000 WHERE \"created_at\" > 100000000000;"
     ]
   }
 ];

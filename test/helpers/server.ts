@@ -55,6 +55,21 @@ export async function testDatabaseArgs(dataDir: string, argv: string[] = [], dat
 }
 const databases = new Map<string, Promise<string>>();
 
+/**
+ * For a server started as a child process (./child.ts) on `dataDir`: the
+ * `serve` flags and environment that put it where startTestServer would, as
+ * the environment says (OFFPEAK_TEST_DATABASE=postgres: its database;
+ * OFFPEAK_TEST_STORAGE=s3: its prefix in the bucket, named after the data dir).
+ * The same data dir gets the same database and prefix, so a restart finds
+ * its records and files again.
+ */
+export async function testServeArgs(dataDir: string): Promise<{ args: string[]; env: Record<string, string> }> {
+  const args = await testDatabaseArgs(dataDir);
+  if (process.env.OFFPEAK_TEST_STORAGE !== "s3") return { args, env: {} };
+  const st = await s3Storage(basename(dataDir));
+  return { args: [...args, "--storage-url", st.url], env: st.env };
+}
+
 export async function startTestServer(
   opts: {
     env?: Record<string, string>;
