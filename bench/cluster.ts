@@ -41,8 +41,16 @@
 //     [--workers N (OFFPEAK_BATCH_WORKERS; default: unset, offpeak's default = cores)]
 //     [--lease-ms 5000] [--kill-at 0.4] [--timeout-s 900]
 //     [--skip-part1] [--skip-takeover] [--skip-1m] [--configs a,b,c]
+//     [--fault-rate P (the Postgres + S3 runs reach s3rver through test/helpers/faultProxy.ts,
+//      answering a share P of requests 500 InternalError, 0.6·P 503 SlowDown, 0.2·P connection
+//      resets (P = 0.05: ≈5% / 3% / 1%); default 0: no proxy)] [--fault-mid-body Q (a share Q of
+//      GETs cut mid-body; default 0)] [--fault-seed N (default 1)]
 //     [--tree REV (the nodes run a `git archive` of REV in /tmp, node_modules linked,
 //      instead of this working tree, which others may be changing while it runs)]
+// With or without faults, each Postgres + S3 run also reports the bucket faults injected
+// during the batch (create → completed) by kind, the storage retries the nodes counted
+// (offpeak_storage_retries_total summed over the nodes' GET /metrics, at create and at
+// completed) and the resends (engine requests per content beyond one).
 // Node logs (stderr, OFFPEAK_LOG_LEVEL=warn) are kept in /tmp/offpeak-bench-cluster-logs/.
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -52,6 +60,7 @@ import type { ChildServer } from "../test/helpers/child";
 import { startPostgres, type TestPostgres } from "../test/helpers/postgres";
 import { startS3, type TestS3 } from "../test/helpers/s3";
 import { ADMIN_KEY } from "../test/helpers/server";
+import { startFaultProxy, type FaultKind, type FaultProxy } from "../test/helpers/faultProxy";
 import { DEFAULT_LINES, DEFAULT_PATH, generateBatchFile } from "./gen-batch";
 import { freePort, loadAverage, machineNote, median, ROOT, spawnBun, waitForHttp } from "./lib";
 
@@ -73,6 +82,9 @@ const WORKERS = opt("workers");
 const LEASE_MS = Number(opt("lease-ms") ?? 5000);
 const KILL_AT = Number(opt("kill-at") ?? 0.4);
 const TIMEOUT_S = Number(opt("timeout-s") ?? 900);
+const FAULT_RATE = Number(opt("fault-rate") ?? 0);
+const FAULT_MID_BODY = Number(opt("fault-mid-body") ?? 0);
+const FAULT_SEED = Number(opt("fault-seed") ?? 1);
 const CONFIGS = (opt("configs") ?? "a,b,c").split(",").filter(Boolean) as Config[];
 const POLL_MS = 50;
 const LOG_DIR = "/tmp/offpeak-bench-cluster-logs";
@@ -218,6 +230,32 @@ let pg!: TestPostgres;
 let postmaster: number;
 let s3!: TestS3;
 let s3pid: number;
+/** Between the nodes and s3rver when --fault-rate (or --fault-mid-body) is given. */
+let proxy: FaultProxy | null = null;
+const FAULT_KINDS: FaultKind[] = ["internal_error", "slow_down", "reset", "reset_mid_body", "reset_after_answer"];
+type FaultCounts = { requests: number } & Record<FaultKind, number>;
+const faultSnapshot = (): FaultCounts => ({ requests: proxy?.stats.requests ?? 0, ...(proxy?.stats.faults ?? Object.fromEntries(FAULT_KINDS.map((k) => [k, 0]))) }) as FaultCounts;
+const faultDelta = (a: FaultCounts, b: FaultCounts): FaultCounts => Object.fromEntries(Object.keys(b).map((k) => [k, (b as any)[k] - (a as any)[k]])) as FaultCounts;
+
+/** offpeak_storage_retries_total by op, summed over the nodes' GET /metrics (admin key); null for a node that did not answer. */
+async function storageRetries(nodes: ChildServer[]): Promise<{ byOp: Record<string, number>; unread: number }> {
+  const byOp: Record<string, number> = {};
+  let unread = 0;
+  for (const n of nodes) {
+    try {
+      const res = await fetch(`${n.base}/metrics`, { headers: auth });
+      if (!res.ok) throw new Error(String(res.status));
+      for (const line of (await res.text()).split("\n")) {
+        const mm = /^offpeak_storage_retries_total(?:\{[^}]*op="([^"]*)"[^}]*\})?\s+([0-9.eE+-]+)/.exec(line);
+        if (mm) byOp[mm[1] ?? ""] = (byOp[mm[1] ?? ""] ?? 0) + Number(mm[2]);
+      }
+    } catch {
+      unread++;
+    }
+  }
+  return { byOp, unread };
+}
+const sumOf = (r: Record<string, number>) => Object.values(r).reduce((a, b) => a + b, 0);
 
 // ── one run ────────────────────────────────────────────────────────────────
 
@@ -255,6 +293,12 @@ interface Run {
   killToReclaimS?: number;
   victimShards?: number;
   killedNode?: string;
+  /** Through the fault proxy: its requests and faults from create to completed, and during the upload. */
+  faults?: FaultCounts;
+  uploadFaults?: FaultCounts;
+  /** Storage retries the nodes counted from create to completed, by op (and over the nodes' lives). */
+  retries?: Record<string, number>;
+  retriesTotal?: number;
   problems: string[];
 }
 
@@ -344,7 +388,7 @@ async function runOnce(kind: Run["kind"], input: string, lines: number, endpoint
   if (onPg) {
     dbUrl = await pg.createDatabase();
     args.push("--database-url", dbUrl, "--storage-url", `s3://${s3.bucket}/bench-${label}`);
-    Object.assign(env, s3.env);
+    Object.assign(env, proxy ? proxy.env : s3.env);
   }
   const names = Array.from({ length: nNodes }, (_, i) => `node-${i}`);
   const problems: string[] = [];
@@ -362,13 +406,17 @@ async function runOnce(kind: Run["kind"], input: string, lines: number, endpoint
       }
     }
     const u0 = performance.now();
+    const fu0 = faultSnapshot();
     const fileId = await upload(node0, input);
+    const fu1 = faultSnapshot();
     const uploadS = (performance.now() - u0) / 1000;
     await ctl("/reset", "POST");
     const nodeCpu0 = nodes.map((n) => cpuSeconds(n.proc.pid));
     const pg0 = onPg ? postgresCpu(postmaster) : NaN;
     const s30 = onPg ? cpuSeconds(s3pid) : NaN;
     const eng0 = cpuSeconds(engine.pid);
+    const retries0 = onPg ? await storageRetries(nodes) : null;
+    const f0s = faultSnapshot();
     const t0 = performance.now();
     const res = await fetch(`${node0.base}/batches`, {
       method: "POST",
@@ -432,6 +480,11 @@ async function runOnce(kind: Run["kind"], input: string, lines: number, endpoint
     }
     const doneAt = performance.now();
     const seconds = (doneAt - t0) / 1000;
+    const f1s = faultSnapshot();
+    // Workers send their retry counts with their next message; the shard's last one has come by completed.
+    const retries1 = onPg ? await storageRetries(nodes.filter((_, i) => !killed.has(i))) : null;
+    if (retries0?.unread || retries1?.unread) problems.push(`GET /metrics unread on ${retries0?.unread ?? 0} node(s) at create, ${retries1?.unread ?? 0} at completed`);
+    const retries = retries0 && retries1 ? Object.fromEntries(Object.keys(retries1.byOp).map((k) => [k, retries1.byOp[k]! - (retries0.byOp[k] ?? 0)]).filter(([, v]) => v !== 0)) : undefined;
     if (killSql) await killSql.close();
     const nodeStats: NodeStat[] = nodes.map(
       (n, i) => killed.get(i) ?? { name: names[i]!, pid: n.proc.pid, cpuS: cpuSeconds(n.proc.pid) - nodeCpu0[i]!, rssMb: peakRss(n.proc.pid) },
@@ -469,6 +522,10 @@ async function runOnce(kind: Run["kind"], input: string, lines: number, endpoint
       killToReclaimS: reclaimedAtMs ? (reclaimedAtMs - killedAtMs) / 1000 : undefined,
       victimShards,
       killedNode,
+      faults: onPg ? faultDelta(f0s, f1s) : undefined,
+      uploadFaults: onPg ? faultDelta(fu0, fu1) : undefined,
+      retries,
+      retriesTotal: retries1 ? sumOf(retries1.byOp) : undefined,
       problems,
     };
   } finally {
@@ -493,6 +550,11 @@ const per100k = (r: Run, cpu: number) => (cpu * 100_000) / r.lines;
 /** Resends in seconds of one node's work: the cluster's rate before the kill, divided by the nodes. */
 const resentSeconds = (r: Run) => r.resent / ((r.killAtCompleted ?? NaN) / (r.killAtS ?? NaN) / r.nodes.length);
 
+const faultText = (f: FaultCounts) => {
+  const parts = FAULT_KINDS.filter((k) => f[k]).map((k) => `${k} ${f[k]}`);
+  return parts.length ? parts.join(", ") : "none";
+};
+
 function printRun(r: Run): void {
   const name = r.kind in CONFIG_NAMES ? CONFIG_NAMES[r.kind as Config] : r.kind === "kill" ? `takeover, ${NODES} nodes, Postgres + S3` : r.kind === "echo-disk" ? "echo, 1 node, SQLite + disk" : "echo, 1 node, Postgres + S3";
   const cpu = r.nodes.map((n) => n.cpuS);
@@ -503,6 +565,10 @@ function printRun(r: Run): void {
     `    CPU s/100k lines: nodes ${f2(per100k(r, cpu.reduce((a, b) => a + b, 0)))} [${cpu.map((c) => f2(per100k(r, c))).join(" / ")}], Postgres ${f2(per100k(r, r.pgCpuS))}, s3rver ${f2(per100k(r, r.s3CpuS))}, engine ${f2(per100k(r, r.engineCpuS))}; peak RSS ${r.nodes.map((n) => `${f0(n.rssMb)}${n.killed ? " (killed)" : ""}`).join(" / ")} MB`,
   );
   console.log(`    output ${r.exact}; engine: ${f0(r.engineRequests)} requests, ${r.resent} contents sent more than once (${r.extraSends} extra sends), max in flight ${r.maxInFlight}`);
+  if (r.faults)
+    console.log(
+      `    bucket${proxy ? " via fault proxy" : ""}, create → completed: ${f0(r.faults.requests)} requests, faults ${faultText(r.faults)} (upload: ${f0(r.uploadFaults!.requests)} requests, ${faultText(r.uploadFaults!)}); storage retries counted by the nodes ${r.retries ? `${sumOf(r.retries)} ${JSON.stringify(r.retries)}` : "n/a"} (over the nodes' lives ${r.retriesTotal ?? "n/a"}); resends ${r.extraSends} extra sends (${r.resent} contents)`,
+    );
   if (r.kind === "kill")
     console.log(
       `    ${r.killedNode} SIGKILLed ${f2(r.killAtS ?? NaN)} s after create, at ${f0(r.killAtCompleted ?? NaN)} completed, holding ${r.victimShards} shard(s); its shards re-claimed ${f2(r.killToReclaimS ?? NaN)} s after the kill (lease ${LEASE_MS / 1000} s); kill → completed ${f2(r.killToDoneS ?? NaN)} s; resent ${r.resent} ≈ ${f2(resentSeconds(r))} s of one node's share of the rate before the kill`,
@@ -521,6 +587,8 @@ try {
   postmaster = postmasterOf(pg.port);
   s3 = await startS3();
   s3pid = s3rverPid(s3);
+  if (FAULT_RATE > 0 || FAULT_MID_BODY > 0)
+    proxy = await startFaultProxy(s3, { internalError: FAULT_RATE, slowDown: 0.6 * FAULT_RATE, reset: 0.2 * FAULT_RATE, resetMidBody: FAULT_MID_BODY }, FAULT_SEED);
   const chat = flag("skip-part1") && flag("skip-takeover") ? "" : await chatInput(LINES);
   let echo = "";
   if (!flag("skip-1m")) {
@@ -531,6 +599,11 @@ try {
   console.log(`machine: ${machineNote()}; load ${loadAverage()}`);
   console.log(
     `chat: ${f0(LINES)} lines (${(Bun.file(chat || "/dev/null").size / 1e6).toFixed(1)} MB) on fake-chat, engine latency ${LATENCY_MS} ms, max_concurrency ${CONCURRENCY} (cluster total); OFFPEAK_BATCH_WORKERS ${WORKERS ?? `unset (default: ${navigator.hardwareConcurrency} cores → ${navigator.hardwareConcurrency} per node)`}; takeover lease ${LEASE_MS} ms, kill at ${KILL_AT * 100}%; echo: ${f0(LINES_1M)} lines`,
+  );
+  console.log(
+    proxy
+      ? `bucket faults: the Postgres + S3 nodes reach s3rver through a fault proxy (${proxy.endpoint}, in this script's process), shares InternalError ${f2(proxy.shares.internalError * 100)}%, SlowDown ${f2(proxy.shares.slowDown * 100)}%, reset ${f2(proxy.shares.reset * 100)}%, GET cut mid-body ${f2(proxy.shares.resetMidBody * 100)}%, seed ${FAULT_SEED}`
+      : "bucket faults: none (no proxy)",
   );
   console.log(`Postgres ${pg.url()} (pid ${postmaster}, fsync=off, synchronous_commit=off), s3rver ${s3.endpoint} (pid ${s3pid}), engine pid ${engine.pid}; logs in ${LOG_DIR}`);
 
@@ -626,6 +699,16 @@ try {
       );
     }
   }
+  const withFaults = results.filter((r) => r.faults);
+  if (withFaults.length) {
+    console.log(`\nbucket: ${proxy ? `fault proxy, --fault-rate ${FAULT_RATE}${FAULT_MID_BODY ? ` --fault-mid-body ${FAULT_MID_BODY}` : ""}, seed ${FAULT_SEED}` : "no faults (no proxy)"}; every Postgres + S3 run, create → completed`);
+    console.log("| run | create → completed | bucket requests | faults injected (by kind) | storage retries counted by the nodes (by op) | resends (extra sends; contents) | output |");
+    console.log("|---|---|---|---|---|---|---|");
+    for (const r of withFaults)
+      console.log(
+        `| ${r.label} | ${f2(r.seconds)} s | ${f0(r.faults!.requests)} | ${faultText(r.faults!)} | ${r.retries ? `${sumOf(r.retries)} ${Object.entries(r.retries).map(([k, v]) => `${k} ${v}`).join(", ")}` : "n/a"} | ${r.extraSends}; ${r.resent} | ${r.exact} |`,
+      );
+  }
   const bad = results.filter((r) => r.problems.length);
   if (bad.length) {
     console.log(`\nproblems in ${bad.length} run(s):`);
@@ -636,6 +719,7 @@ try {
   exitCode = 1;
 } finally {
   await engine.stop();
+  await proxy?.stop().catch(() => {});
   await s3?.stop().catch(() => {});
   await pg?.stop().catch(() => {});
 }

@@ -40,10 +40,10 @@ describe("restart after a non-JSON 2xx", () => {
     await a.stop(); // checkpoint
     const b: TestServer = await startTestServer({ env, dataDir });
     try {
-      const done = await pollUntil(() => b.sdk().batches.retrieve(batch.id), (x) => ["completed", "failed", "expired", "cancelled"].includes(x.status), 15_000).catch((e) => String(e).slice(0, 300));
+      const done = await pollUntil(() => b.sdk().batches.retrieve(batch.id), (x) => ["completed", "failed", "expired", "cancelled"].includes(x.status), 40_000).catch((e) => String(e).slice(0, 300));
       expect(typeof done === "string" ? done : done.status).toBe("completed");
     } finally {
       await b.stop();
     }
-  }, 30_000);
+  }, 60_000);
 });

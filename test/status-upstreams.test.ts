@@ -42,7 +42,7 @@ describe("an upstream that discovers its models", () => {
       // the degraded status comes from the upstream's own failed check.
       expect(down.models.map((m: any) => m.id)).toEqual(["offpeak-echo", "offpeak-embed"]);
       expect(down.models.every((m: any) => m.healthy)).toBe(true);
-      expect(Object.keys(down).sort()).toEqual(["batches", "database", "models", "nodes", "status", "storage", "upstreams", "uptime_s", "version"]);
+      expect(Object.keys(down).sort()).toEqual(["batches", "database", "models", "nodes", "peak_hours", "status", "storage", "upstreams", "uptime_s", "version"]);
       // SPEC §11: the upstream itself is listed, down, with why.
       expect(down.upstreams).toEqual([{ name: "upstream", healthy: false, since: expect.any(Number), last_error: expect.stringContaining("GET /models") }]);
       await expectError(await t.api(`/models/${SLASH_ID}`), 404, { code: "model_not_found", param: "model" });
