@@ -1,4 +1,5 @@
-// `npm test`: the whole suite three ways, in parallel processes, each with
+// `npm test`: the whole suite three ways, in parallel processes (then the
+// few files that judge timing, one process at a time: TIMED below), each with
 // its own output in a log file; prints each one's summary (and the whole log
 // of one that failed) and exits non-zero if any failed.
 //
@@ -57,6 +58,26 @@ const SKIP: Record<Exclude<Mode, "sqlite">, Record<string, string>> = {
     "batches-compose-crash.test.ts": "kills finalize between the local disk's steps (parts moved into files/); storage-s3.test.ts kills a batch on the bucket",
   },
 };
+
+/**
+ * Files whose tests judge timing (an ETA, a controller converging, lines
+ * resent within a lease, a Ctrl-C landing mid-batch, a deadline passing
+ * while a request runs): with seven test processes on two cores they fail
+ * for want of CPU, not for a bug. They run after the parallel phase, one
+ * mode at a time, one process each.
+ */
+const TIMED = new Set([
+  "adaptive-concurrency.test.ts",
+  "batches-status-details.test.ts",
+  "batches-events.test.ts",
+  "batches-progress.test.ts",
+  "batches-nonjson-restart.test.ts",
+  "batches-scheduling.test.ts",
+  "cli-client.test.ts",
+  "cluster.test.ts",
+  "console.test.ts",
+  "storage-s3.test.ts",
+]);
 
 /** A file that starts servers through the harness, so that the mode's variables reach them. */
 const FOLLOWS_MODE = /\b(startTestServer|testDatabaseArgs|testServeArgs)\(/;
@@ -176,6 +197,9 @@ async function run(job: Job, timeoutS: number): Promise<Result> {
   };
 }
 
+/** "sqlite", or "sqlite-timed" for a mode's timed files (its log's name). */
+const nameOf = (job: Job) => basename(job.log, ".log");
+
 async function main() {
   const opts = parseArgs(process.argv.slice(2));
   const all = readdirSync(TEST_DIR)
@@ -189,6 +213,7 @@ async function main() {
   const logDir = mkdtempSync(join(tmpdir(), "offpeak-test-logs-"));
   if (opts.updateTimings) mkdirSync(TIMINGS_DIR, { recursive: true });
   const jobs: Job[] = [];
+  const serial: Job[] = [];
   for (const mode of opts.modes) {
     let files = wanted;
     if (mode !== "sqlite") {
@@ -200,6 +225,10 @@ async function main() {
       if (once.length) console.log(`  (no server from the harness: the same in every mode, run in sqlite) ${once.join(" ")}`);
       for (const s of skipped) console.log(s);
     } else console.log(`[sqlite] ${files.length} file(s)`);
+    const timed = files.filter((f) => TIMED.has(basename(f)));
+    files = files.filter((f) => !TIMED.has(basename(f)));
+    if (timed.length)
+      serial.push({ mode, files: timed, log: join(logDir, `${mode}-timed.log`), parallel: 1, timings: join(TIMINGS_DIR, `${mode}-timed.json`), updateTimings: false });
     if (files.length === 0) continue;
     jobs.push({
       mode,
@@ -214,22 +243,23 @@ async function main() {
   const timeoutS = Number(process.env.OFFPEAK_TEST_MODE_TIMEOUT_S) || 1800;
   console.log(`${jobs.map((j) => `${j.mode}: ${j.parallel} worker(s)`).join(", ")}, all at once; logs in ${logDir}`);
   const t0 = performance.now();
-  const results = await Promise.all(
-    jobs.map(async (job) => {
+  const report = async (job: Job) => {
       const r = await run(job, timeoutS);
       const ok = r.code === 0 && !r.timedOut;
       console.log(
-        `[${job.mode}] ${ok ? "ok" : "FAILED"} in ${r.seconds.toFixed(0)} s: ${r.pass} pass, ${r.fail} fail, ${r.skip} skip` +
+        `[${nameOf(job)}] ${ok ? "ok" : "FAILED"} in ${r.seconds.toFixed(0)} s: ${r.pass} pass, ${r.fail} fail, ${r.skip} skip` +
           `${r.errors ? `, ${r.errors} error(s)` : ""}${r.timedOut ? ` (killed after ${timeoutS} s)` : ""} (exit ${r.code})`,
       );
       if (!ok) {
-        console.log(`──── [${job.mode}] its whole output (${job.log}) ────`);
+        console.log(`──── [${nameOf(job)}] its whole output (${job.log}) ────`);
         console.log(r.output.trimEnd());
-        console.log(`──── end of [${job.mode}] ────`);
+        console.log(`──── end of [${nameOf(job)}] ────`);
       }
       return r;
-    }),
-  );
+  };
+  const results = await Promise.all(jobs.map(report));
+  if (serial.length) console.log(`then one at a time: ${serial.map((j) => `${j.mode} (${j.files.map((f) => basename(f)).join(" ")})`).join("; ")}`);
+  for (const job of serial) results.push(await report({ ...job, mode: job.mode }));
 
   const wall = (performance.now() - t0) / 1000;
   console.log("");
@@ -237,7 +267,7 @@ async function main() {
   for (const r of results) {
     const ok = r.code === 0 && !r.timedOut;
     const ran = /^Ran .*$/m.exec(r.output)?.[0] ?? "no summary from bun test";
-    console.log(`  ${ok ? "ok    " : "FAILED"} ${r.job.mode.padEnd(9)} ${r.seconds.toFixed(0).padStart(5)} s  ${ran}`);
+    console.log(`  ${ok ? "ok    " : "FAILED"} ${nameOf(r.job).padEnd(12)} ${r.seconds.toFixed(0).padStart(5)} s  ${ran}`);
   }
   const failedJobs = results.filter((r) => r.code !== 0 || r.timedOut);
   const pass = results.reduce((n, r) => n + r.pass, 0);
