@@ -104,7 +104,12 @@ class Watched {
   private emit(row: BatchRow): void {
     if (this.done) return;
     this.lastKey = changeKey(row);
-    this.last = this.encode(row);
+    const bytes = this.encode(row);
+    // A throttled change can be undone before its turn (a status_details
+    // set and cleared, an estimate moved and back): the record is then the
+    // one sent last, and an event says a change.
+    if (!isFinal(row.status) && Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).equals(this.last)) return;
+    this.last = bytes;
     this.lastSentAt = Date.now();
     this.write(this.last);
     if (isFinal(row.status)) this.end();
