@@ -27,6 +27,7 @@ if (!available)
     "the Python SDK is there",
     `python-sdk.test.ts: ${probe ? `${python} cannot import openai (${probe.stderr.toString().trim().split("\n").pop()})` : `${python} not found`}; ` +
       "install it (pip install openai) or set OFFPEAK_PYTHON to a python that has it",
+    process.env.OFFPEAK_PYTHON_UNAVAILABLE,
   );
 
 let t: TestServer;
