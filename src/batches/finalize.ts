@@ -135,9 +135,11 @@ export async function finalizeBatch(ctx: AppContext, batch: BatchRow): Promise<v
     // The webhook events of this final state, in the same transaction (an outbox).
     await recordBatchEvent(tx, ctx.db.t, batch, final);
   });
+  // Logged once committed (what GET /batches/{id} shows from now on), before
+  // the flush: a stop right after a client saw the final state still has the line.
+  ctx.log.info("batch finished", { batch_id: batch.id, status: final, completed: sum("completed"), failed: sum("failed"), output_parts: outParts.length, error_parts: errParts.length });
   // The final state on disk soon (off the main thread); a crash before it only finalizes again.
   await ctx.db.syncCommits();
-  ctx.log.info("batch finished", { batch_id: batch.id, status: final, completed: sum("completed"), failed: sum("failed"), output_parts: outParts.length, error_parts: errParts.length });
 }
 
 /**
