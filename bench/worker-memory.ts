@@ -7,17 +7,24 @@
 // fresh child process, which reports
 //   - its RSS before any Worker, with N idle Workers, and its peak RSS
 //     (VmHWM, reset once the Workers are up) while validating and running,
-//   - each Worker's largest JavaScriptCore heap while it worked: the GC heap
-//     (heapSize), the "extra" memory the GC was told of (strings' and
-//     ArrayBuffers' storage, included in heapSize), the heap's capacity,
-//     and its ArrayBuffer bytes; the median over the Workers is printed,
-//   - the modules a Worker loaded, and the run's time.
+//   - each Worker's largest JavaScriptCore heap while it worked (its own
+//     process.memoryUsage()): the GC heap (heapUsed), the "extra" memory the
+//     GC was told of (strings' and ArrayBuffers' storage, included in
+//     heapUsed), heapTotal, and its ArrayBuffer bytes; the median over the
+//     Workers is printed,
+//   - the modules a Worker loaded, the full collections the Workers made
+//     themselves (src/batches/worker/garbage.ts), their waits for a turn at
+//     the CPU (src/batches/worker/turns.ts), and the run's time.
 // No database, no HTTP, no request log: the growth per Worker here is the
 // Workers' own.
 //
 // Usage: bun bench/worker-memory.ts [--workers 1,2,4,8,16] [--lines N] [--rounds R]
-//          [--options JSON] [--env K=V,K=V]
+//          [--options JSON] [--env K=V,K=V] [--turns T]
 //   --options replaces the pool's Worker options (e.g. '{}' for none, '{"smol":true}').
+//   --turns: turns at the CPU (src/batches/turns.ts), as the pool sets them
+//   unless given: min(N, the default Worker count for this machine's cores).
+//   `--turns 16 --workers 8` on 2 cores shows what 8 Workers that all hold a
+//   turn (a machine with 8 cores or more) hold.
 //   --env adds environment variables to the children (e.g. MIMALLOC_PURGE_DELAY=0;
 //   without it they get MIMALLOC_PURGE_DELAY as `offpeak serve` sets it).
 // Run benchmarks one at a time: flock /tmp/offpeak-bench.lock bun bench/worker-memory.ts
@@ -26,6 +33,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PURGE_DELAY_MS } from "../src/allocator";
 import { BATCH_WORKER_OPTIONS } from "../src/batches/pool";
+import { defaultBatchWorkers, newTurnHolder, newTurns, usableCores } from "../src/batches/turns";
 import { shardBoundaries } from "../src/batches/shards";
 import type { FromWorker, PricedModel, RunTask, ToWorker, ValidateTask } from "../src/batches/types";
 import { CELLS, SHARED_MODELS } from "../src/inference/scheduler";
@@ -49,6 +57,8 @@ interface Probe {
   max: { heap: number; extra: number; capacity: number; arrayBuffers: number };
   now: { heap: number; extra: number; capacity: number };
   modules: number;
+  collections: { collections: number; ms: number };
+  waits: { count: number; ms: number; wakeups: number; heldMs: number };
 }
 
 interface ChildReport {
@@ -88,8 +98,10 @@ if (opt("child")) {
   const health = newHealthMemory();
   Bun.gc(true);
   const beforeMb = kb("VmRSS") / MB;
+  const turns = newTurns(Math.min(n, Number(opt("turns") ?? defaultBatchWorkers(usableCores()))));
   const workers = Array.from({ length: n }, () => new Worker(new URL("./worker-probe.ts", import.meta.url), options));
-  for (const w of workers) w.postMessage({ type: "init", models: [model], slots, held: new Int32Array(new SharedArrayBuffer(4 * SHARED_MODELS)), health } satisfies ToWorker);
+  for (const w of workers)
+    w.postMessage({ type: "init", models: [model], slots, held: new Int32Array(new SharedArrayBuffer(4 * SHARED_MODELS)), health, turns, turn: newTurnHolder() } satisfies ToWorker);
   // Up and idle: every Worker has answered a probe.
   const probeAll = () =>
     Promise.all(
@@ -169,7 +181,7 @@ const rounds = Number(opt("rounds") ?? 1);
 const extraEnv = Object.fromEntries((opt("env") ?? "").split(",").filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
 console.log(`machine : ${machineNote()}; load ${loadAverage()}`);
 await generateBatchFile(input, lines);
-console.log(`input   : ${input}, ${lines} lines; Worker options ${JSON.stringify(options)}${Object.keys(extraEnv).length ? `; env ${JSON.stringify(extraEnv)}` : ""}`);
+console.log(`input   : ${input}, ${lines} lines; Worker options ${JSON.stringify(options)}; turns ${opt("turns") ?? `min(N, ${defaultBatchWorkers(usableCores())})`}${Object.keys(extraEnv).length ? `; env ${JSON.stringify(extraEnv)}` : ""}`);
 const reports: ChildReport[] = [];
 const f1 = (x: number) => x.toFixed(1);
 for (let r = 0; r < rounds; r++) {
@@ -178,18 +190,19 @@ for (let r = 0; r < rounds; r++) {
   for (const n of order) {
     const args = [process.execPath, import.meta.path, "--child", String(n), "--lines", String(lines)];
     if (opt("options")) args.push("--options", opt("options")!);
+    if (opt("turns")) args.push("--turns", opt("turns")!);
     const child = Bun.spawnSync(args, { cwd: ROOT, env: { ...process.env, MIMALLOC_PURGE_DELAY: String(PURGE_DELAY_MS), ...extraEnv }, stderr: "inherit" });
     if (child.exitCode !== 0) throw new Error(`child for ${n} Workers exited with ${child.exitCode}`);
     const rep = JSON.parse(child.stdout.toString().trim().split("\n").pop()!) as ChildReport;
     reports.push(rep);
     const med = (k: keyof Probe["max"]) => f1(median(rep.probes.map((p) => p.max[k])) / MB);
     console.log(
-      `round ${r + 1} workers ${String(n).padStart(2)}: run ${f1(rep.runSeconds)} s, peak ${rep.runPeakMb.toFixed(0)} MB; validate ${f1(rep.validateSeconds)} s, peak ${rep.validatePeakMb.toFixed(0)} MB; RSS before ${rep.beforeMb.toFixed(0)}, idle ${rep.idleMb.toFixed(0)} MB; per Worker (median of largest): heap ${med("heap")} (extra ${med("extra")}), capacity ${med("capacity")}, ArrayBuffers ${med("arrayBuffers")} MB; modules ${rep.probes[0]?.modules}; load ${loadAverage()}`,
+      `round ${r + 1} workers ${String(n).padStart(2)}: run ${f1(rep.runSeconds)} s, peak ${rep.runPeakMb.toFixed(0)} MB; validate ${f1(rep.validateSeconds)} s, peak ${rep.validatePeakMb.toFixed(0)} MB; RSS before ${rep.beforeMb.toFixed(0)}, idle ${rep.idleMb.toFixed(0)} MB; per Worker (median of largest): heap ${med("heap")} (extra ${med("extra")}), heapTotal ${med("capacity")}, ArrayBuffers ${med("arrayBuffers")} MB; modules ${rep.probes[0]?.modules}; own full collections ${rep.probes.reduce((a, p) => a + p.collections.collections, 0)} (${f1(rep.probes.reduce((a, p) => a + p.collections.ms, 0) / 1000)} s); turn waits ${rep.probes.reduce((a, p) => a + p.waits.count, 0)} (${rep.probes.reduce((a, p) => a + p.waits.wakeups, 0)} wake-ups, ${f1(rep.probes.reduce((a, p) => a + p.waits.ms, 0) / 1000)} s in all; turns held ${f1(rep.probes.reduce((a, p) => a + p.waits.heldMs, 0) / 1000)} s in all); load ${loadAverage()}`,
     );
   }
 }
 console.log(`\nmedians over ${rounds} round(s):`);
-console.log("workers | run s | run peak MB | +MB/Worker | validate peak MB | idle MB | +MB/idle Worker | heap/Worker MB | capacity/Worker MB");
+console.log("workers | run s | run peak MB | +MB/Worker | validate peak MB | idle MB | +MB/idle Worker | heap/Worker MB | heapTotal/Worker MB");
 let prev: { n: number; peak: number; idle: number } | null = null;
 for (const n of counts) {
   const mine = reports.filter((x) => x.workers === n);

@@ -1,11 +1,12 @@
 // Memory and speed per batch Worker count (SPEC §20): for each count N, a
 // fresh child-process server with OFFPEAK_BATCH_WORKERS=N (request log and
 // fsync on, as by default)
-//   1. RSS at start (no batch Worker yet: the pool is made on the first batch),
-//   2. RSS with N idle Workers: after a 2-line batch has run and the server
-//      has been quiet for a second (the upload's two validation Workers are
-//      there in every count alike, so the growth from one count to the next
-//      is the idle Workers' own),
+//   1. RSS with N idle Workers: half a second after the server answers (the
+//      runner makes its pool of N Workers at its first tick, before any
+//      batch), so the growth from one count to the next is the idle
+//      Workers' own,
+//   2. RSS after a 2-line batch has run and the server has been quiet for a
+//      second (the upload's two validation Workers are there too),
 //   3. the 1M-line echo batch (bench/gen-batch.ts): upload, then
 //      POST /batches → completed, timed, with the server's peak RSS (VmHWM,
 //      all threads, from /proc) over the whole run and over the batch alone
@@ -127,7 +128,7 @@ async function one(workers: number, round: number): Promise<Run> {
     await Bun.sleep(500);
     const startMb = rssMb(pid);
 
-    // N idle Workers: a 2-line batch makes the pool.
+    // After a 2-line batch: one or two Workers have worked.
     const t = await runBatch(base, await upload(base, tiny), 50);
     if (t.status !== "completed" || t.request_counts.completed !== 2) throw new Error(`tiny batch: ${JSON.stringify(t)}`);
     await Bun.sleep(1000);
@@ -174,19 +175,19 @@ for (let r = 0; r < rounds; r++) {
     const x = await one(n, r + 1);
     runs.push(x);
     console.log(
-      `round ${r + 1} workers ${String(n).padStart(2)}: create → completed ${x.seconds.toFixed(2)} s; peak RSS ${f0(x.peakMb)} MB (batch alone ${f0(x.batchPeakMb)}, sampled ${f0(x.sampledMb)}, upload ${f0(x.uploadPeakMb)}); RSS at start ${f0(x.startMb)}, with ${n} idle Workers ${f0(x.idleMb)} MB; load ${loadAverage()}`,
+      `round ${r + 1} workers ${String(n).padStart(2)}: create → completed ${x.seconds.toFixed(2)} s; peak RSS ${f0(x.peakMb)} MB (batch alone ${f0(x.batchPeakMb)}, sampled ${f0(x.sampledMb)}, upload ${f0(x.uploadPeakMb)}); RSS with ${n} idle Workers ${f0(x.startMb)}, after a 2-line batch ${f0(x.idleMb)} MB; load ${loadAverage()}`,
     );
   }
 }
 rmSync(tinyDir, { recursive: true, force: true });
 
 console.log(`\nmedians over ${rounds} round(s), ${label}:`);
-console.log("workers | create→completed | peak RSS | batch-alone peak | +MB/Worker (peak) | RSS idle Workers | +MB/Worker (idle)");
+console.log("workers | create→completed | peak RSS | batch-alone peak | +MB/Worker (peak) | RSS, Workers idle | +MB/Worker (idle)");
 let prev: { n: number; peak: number; idle: number } | null = null;
 for (const n of counts) {
   const mine = runs.filter((x) => x.workers === n);
   const peak = median(mine.map((x) => x.peakMb));
-  const idle = median(mine.map((x) => x.idleMb));
+  const idle = median(mine.map((x) => x.startMb));
   const per = (a: number, b: number) => (prev ? ((a - b) / (n - prev.n)).toFixed(1) : "–");
   console.log(
     `${String(n).padStart(7)} | ${median(mine.map((x) => x.seconds)).toFixed(2).padStart(14)} s | ${f0(peak).padStart(5)} MB | ${f0(median(mine.map((x) => x.batchPeakMb))).padStart(13)} MB | ${per(peak, prev?.peak ?? 0).padStart(17)} | ${f0(idle).padStart(13)} MB | ${per(idle, prev?.idle ?? 0).padStart(17)}`,

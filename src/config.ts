@@ -10,6 +10,7 @@ import type { DatabaseConfig } from "./db/client";
 import type { S3Settings } from "./storage/locator";
 import { parseAllowedHosts } from "./webhooks/egress";
 import { PeakCalendar, type PeakWindow } from "./batches/order";
+import { defaultBatchWorkers, usableCores } from "./batches/turns";
 
 const Pricing = Type.Object(
   {
@@ -160,6 +161,7 @@ export interface Config {
   /** Length of one "minute" of rpm/tpm in seconds: 60, shortened only by tests of the cluster's limits. */
   rateLimitMinuteSeconds: number;
   batches: {
+    /** Batch Worker threads. Default: one per usable core, at most 8 (batches/turns.ts defaultBatchWorkers; docs/OPERATING.md "Batch Workers"). */
     workers: number;
     maxAttempts: number;
     retryBaseMs: number;
@@ -417,7 +419,7 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
     defaultTpm: pick(intOf("OFFPEAK_TPM", env.OFFPEAK_TPM, 1), file.limits?.tpm) ?? null,
     rateLimitMinuteSeconds: intOf("OFFPEAK_RATE_LIMIT_MINUTE_SECONDS", env.OFFPEAK_RATE_LIMIT_MINUTE_SECONDS, 1, 60) ?? 60,
     batches: {
-      workers: pick(intOf("OFFPEAK_BATCH_WORKERS", env.OFFPEAK_BATCH_WORKERS, 0, 64), file.batches?.workers) ?? Math.max(1, navigator.hardwareConcurrency ?? 2),
+      workers: pick(intOf("OFFPEAK_BATCH_WORKERS", env.OFFPEAK_BATCH_WORKERS, 0, 64), file.batches?.workers) ?? defaultBatchWorkers(usableCores()),
       maxAttempts: pick(intOf("OFFPEAK_BATCH_MAX_ATTEMPTS", env.OFFPEAK_BATCH_MAX_ATTEMPTS, 1, 20), file.batches?.max_attempts) ?? 10,
       retryBaseMs: pick(intOf("OFFPEAK_BATCH_RETRY_BASE_MS", env.OFFPEAK_BATCH_RETRY_BASE_MS, 1), file.batches?.retry_base_ms) ?? 500,
       leaseMs: pick(intOf("OFFPEAK_BATCH_LEASE_MS", env.OFFPEAK_BATCH_LEASE_MS, 1000), file.batches?.lease_ms) ?? 30_000,

@@ -26,9 +26,12 @@
 //   flushes it depends on (test/durability.test.ts): with the delay, an
 //   answer sent before its flush finished arrives before the flush's line is
 //   in the log.
-import { appendFileSync, closeSync, fdatasync, fsyncSync, openSync } from "node:fs";
-import { open } from "node:fs/promises";
-import { isMainThread } from "node:worker_threads";
+// node:fs only (callback forms: on the thread pool): this module loads in every
+// batch Worker, and node:worker_threads and node:fs/promises cost each Worker
+// 0.4 and 0.2 MB more (SPEC §20; docs/OPERATING.md "Batch Workers").
+import { appendFileSync, close, closeSync, fdatasync, fsync, fsyncSync, open, openSync } from "node:fs";
+
+const isMainThread = Bun.isMainThread;
 
 export const FSYNC_ENABLED = process.env.OFFPEAK_UNSAFE_NO_FSYNC !== "1";
 const TEST_LOG = process.env.OFFPEAK_TEST_FSYNC_LOG || null;
@@ -59,11 +62,11 @@ export async function syncFd(fd: number, path: string, bytes?: number): Promise<
 export async function syncDir(path: string): Promise<void> {
   if (!FSYNC_ENABLED) return;
   await flushDelayForTests();
-  const dir = await open(path, "r");
+  const fd = await new Promise<number>((resolve, reject) => open(path, "r", (e, fd) => (e ? reject(e) : resolve(fd))));
   try {
-    await dir.sync();
+    await new Promise<void>((resolve, reject) => fsync(fd, (e) => (e ? reject(e) : resolve())));
   } finally {
-    await dir.close();
+    await new Promise<void>((resolve, reject) => close(fd, (e) => (e ? reject(e) : resolve())));
   }
   noteDurable("dir", path);
 }

@@ -3,8 +3,15 @@ import { SHARED_MODELS } from "../inference/scheduler";
 import { BATCH_WORKER } from "../workers";
 import type { FromWorker, PricedModel, ToWorker, WorkerTask } from "./types";
 import type { HealthMemory } from "../inference/upstreamHealth";
+import { defaultBatchWorkers, newTurnHolder, newTurns, reclaimTurn, usableCores } from "./turns";
 
-/** How every batch Worker is created. */
+/**
+ * How every batch Worker is created. Not `{ smol: true }` (JavaScriptCore's
+ * small heap): it changed no Worker's memory (bench/worker-memory.ts, 16
+ * Workers: 651 MB peak against 674, the heap sampled in each 24.5 MB against
+ * 24.6), since what a busy Worker holds is strings' and buffers' storage, not
+ * cells; ./worker/garbage.ts and ./turns.ts bound that instead.
+ */
 export const BATCH_WORKER_OPTIONS: WorkerOptions = {};
 
 interface Slot {
@@ -12,11 +19,16 @@ interface Slot {
   task: WorkerTask | null;
   /** Slots this Worker took itself, per model (shared memory: still readable after it died). */
   held: Int32Array;
+  /** Whether it holds, or waits for, a turn at the CPU (shared memory: still readable after it died). */
+  turn: Int32Array;
 }
 
 export class WorkerPool {
   private readonly slots: Slot[] = [];
   private terminating = false;
+  /** How many Workers may do CPU work at once (./turns.ts): as many as the default Worker count for this machine's cores, fewer if the pool is smaller. */
+  readonly turnCount: number;
+  private readonly turns: Int32Array;
 
   constructor(
     size: number,
@@ -26,12 +38,15 @@ export class WorkerPool {
     private readonly onMessage: (m: FromWorker, worker: Worker) => void,
     /** `held`: the Worker's count of slots it took itself, per model (shared memory: still readable after it died). */
     private readonly onCrash: (task: WorkerTask | null, error: string, worker: Worker, held: Int32Array) => void,
+    turns = defaultBatchWorkers(usableCores()),
   ) {
+    this.turnCount = Math.max(1, Math.min(size, turns));
+    this.turns = newTurns(this.turnCount);
     for (let i = 0; i < size; i++) this.slots.push(this.spawn());
   }
 
   private spawn(): Slot {
-    const slot: Slot = { worker: new Worker(BATCH_WORKER, BATCH_WORKER_OPTIONS), task: null, held: new Int32Array(new SharedArrayBuffer(4 * SHARED_MODELS)) };
+    const slot: Slot = { worker: new Worker(BATCH_WORKER, BATCH_WORKER_OPTIONS), task: null, held: new Int32Array(new SharedArrayBuffer(4 * SHARED_MODELS)), turn: newTurnHolder() };
     slot.worker.onmessage = (e: MessageEvent<FromWorker>) => {
       const m = e.data;
       if (m.type === "validated" || m.type === "done" || m.type === "paused" || m.type === "failed") slot.task = null;
@@ -43,6 +58,11 @@ export class WorkerPool {
       const task = slot.task;
       slot.task = null;
       slot.worker.terminate();
+      // Its turn at the CPU, if it held one or was counted as waiting; again
+      // once it has stopped, in case it took one in its last moments.
+      const reclaim = () => reclaimTurn(this.turns, slot.turn);
+      reclaim();
+      slot.worker.addEventListener("close", reclaim, { once: true });
       this.slots[i] = this.spawn();
       this.onCrash(task, error, slot.worker, slot.held);
     };
@@ -54,7 +74,7 @@ export class WorkerPool {
   }
 
   private init(slot: Slot): void {
-    slot.worker.postMessage({ type: "init", models: this.models(), slots: this.slotCells, held: slot.held, health: this.health } satisfies ToWorker);
+    slot.worker.postMessage({ type: "init", models: this.models(), slots: this.slotCells, held: slot.held, health: this.health, turns: this.turns, turn: slot.turn } satisfies ToWorker);
   }
 
   get idle(): number {

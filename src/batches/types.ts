@@ -89,7 +89,8 @@ export type FromWorker =
 
 export type ToWorker =
   /** `slots`: the scheduler's shared slot cells; `held`: this Worker's own count of slots it took itself, per model (read after a crash). */
-  | { type: "init"; models: PricedModel[]; slots: Int32Array; held: Int32Array; health: HealthMemory }
+  /** `turns`: the pool's turns at the CPU, `turn`: this Worker's own cells for them (./turns.ts). */
+  | { type: "init"; models: PricedModel[]; slots: Int32Array; held: Int32Array; health: HealthMemory; turns: Int32Array; turn: Int32Array }
   | WorkerTask
   /** Stop executing: drain the rest as errors with `code`. */
   | { type: "stop"; batchId: string; code: "batch_cancelled" | "batch_expired" }

@@ -8,6 +8,7 @@ import { runShard } from "./runShard";
 import { validateShard } from "./validateShard";
 import { initSlots, onGrants, setSharedSlots } from "./slots";
 import { initGate } from "./upstreamGate";
+import { giveTurn, initTurns } from "./turns";
 import { countStorageRetry, takeWorkerMetrics } from "../../metrics/worker";
 import { setRetryCounter } from "../../storage/retry";
 
@@ -43,6 +44,7 @@ self.onmessage = (event: MessageEvent<ToWorker>) => {
       models = new Map(msg.models.map((m) => [m.id, m]));
       setSharedSlots(msg.slots, msg.held, (model) => models.get(model)?.sharedBase ?? -1);
       initGate(msg.health, post);
+      initTurns(msg.turns, msg.turn);
       return;
     case "stop":
       if (current && current.batchId === msg.batchId) current.control.stopCode ??= msg.code;
@@ -55,10 +57,13 @@ self.onmessage = (event: MessageEvent<ToWorker>) => {
       if (current) current.control.pausing = true;
       return;
     case "validate":
-      validateShard(msg).then(
-        (result) => post({ type: "validated", batchId: msg.batchId, idx: msg.idx, result, metrics: takeWorkerMetrics() }),
-        (e) => post({ type: "failed", task: "validate", batchId: msg.batchId, idx: msg.idx, error: String(e?.stack ?? e), metrics: takeWorkerMetrics() }),
-      );
+      // Whatever happened, this Worker's turn at the CPU goes back with its task (./turns.ts).
+      validateShard(msg)
+        .finally(giveTurn)
+        .then(
+          (result) => post({ type: "validated", batchId: msg.batchId, idx: msg.idx, result, metrics: takeWorkerMetrics() }),
+          (e) => post({ type: "failed", task: "validate", batchId: msg.batchId, idx: msg.idx, error: String(e?.stack ?? e), metrics: takeWorkerMetrics() }),
+        );
       return;
     case "run": {
       const control: ShardControl = { stopCode: msg.stopCode, pausing: checkpointing };
@@ -66,6 +71,7 @@ self.onmessage = (event: MessageEvent<ToWorker>) => {
       runShard(msg, models, control, post)
         .catch((e) => post({ type: "failed", task: "run", batchId: msg.batchId, idx: msg.idx, error: String(e?.stack ?? e), metrics: takeWorkerMetrics() }))
         .finally(() => {
+          giveTurn();
           if (current?.control === control) current = null;
         });
       return;

@@ -5,16 +5,21 @@ import { kindOfUrl } from "../../endpoints";
 import { readLines } from "../../jsonl/lineReader";
 import { openLocator } from "../../storage/locator";
 import type { ValidateResult, ValidateTask } from "../types";
+import { worked } from "./garbage";
+import { takeTurn } from "./turns";
 
 const MAX_ERRORS = 100;
 
 export async function validateShard(task: ValidateTask): Promise<ValidateResult> {
   const known = new Set(task.models);
   const result: ValidateResult = { lines: 0, requests: 0, errors: [], firstModel: null };
+  // All of it is CPU work: it goes by turns (../turns.ts), given back by entry.ts when the task ends.
+  await takeTurn();
   const stream = openLocator(task.input).slice(task.start, task.end).stream();
   for await (const lines of readLines(stream)) {
     for (const { n, text } of lines) {
       result.lines = n;
+      worked(text.length);
       if (text.trim() === "") continue;
       result.requests++;
       const req = JSON.parse(text) as { url: string; body: { model: string } };

@@ -1,0 +1,69 @@
+// Turns at the CPU for batch Workers (SPEC §20: memory does not grow with
+// Workers). A busy batch Worker holds tens of MB that a waiting one need
+// not: the garbage of the lines it parsed and wrote since its heap was last
+// collected (bench/worker-memory.ts: 25–31 MB of heap sampled in each busy
+// Worker, against 3–4 MB for a whole idle Worker). With more Workers than
+// cores, every Worker was busy at once, taking turns on the cores from the
+// kernel and keeping its garbage while descheduled: 16 Workers on 2 cores
+// peaked at 702–749 MB for the 1M-line echo batch (bench/workers-rss.ts),
+// 32–45 MB more for each Worker, and were no faster than 2.
+//
+// So CPU work goes by turns: a Worker takes one before it reads a shard
+// (to validate it or run it) and gives it back when its task ends, or while
+// it waits on upstream requests; if another Worker waits, it first collects
+// its heap and hands the freed pages back (./worker/turns.ts). At most
+// `count` Workers hold a turn, so at most that many hold a busy Worker's
+// memory: 16 Workers on 2 cores now peak at 256–263 MB, 5–6 MB more for
+// each Worker past the 2 that run. Workers past the turns still help where
+// the work waits (upstream requests): a Worker waiting on them holds none.
+//
+// The cells live in shared memory: [FREE] turns not taken, [WAITERS]
+// Workers waiting for one. Each Worker has its own two cells, [HOLDING]
+// and [WAITING], which the pool reads if the Worker dies, to give back what
+// it held (./pool.ts).
+import { availableParallelism } from "node:os";
+
+export const FREE = 0;
+export const WAITERS = 1;
+export const HOLDING = 0;
+export const WAITING = 1;
+
+/**
+ * Past 8, more batch Workers made a 1M-line echo batch no faster on a
+ * 16-core machine, while each added to peak RSS (as reported with SPEC §20);
+ * on 2 cores, Workers past the cores made it no faster (docs/OPERATING.md,
+ * "Batch Workers"). The turns are capped the same way: memory bounded
+ * however many cores the machine has.
+ */
+export const MAX_DEFAULT_BATCH_WORKERS = 8;
+
+/** The default number of batch Workers, and of turns at the CPU, for `cores` usable cores: one per core, at most 8. */
+export function defaultBatchWorkers(cores: number): number {
+  return Math.max(1, Math.min(Math.floor(cores) || 1, MAX_DEFAULT_BATCH_WORKERS));
+}
+
+/** Cores this process may run on (its CPU affinity: a container's cpuset, not the host's count). */
+export function usableCores(): number {
+  return availableParallelism();
+}
+
+/** The shared cells of `count` turns, all free. */
+export function newTurns(count: number): Int32Array {
+  const cells = new Int32Array(new SharedArrayBuffer(8));
+  cells[FREE] = Math.max(1, count);
+  return cells;
+}
+
+/** One Worker's own cells (holding, waiting). */
+export function newTurnHolder(): Int32Array {
+  return new Int32Array(new SharedArrayBuffer(8));
+}
+
+/** Gives back what a dead Worker held or was counted for; each exchange makes sure the Worker, if it still ran a moment, and this do not both give it back. */
+export function reclaimTurn(turns: Int32Array, holder: Int32Array): void {
+  if (Atomics.exchange(holder, WAITING, 0) === 1) Atomics.sub(turns, WAITERS, 1);
+  if (Atomics.exchange(holder, HOLDING, 0) === 1) {
+    Atomics.add(turns, FREE, 1);
+    Atomics.notify(turns, FREE, 1);
+  }
+}
