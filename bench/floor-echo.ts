@@ -4,7 +4,7 @@
 // offpeak's create → completed time against this, measured in the same run.
 import { closeSync, openSync, writeSync } from "node:fs";
 import { readLines } from "../src/jsonl/lineReader";
-import { echoCompletion } from "../src/inference/echo";
+import { echoCompletion } from "../src/inference/builtin/echo";
 import { IdStream } from "../src/ids";
 
 export async function runFloor(input: string, output: string): Promise<{ seconds: number; lines: number }> {

@@ -36,8 +36,8 @@ import { BATCH_WORKER_OPTIONS } from "../src/batches/pool";
 import { defaultBatchWorkers, newTurnHolder, newTurns, usableCores } from "../src/batches/turns";
 import { shardBoundaries } from "../src/batches/shards";
 import type { FromWorker, PricedModel, RunTask, ToWorker, ValidateTask } from "../src/batches/types";
-import { CELLS, SHARED_MODELS } from "../src/inference/scheduler";
-import { newHealthMemory } from "../src/inference/upstreamHealth";
+import { CELLS, SHARED_MODELS } from "../src/inference/admission/scheduler";
+import { newHealthMemory } from "../src/inference/upstream/health";
 import { DEFAULT_LINES, DEFAULT_PATH, generateBatchFile } from "./gen-batch";
 import { loadAverage, machineNote, median, ROOT } from "./lib";
 

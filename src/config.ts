@@ -20,7 +20,7 @@ const Pricing = Type.Object(
   { additionalProperties: false },
 );
 
-/** A fixed number of requests at once, or "auto": found while running, up to max_concurrency_limit (SPEC §18; src/inference/adaptive.ts). */
+/** A fixed number of requests at once, or "auto": found while running, up to max_concurrency_limit (SPEC §18; src/inference/admission/adaptive.ts). */
 const MaxConcurrency = Type.Union([Type.Integer({ minimum: 1 }), Type.Literal("auto")]);
 
 const UpstreamFile = Type.Object(
@@ -147,7 +147,7 @@ export interface Config {
   logClientAddress: "unauthenticated" | "always";
   /**
    * How interactive requests reach plain-http upstreams: offpeak's own
-   * HTTP/1.1 client (src/inference/httpClient.ts, the default) or Bun's
+   * HTTP/1.1 client (src/inference/upstream/httpClient.ts, the default) or Bun's
    * fetch. https upstreams, and any when HTTP_PROXY is set, always use fetch.
    */
   upstreamClient: "builtin" | "fetch";

@@ -3,8 +3,8 @@ import type { Db } from "./db/client";
 import type { Logger } from "./log";
 import type { BlobStore } from "./storage/blobStore";
 import type { ModelRegistry } from "./inference/registry";
-import type { Scheduler } from "./inference/scheduler";
-import type { RateLimiter } from "./inference/rateLimit";
+import type { Scheduler } from "./inference/admission/scheduler";
+import type { RateLimiter } from "./inference/admission/rateLimit";
 import type { Membership } from "./nodes/membership";
 
 /** What services need, built once at start and passed down (never Elysia's Context). */

@@ -1,5 +1,5 @@
 // Adaptive concurrency (SPEC §18, max_concurrency "auto"): the controller
-// (src/inference/adaptive.ts) against a simulated engine, window by window;
+// (src/inference/admission/adaptive.ts) against a simulated engine, window by window;
 // the scheduler that feeds it and applies its limit (interactive first
 // within it, a cluster share as its ceiling, releases that count what they
 // saw); the config; and a batch on a real server against the engine model
@@ -8,11 +8,11 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { AdaptiveLimit } from "../src/inference/adaptive";
-import { ANSWERED, ANSWERS, CELLS, HELD, LIMIT, OVERLOADED, OVERLOADS, Scheduler, UNMEASURED, slotOutcome, type Release } from "../src/inference/scheduler";
+import { AdaptiveLimit } from "../src/inference/admission/adaptive";
+import { ANSWERED, ANSWERS, CELLS, HELD, LIMIT, OVERLOADED, OVERLOADS, Scheduler, UNMEASURED, slotOutcome, type Release } from "../src/inference/admission/scheduler";
 import type { ModelEntry } from "../src/inference/registry";
 import { ModelRegistry } from "../src/inference/registry";
-import { UpstreamMonitor } from "../src/inference/upstreamMonitor";
+import { UpstreamMonitor } from "../src/inference/upstream/monitor";
 import { ConfigError, resolveConfig } from "../src/config";
 import { createLogger } from "../src/log";
 import { acquireSlot, setSharedSlots } from "../src/batches/worker/slots";

@@ -12,7 +12,7 @@ import { BatchQueue, PeakCalendar, type BatchKey } from "../src/batches/order";
 import { resolveConfig } from "../src/config";
 import { openDb } from "../src/db/client";
 import { claimShards } from "../src/db/claims";
-import { Scheduler } from "../src/inference/scheduler";
+import { Scheduler } from "../src/inference/admission/scheduler";
 import type { ModelEntry } from "../src/inference/registry";
 import { chatReq, createBatch, pollUntil, sleep, waitBatch } from "./helpers/batches";
 import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";

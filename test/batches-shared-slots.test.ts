@@ -1,5 +1,5 @@
 // Batch Workers take free scheduler slots straight from shared memory
-// (inference/scheduler.ts, batches/worker/slots.ts). Two Workers and
+// (inference/admission/scheduler.ts, batches/worker/slots.ts). Two Workers and
 // interactive requests together must still never put more than
 // max_concurrency requests in flight upstream, and interactive requests
 // must get their slots while the batch keeps the model saturated.

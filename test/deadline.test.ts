@@ -1,7 +1,7 @@
 // The upstream-call Deadline: a timeout that is cleared with the call, an
 // idle timeout for streams, and a late link to the client's signal.
 import { describe, expect, test } from "bun:test";
-import { Deadline } from "../src/inference/deadline";
+import { Deadline } from "../src/inference/upstream/deadline";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const abortedWithin = (signal: AbortSignal, ms: number) =>

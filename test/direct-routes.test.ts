@@ -7,7 +7,7 @@
 // which requests it takes and which it leaves to Elysia.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { directInference } from "../src/http/direct";
-import { chatRoute } from "../src/chat/routes";
+import { chatRoute } from "../src/chatCompletions/routes";
 import type { AppContext } from "../src/context";
 import { ApiError } from "../src/errors";
 import { jsonResponse, startScriptedUpstream, type ScriptedUpstream } from "./helpers/inference";

@@ -1,4 +1,4 @@
-// offpeak's own HTTP/1.1 client for plain-http upstreams (src/inference/httpClient.ts),
+// offpeak's own HTTP/1.1 client for plain-http upstreams (src/inference/upstream/httpClient.ts),
 // against a scripted TCP server on loopback that writes exact bytes: framing
 // (Content-Length, chunked, up to the close), answers split anywhere,
 // keep-alive reuse and its stale-connection retry, aborts, failures; and
@@ -6,8 +6,8 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import type { Socket, TCPSocketListener } from "bun";
 import { gzipSync } from "node:zlib";
-import type { CallAbort } from "../src/inference/deadline";
-import { canUseOwnClient, postOwn as postOwnAbort, UpstreamConnectionError } from "../src/inference/httpClient";
+import type { CallAbort } from "../src/inference/upstream/deadline";
+import { canUseOwnClient, postOwn as postOwnAbort, UpstreamConnectionError } from "../src/inference/upstream/httpClient";
 
 /** The client listens to a CallAbort (a Deadline in offpeak); the tests abort through signals. */
 function abortOfSignal(signal: AbortSignal): CallAbort {

@@ -1,4 +1,4 @@
-// The cluster side of src/inference/rateLimit.ts, without a database: three
+// The cluster side of src/inference/admission/rateLimit.ts, without a database: three
 // RateLimiters (three nodes) share a store that does in memory what
 // src/nodes/keyUsage.ts's statement does on the key's row (apply the
 // delta, then give per dimension `want` as far as the window has it, or
@@ -6,7 +6,7 @@
 // same over real nodes and Postgres.
 import { describe, expect, test } from "bun:test";
 import { ApiError } from "../src/errors";
-import { IDLE_MS, RateLimiter, type Budget, type BudgetStore, type Take, type Taken } from "../src/inference/rateLimit";
+import { IDLE_MS, RateLimiter, type Budget, type BudgetStore, type Take, type Taken } from "../src/inference/admission/rateLimit";
 
 class MemoryStore implements BudgetStore {
   rows = new Map<string, Budget>();

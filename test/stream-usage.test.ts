@@ -1,7 +1,7 @@
 // StreamUsage: the completion tokens of a streamed upstream answer, read as
-// it passes (src/inference/upstream.ts), however the bytes are cut.
+// it passes (src/inference/upstream/interactive.ts), however the bytes are cut.
 import { describe, expect, test } from "bun:test";
-import { StreamUsage } from "../src/inference/upstream";
+import { StreamUsage } from "../src/inference/upstream/interactive";
 
 const enc = new TextEncoder();
 const event = (obj: unknown, eol = "\n") => `data: ${JSON.stringify(obj)}${eol}${eol}`;

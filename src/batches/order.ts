@@ -3,7 +3,7 @@
 // One order, used in both places where batches compete: where shards are
 // claimed for Workers (db/claims.ts, from the database, so every node of a
 // cluster follows it) and where batch lines wait for a model's slots
-// (inference/scheduler.ts, the BatchQueue below). It is:
+// (inference/admission/scheduler.ts, the BatchQueue below). It is:
 //
 //   1. the deadline's hour (expires_at / hour, floored): earlier first;
 //      deadlines in the same hour count as equal;

@@ -1,8 +1,8 @@
 // A fixed pool of batch Workers, each running one task at a time.
-import { SHARED_MODELS } from "../inference/scheduler";
+import { SHARED_MODELS } from "../inference/admission/scheduler";
 import { BATCH_WORKER } from "../workers";
 import type { FromWorker, PricedModel, ToWorker, WorkerTask } from "./types";
-import type { HealthMemory } from "../inference/upstreamHealth";
+import type { HealthMemory } from "../inference/upstream/health";
 import { defaultBatchWorkers, newTurnHolder, newTurns, reclaimTurn, usableCores } from "./turns";
 
 /**

@@ -21,7 +21,7 @@ import { batchDir, partPath } from "./paths";
 import { WorkerPool } from "./pool";
 import type { BatchRow } from "./service";
 import { shardBoundaries } from "./shards";
-import { CELLS, type Release } from "../inference/scheduler";
+import { CELLS, type Release } from "../inference/admission/scheduler";
 import { prepareTickQueries, type TickQueries } from "./tickQueries";
 import { BatchProgress, signalsOf } from "./statusDetails";
 import { bucketOf, peakNow, type BatchKey } from "./order";

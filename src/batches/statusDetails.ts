@@ -20,8 +20,8 @@
 import { and, eq, isNull, ne, or, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
 import type { ModelRegistry } from "../inference/registry";
-import type { Scheduler } from "../inference/scheduler";
-import { rateLimitedNow } from "../inference/upstreamHealth";
+import type { Scheduler } from "../inference/admission/scheduler";
+import { rateLimitedNow } from "../inference/upstream/health";
 
 export const STATUS_DETAIL_CODES = ["upstream_down", "rate_limited", "peak_hours", "queued"] as const;
 export type StatusDetailCode = (typeof STATUS_DETAIL_CODES)[number];
@@ -72,7 +72,7 @@ const FORGET_MS = 60_000;
 
 export const QUEUED_MESSAGE = "waiting for a batch Worker: all are busy with other batches";
 
-/** The signals of this node: upstream health (upstreamMonitor.ts) and the scheduler's queues. */
+/** The signals of this node: upstream health (inference/upstream/monitor.ts) and the scheduler's queues. */
 export function signalsOf(registry: ModelRegistry, scheduler: Scheduler): Signals {
   return {
     upstream(model) {

@@ -1,7 +1,7 @@
 // Messages between the batch runner (main thread) and its Workers.
 import type { ModelSpec } from "../inference/registry";
 import type { WorkerMetricsDelta } from "../metrics/worker";
-import type { HealthMemory } from "../inference/upstreamHealth";
+import type { HealthMemory } from "../inference/upstream/health";
 import type { BlobLocator } from "../storage/locator";
 import type { PartTarget } from "../storage/blobStore";
 

@@ -1,17 +1,17 @@
 // POST /completions (legacy text completions): offpeak-echo (plain or
 // streamed text_completion chunks), or an upstream model (passed through
-// untouched: inference/proxy.ts).
+// untouched: inference/upstream/proxy.ts).
 import { streamHold } from "../auth/revocations";
 import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
 import { completions } from "../endpoints/completions";
 import { newId, nowSeconds } from "../ids";
-import { admit, resolveModel } from "../inference/admission";
-import { completionChunks, completionUsage, echoTextCompletion, planCompletion, promptTexts, promptTokensOfTexts } from "../inference/echoCompletions";
-import { pacedWait } from "../inference/echoStream";
-import { proxyUpstream } from "../inference/proxy";
-import { sseResponse } from "../inference/sse";
-import { checkStreamFields } from "../chat/service";
+import { admit, resolveModel } from "../inference/admission/admit";
+import { completionChunks, completionUsage, echoTextCompletion, planCompletion, promptTexts, promptTokensOfTexts } from "../inference/builtin/echoCompletions";
+import { pacedWait } from "../inference/builtin/echoStream";
+import { proxyUpstream } from "../inference/upstream/proxy";
+import { sseResponse } from "../http/sse";
+import { checkStreamFields } from "../chatCompletions/service";
 
 const json = (body: unknown, headers: Record<string, string>) => new Response(JSON.stringify(body), { headers: { "content-type": "application/json", ...headers } });
 

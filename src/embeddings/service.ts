@@ -1,10 +1,10 @@
 import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
 import { ApiError } from "../errors";
-import { admit, resolveModel } from "../inference/admission";
-import { embeddingInputs, embeddingsResponse, planEmbeddings } from "../inference/embed";
-import { countTokens } from "../inference/tokens";
-import { callUpstream, checkLooksLikeJson, upstreamFailure, upstreamText } from "../inference/upstream";
+import { admit, resolveModel } from "../inference/admission/admit";
+import { embeddingInputs, embeddingsResponse, planEmbeddings } from "../inference/builtin/embed";
+import { countTokens } from "../inference/builtin/tokens";
+import { callUpstream, checkLooksLikeJson, upstreamFailure, upstreamText } from "../inference/upstream/interactive";
 import { embeddings } from "../endpoints/embeddings";
 import { rawBodyOf } from "../http/jsonBody";
 

@@ -1,7 +1,7 @@
-// /v1/chat/completions: offpeak-echo answers (echo.ts); usage in the Chat
+// /v1/chat/completions: offpeak-echo answers (inference/builtin/echo.ts); usage in the Chat
 // Completions shape; streamed upstream answers are chat.completion.chunk events.
-import { echoCompletion } from "../inference/echo";
-import { countTokens } from "../inference/tokens";
+import { echoCompletion } from "../inference/builtin/echo";
+import { countTokens } from "../inference/builtin/tokens";
 import { readChatUsage, type EndpointKind, type StreamTally } from "./kind";
 
 export const chatCompletions: EndpointKind = {

@@ -1,8 +1,8 @@
 // /v1/completions (legacy text completions): offpeak-echo answers
-// (inference/echoCompletions.ts); usage in the Chat Completions shape;
+// (inference/builtin/echoCompletions.ts); usage in the Chat Completions shape;
 // streamed upstream answers are text_completion chunks.
-import { echoTextCompletion, planCompletion } from "../inference/echoCompletions";
-import { countTokens } from "../inference/tokens";
+import { echoTextCompletion, planCompletion } from "../inference/builtin/echoCompletions";
+import { countTokens } from "../inference/builtin/tokens";
 import { readChatUsage, type EndpointKind, type StreamTally } from "./kind";
 
 export const completions: EndpointKind = {

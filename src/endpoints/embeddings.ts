@@ -1,6 +1,6 @@
-// /v1/embeddings: offpeak-embed answers (embed.ts); usage has prompt_tokens
+// /v1/embeddings: offpeak-embed answers (inference/builtin/embed.ts); usage has prompt_tokens
 // only; never streamed.
-import { embeddingsResponse } from "../inference/embed";
+import { embeddingsResponse } from "../inference/builtin/embed";
 import { readChatUsage, type EndpointKind } from "./kind";
 
 export const embeddings: EndpointKind = {

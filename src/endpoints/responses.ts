@@ -1,9 +1,9 @@
-// /v1/responses: offpeak-echo answers (inference/echoResponses.ts); usage
+// /v1/responses: offpeak-echo answers (inference/builtin/echoResponses.ts); usage
 // in the Responses shape (input_tokens, output_tokens and their details),
 // mapped onto the batch's totals; a streamed upstream answer reports its
 // usage in its last event (response.completed / .incomplete / .failed).
-import { echoResponseJson, planResponse, responseIds, responseUsage } from "../inference/echoResponses";
-import { countTokens } from "../inference/tokens";
+import { echoResponseJson, planResponse, responseIds, responseUsage } from "../inference/builtin/echoResponses";
+import { countTokens } from "../inference/builtin/tokens";
 import { SerializedAnswer, num, type EndpointKind, type StreamTally, type TokenCounts } from "./kind";
 
 export const responses: EndpointKind = {

@@ -2,10 +2,10 @@
 // Shared by the interactive routes and the batch runner.
 import type { Config, ModelConfig, UpstreamConfig } from "../config";
 import type { Logger } from "../log";
-import { ECHO_MODEL } from "./echo";
-import { EMBED_MODEL } from "./embed";
-import { canUseOwnClient } from "./httpClient";
-import type { UpstreamMonitor } from "./upstreamMonitor";
+import { ECHO_MODEL } from "./builtin/echo";
+import { EMBED_MODEL } from "./builtin/embed";
+import { canUseOwnClient } from "./upstream/httpClient";
+import type { UpstreamMonitor } from "./upstream/monitor";
 
 export type ModelKind = "echo" | "embed" | "upstream";
 
@@ -20,7 +20,7 @@ export interface ModelSpec {
   timeoutMs: number;
   latencyMs: number;
   tokensPerSecond: number;
-  /** The upstream's index in the health state (upstreamHealth.ts); -1 for built-ins. */
+  /** The upstream's index in the health state (./upstream/health.ts); -1 for built-ins. */
   upstreamIdx: number;
 }
 
@@ -30,7 +30,7 @@ export interface ModelEntry extends ModelSpec {
   upstreamName: string | null;
   /** Fixed: the limit. Adaptive: the most the controller may set (max_concurrency_limit). Null: unlimited. */
   maxConcurrency: number | null;
-  /** max_concurrency "auto" (the default for upstream models): a controller finds the limit (./adaptive.ts). */
+  /** max_concurrency "auto" (the default for upstream models): a controller finds the limit (./admission/adaptive.ts). */
   adaptive: boolean;
   queueSize: number;
   pricing: { inputPerMillion: number; outputPerMillion: number };
@@ -38,7 +38,7 @@ export interface ModelEntry extends ModelSpec {
   readonly healthy: boolean;
   /** The health owner of the model's upstream (null for built-ins). */
   health: UpstreamMonitor | null;
-  /** Interactive calls go through offpeak's own HTTP/1.1 client (httpClient.ts) rather than fetch. */
+  /** Interactive calls go through offpeak's own HTTP/1.1 client (./upstream/httpClient.ts) rather than fetch. */
   ownClient: boolean;
 }
 

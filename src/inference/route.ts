@@ -12,7 +12,7 @@ import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
 import type { EndpointKind } from "../endpoints/kind";
 import { jsonOnly } from "../http/jsonBody";
-import { requireModel } from "./admission";
+import { requireModel } from "./admission/admit";
 
 export interface InferenceRoute {
   kind: EndpointKind;

@@ -5,7 +5,7 @@ import { Elysia } from "elysia";
 import pkg from "../../package.json";
 import type { AppContext } from "../context";
 import { m, registry } from "./index";
-import { windowOf } from "../inference/upstreamHealth";
+import { windowOf } from "../inference/upstream/health";
 import { peakNow } from "../batches/order";
 import { PROMETHEUS_CONTENT_TYPE } from "./registry";
 

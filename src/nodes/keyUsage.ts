@@ -5,7 +5,7 @@
 // the last statement on the row gave its node (so that one statement's
 // RETURNING tells the taker both what it got and what is left). A node
 // takes blocks of it when a request finds none in hand
-// (src/inference/rateLimit.ts), never per request; every SYNC_MS it gives
+// (src/inference/admission/rateLimit.ts), never per request; every SYNC_MS it gives
 // back what it holds unused (or beyond its pace) and adds the tokens it
 // owes (completion tokens counted after the answer). Runs on Postgres
 // only: on SQLite there is one node, and its counts in memory are the
@@ -18,7 +18,7 @@
 // take of a window never passes the limit, one round trip a take.
 import { lt, sql } from "drizzle-orm";
 import type { AppContext } from "../context";
-import type { Budget, BudgetStore, Take, Taken } from "../inference/rateLimit";
+import type { Budget, BudgetStore, Take, Taken } from "../inference/admission/rateLimit";
 import type { Membership } from "./membership";
 
 const SYNC_MS = 250;

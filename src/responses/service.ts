@@ -1,16 +1,16 @@
 // POST /responses: offpeak-echo (plain or a Responses event stream), or an
-// upstream model (passed through untouched: inference/proxy.ts).
+// upstream model (passed through untouched: inference/upstream/proxy.ts).
 import { streamHold } from "../auth/revocations";
 import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
 import { responses } from "../endpoints/responses";
 import { IdStream, nowSeconds } from "../ids";
-import { admit, resolveModel } from "../inference/admission";
-import { echoResponseJson, planResponse, responseEvents, responseIds, responseInputTokens, responseUsage } from "../inference/echoResponses";
-import { pacedWait } from "../inference/echoStream";
-import { proxyUpstream } from "../inference/proxy";
-import { sseResponse } from "../inference/sse";
-import { checkStreamFields } from "../chat/service";
+import { admit, resolveModel } from "../inference/admission/admit";
+import { echoResponseJson, planResponse, responseEvents, responseIds, responseInputTokens, responseUsage } from "../inference/builtin/echoResponses";
+import { pacedWait } from "../inference/builtin/echoStream";
+import { proxyUpstream } from "../inference/upstream/proxy";
+import { sseResponse } from "../http/sse";
+import { checkStreamFields } from "../chatCompletions/service";
 
 const ids = new IdStream();
 

@@ -6,14 +6,14 @@
 // makes lines wait, never fail.
 import { ApiError } from "../../errors";
 import { IdStream } from "../../ids";
-import { Deadline } from "../../inference/deadline";
+import { Deadline } from "../../inference/upstream/deadline";
 import { endpointKind, type EndpointKind } from "../../endpoints";
 import { SerializedAnswer } from "../../endpoints/kind";
 import type { PricedModel, RunTask } from "../types";
 import { acquireSlot } from "./slots";
-import { UNMEASURED, slotOutcome, type SlotOutcome } from "../../inference/scheduler";
+import { UNMEASURED, slotOutcome, type SlotOutcome } from "../../inference/admission/scheduler";
 import { countUpstreamAttempt } from "../../metrics/worker";
-import { epochOf, isDown, isUp, isWholeFailure, report429, reportAnswer, reportFailure, reportSuccess, retryAfterMs } from "../../inference/upstreamHealth";
+import { epochOf, isDown, isUp, isWholeFailure, report429, reportAnswer, reportFailure, reportSuccess, retryAfterMs } from "../../inference/upstream/health";
 import { READY, claim, enterUpstream, healthMemory, nextTick, ready, settled, tellSuspect } from "./upstreamGate";
 
 export interface LineResult {
@@ -176,7 +176,7 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
     }
     const epoch = mem ? epochOf(mem, u) : 0;
     let whole = false;
-    /** What the slot's release tells the adaptive controller (scheduler.ts): a 2xx's time, a 429/503, or nothing. */
+    /** What the slot's release tells the adaptive controller (inference/admission/scheduler.ts): a 2xx's time, a 429/503, or nothing. */
     let outcome: SlotOutcome = UNMEASURED;
     let wait: number | null = null;
     try {

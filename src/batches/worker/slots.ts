@@ -4,7 +4,7 @@
 //
 // The fast path needs no message: while nobody waits in the scheduler for
 // that model, the Worker takes a free slot straight from the shared count
-// (one compare-and-swap, see inference/scheduler.ts) and gives it back the
+// (one compare-and-swap, see inference/admission/scheduler.ts) and gives it back the
 // same way, noting it in its own shared `held` count so the main thread can
 // take the slots back if this Worker dies. When requests do wait there (an
 // interactive one, or batch lines that found no free slot), the Worker asks
@@ -15,10 +15,10 @@
 //
 // Giving a slot back also counts, in the same shared cells, what its holder
 // saw (a 2xx answer and how long the slot was held, or a 429/503): the
-// adaptive controller on the main thread reads them (inference/adaptive.ts).
+// adaptive controller on the main thread reads them (inference/admission/adaptive.ts).
 // Measured here, not there, for granted slots too: the grant's and the
 // release's messages would add their delay to every sample.
-import { CAPPED, CELLS, IN_FLIGHT, WAITING, noteRelease, tryTakeSlot, type SlotOutcome } from "../../inference/scheduler";
+import { CAPPED, CELLS, IN_FLIGHT, WAITING, noteRelease, tryTakeSlot, type SlotOutcome } from "../../inference/admission/scheduler";
 import type { FromWorker } from "../types";
 
 const waiting = new Map<number, () => void>();

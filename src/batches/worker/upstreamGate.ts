@@ -1,9 +1,9 @@
-// Worker side of upstream health (inference/upstreamHealth.ts): before each
+// Worker side of upstream health (inference/upstream/health.ts): before each
 // attempt, a batch request waits here until its upstream is up, its 429
 // pause (retry-after) is over and its batch window has room. Waiting costs
 // one timer per Worker, not one per request: every waiter re-checks the
 // shared state on each tick, or at once when this Worker frees a place.
-import { SUSPECT, isDown, isUp, leaveWindow, pausedFor, stateOf, tryEnterWindow, windowOf, type HealthMemory } from "../../inference/upstreamHealth";
+import { SUSPECT, isDown, isUp, leaveWindow, pausedFor, stateOf, tryEnterWindow, windowOf, type HealthMemory } from "../../inference/upstream/health";
 import type { FromWorker } from "../types";
 
 /** How often waiters look at the shared state: the delay between an upstream's return and the first request. */

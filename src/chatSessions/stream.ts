@@ -6,13 +6,13 @@ import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
 import { ApiError, notFound } from "../errors";
 import { newId, nowSeconds } from "../ids";
-import { admitInSteps, resolveModel } from "../inference/admission";
+import { admitInSteps, resolveModel } from "../inference/admission/admit";
 import { chatCompletions } from "../endpoints/chatCompletions";
-import { planEcho } from "../inference/echo";
-import { echoChunks } from "../inference/echoStream";
-import { InBandError, SseDataReader, sseResponse } from "../inference/sse";
-import { countTokens, promptTokensOf } from "../inference/tokens";
-import { callUpstream, streamDeadline, streamFailure, upstreamFailure } from "../inference/upstream";
+import { planEcho } from "../inference/builtin/echo";
+import { echoChunks } from "../inference/builtin/echoStream";
+import { InBandError, SseDataReader, sseResponse } from "../http/sse";
+import { countTokens, promptTokensOf } from "../inference/builtin/tokens";
+import { callUpstream, streamDeadline, streamFailure, upstreamFailure } from "../inference/upstream/interactive";
 import { addMessage, chatExists, getChat, history } from "./service";
 
 interface Delta {

@@ -3,10 +3,10 @@
 // answers, decides each change between up and down, logs and counts it, and
 // reports the state to GET /status and /metrics. Interactive calls read and
 // report through it.
-import type { UpstreamConfig } from "../config";
-import type { Logger } from "../log";
-import { m } from "../metrics";
-import { DOWN, UP, isDown, markDown, markUp, newHealthMemory, reportFailure, stateOf, type HealthMemory } from "./upstreamHealth";
+import type { UpstreamConfig } from "../../config";
+import type { Logger } from "../../log";
+import { m } from "../../metrics";
+import { DOWN, UP, isDown, markDown, markUp, newHealthMemory, reportFailure, stateOf, type HealthMemory } from "./health";
 
 /** A probe that gets no connection at all (the engine restarting) costs the engine nothing: try every second. */
 const PROBE_REFUSED_MS = 1000;

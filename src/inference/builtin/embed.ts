@@ -1,7 +1,7 @@
 // offpeak-embed: feature hashing of words, word bigrams and character
 // trigrams into a fixed-size vector, L2-normalised. Deterministic, so equal
 // texts give equal vectors and similar texts give close ones.
-import { ApiError } from "../errors";
+import { ApiError } from "../../errors";
 import { countTokens } from "./tokens";
 
 export const EMBED_MODEL = "offpeak-embed";

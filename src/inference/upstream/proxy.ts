@@ -6,16 +6,16 @@
 // before the first byte, a stream event by event as it arrives (a client
 // disconnect cancels the upstream request). Output tokens count against the
 // key's tpm, read the way the endpoint's module says.
-import { streamHold } from "../auth/revocations";
-import type { Principal } from "../auth/verify";
-import type { AppContext } from "../context";
-import type { EndpointKind, TokenCounts } from "../endpoints/kind";
-import { ApiError } from "../errors";
-import { rawBodyOf } from "../http/jsonBody";
-import { admit } from "./admission";
-import { ANSWERED, UNMEASURED, slotOutcome, type SlotOutcome } from "./scheduler";
-import type { ModelEntry } from "./registry";
-import { StreamUsage, callUpstream, checkLooksLikeJson, notJson, passThrough, upstreamFailure, upstreamText } from "./upstream";
+import { streamHold } from "../../auth/revocations";
+import type { Principal } from "../../auth/verify";
+import type { AppContext } from "../../context";
+import type { EndpointKind, TokenCounts } from "../../endpoints/kind";
+import { ApiError } from "../../errors";
+import { rawBodyOf } from "../../http/jsonBody";
+import { admit } from "../admission/admit";
+import { ANSWERED, UNMEASURED, slotOutcome, type SlotOutcome } from "../admission/scheduler";
+import type { ModelEntry } from "../registry";
+import { StreamUsage, callUpstream, checkLooksLikeJson, notJson, passThrough, upstreamFailure, upstreamText } from "./interactive";
 
 export interface ProxyRequest {
   model: ModelEntry;
@@ -31,7 +31,7 @@ export interface ProxyRequest {
 export async function proxyUpstream(ctx: AppContext, principal: Principal, { model, kind, body, stream, promptTokens, request }: ProxyRequest): Promise<Response> {
   const { headers, release, metersTokens } = await admit(ctx, principal, model, promptTokens, () => request.signal);
   let handedOff = false;
-  /** What the slot's release tells the adaptive controller: a 2xx's time, a 429/503, or nothing (scheduler.ts). */
+  /** What the slot's release tells the adaptive controller: a 2xx's time, a 429/503, or nothing (inference/admission/scheduler.ts). */
   let outcome: SlotOutcome = UNMEASURED;
   try {
     const res = await callUpstream({ model, path: kind.path, body, raw: rawBodyOf(request), clientSignal: () => request.signal });

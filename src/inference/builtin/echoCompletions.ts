@@ -4,7 +4,7 @@
 // prompt by prompt, index = prompt·n + k, as OpenAI numbers them); `echo`
 // puts the prompt before the completion. No default max_tokens: OpenAI's 16
 // would cut most echoes, and the echo model is for seeing what was sent.
-import { ApiError } from "../errors";
+import { ApiError } from "../../errors";
 import { ECHO_MODEL, checkSampling, truncate } from "./echo";
 import { paceSleep, type Pace } from "./echoStream";
 import { countTokens, tokenize } from "./tokens";

@@ -13,14 +13,14 @@
 // The same cells count what the slots' holders saw (answers, the time the
 // slots were held, 429/503 answers): whoever gives a slot back adds to them,
 // a Worker included. A model with max_concurrency "auto" has a controller
-// (./adaptive.ts) that reads them every window and sets the limit; the
+// (./admission/adaptive.ts) that reads them every window and sets the limit; the
 // interactive requests keep their priority within whatever limit it finds.
 // Per request that costs a performance.now() at each end and two atomic
 // adds; the reading is a timer here (TICK_MS), a few loads per model.
-import { ApiError } from "../errors";
+import { ApiError } from "../../errors";
 import { AdaptiveLimit } from "./adaptive";
-import type { ModelEntry } from "./registry";
-import { BatchQueue, type BatchKey } from "../batches/order";
+import type { ModelEntry } from "../registry";
+import { BatchQueue, type BatchKey } from "../../batches/order";
 
 interface Waiter {
   grant: () => void;

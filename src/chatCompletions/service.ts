@@ -5,12 +5,12 @@ import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
 import { ApiError } from "../errors";
 import { newId, nowSeconds } from "../ids";
-import { admit, resolveModel } from "../inference/admission";
-import { echoCompletion, echoUsage, planEcho } from "../inference/echo";
-import { echoChunks, pacedDelay } from "../inference/echoStream";
-import { sseResponse } from "../inference/sse";
-import { promptTokensOf } from "../inference/tokens";
-import { proxyUpstream } from "../inference/proxy";
+import { admit, resolveModel } from "../inference/admission/admit";
+import { echoCompletion, echoUsage, planEcho } from "../inference/builtin/echo";
+import { echoChunks, pacedDelay } from "../inference/builtin/echoStream";
+import { sseResponse } from "../http/sse";
+import { promptTokensOf } from "../inference/builtin/tokens";
+import { proxyUpstream } from "../inference/upstream/proxy";
 import { chatCompletions as chatCompletionsKind } from "../endpoints/chatCompletions";
 
 const json = (body: unknown, headers: Record<string, string>) => new Response(JSON.stringify(body), { headers: { "content-type": "application/json", ...headers } });

@@ -5,7 +5,7 @@ import type { AppContext } from "../context";
 import type { ChatRow } from "../db/schema";
 import { ApiError, notFound } from "../errors";
 import { isId, newId, nowSeconds } from "../ids";
-import { resolveModel } from "../inference/admission";
+import { resolveModel } from "../inference/admission/admit";
 import { chatCompletions } from "../endpoints/chatCompletions";
 
 export type { ChatRow };

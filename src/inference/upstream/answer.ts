@@ -1,7 +1,7 @@
 // What an interactive upstream call answers: the members of a fetch
 // Response that offpeak reads (status, headers by name, the body as text or
 // as a stream). fetch's Response has them; offpeak's own HTTP client
-// (httpClient.ts) answers with an OwnAnswer, a plain object.
+// (./upstream/httpClient.ts) answers with an OwnAnswer, a plain object.
 //
 // Why not a Response there too: a native Response (with its Headers) per
 // call is a native wrapper for every garbage collection to visit. In the

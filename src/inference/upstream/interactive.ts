@@ -3,18 +3,18 @@
 // a client disconnect aborts the upstream request; errors become OpenAI
 // error bodies: upstream 4xx pass through with their body, 5xx → 502,
 // timeouts → 504, unreachable → 502.
-import { attached } from "../attached";
-import type { StreamHold } from "../auth/revocations";
-import { ApiError } from "../errors";
-import { countUpstreamError, countUpstreamRequest } from "../metrics";
+import { attached } from "../../attached";
+import type { StreamHold } from "../../auth/revocations";
+import { ApiError } from "../../errors";
+import { countUpstreamError, countUpstreamRequest } from "../../metrics";
 import { Deadline } from "./deadline";
 import { postOwn } from "./httpClient";
-import type { UpstreamAnswer } from "./upstreamAnswer";
-import type { ModelEntry } from "./registry";
-import { SseDataReader } from "./sse";
-import type { EndpointPath, StreamTally } from "../endpoints/kind";
-import { readChatStreamEvent } from "../endpoints/chatCompletions";
-import { report429, reportAnswer, retryAfterMs } from "./upstreamHealth";
+import type { UpstreamAnswer } from "./answer";
+import type { ModelEntry } from "../registry";
+import { SseDataReader } from "../../http/sse";
+import type { EndpointPath, StreamTally } from "../../endpoints/kind";
+import { readChatStreamEvent } from "../../endpoints/chatCompletions";
+import { report429, reportAnswer, retryAfterMs } from "./health";
 
 export interface UpstreamCall {
   model: ModelEntry;

@@ -45,7 +45,7 @@
 // requests differ in size, and a pause on offpeak's side looks like a slow
 // engine.
 //
-// Pure: it sees windows (src/inference/scheduler.ts measures them from the
+// Pure: it sees windows (src/inference/admission/scheduler.ts measures them from the
 // slots' shared cells) and returns limits; the unit tests feed it a
 // simulated engine.
 

@@ -23,7 +23,7 @@
 // is behind.
 import type { Socket } from "bun";
 import type { AbortListener, CallAbort } from "./deadline";
-import { OwnAnswer } from "./upstreamAnswer";
+import { OwnAnswer } from "./answer";
 
 /** Idle connections older than this are closed instead of reused: uvicorn (vLLM) drops them after 5 s, and a request written as the server closes is lost. */
 const IDLE_MS = 2_000;

@@ -23,7 +23,7 @@
 // dispatch until its `retry-after` has passed. Interactive requests do not
 // take from the window: they keep their priority and their scheduler slots.
 
-import type { HeaderReader } from "./upstreamAnswer";
+import type { HeaderReader } from "./answer";
 
 /** Int32 cells per upstream. */
 export const HEALTH_CELLS = 8;

@@ -1,11 +1,11 @@
 // What every interactive inference request goes through before it runs:
 // the model must exist and serve this kind of request, the key's rate limit
 // must admit it, and the model's scheduler must give it a slot (or 529).
-import type { Principal } from "../auth/verify";
-import type { AppContext } from "../context";
-import { ApiError } from "../errors";
-import { serves, type EndpointKind } from "../endpoints/kind";
-import type { ModelEntry } from "./registry";
+import type { Principal } from "../../auth/verify";
+import type { AppContext } from "../../context";
+import { ApiError } from "../../errors";
+import { serves, type EndpointKind } from "../../endpoints/kind";
+import type { ModelEntry } from "../registry";
 import type { Release } from "./scheduler";
 
 /** The model a request names, if it exists and answers this endpoint kind (its module says which do). */
@@ -37,7 +37,7 @@ export interface Admitted {
 /**
  * Admitted at once when the key's rate limit has budget in hand and the
  * model has a free slot (no promise on the hot path), else when a cluster
- * node has taken budget from the database (src/inference/rateLimit.ts)
+ * node has taken budget from the database (src/inference/admission/rateLimit.ts)
  * and the queue gives a slot.
  */
 export function admit(ctx: AppContext, principal: Principal, model: ModelEntry, promptTokens: number, clientSignal: () => AbortSignal): Admitted | Promise<Admitted> {

@@ -1,7 +1,7 @@
 // offpeak-echo: a deterministic chat model that answers with the last user
 // message. Used for tests, demos and benchmarks of the machinery around a
 // model. Pure: the same request gives the same answer (apart from ids/time).
-import { ApiError } from "../errors";
+import { ApiError } from "../../errors";
 import { contentText, countTokens, tokenize } from "./tokens";
 
 export const ECHO_MODEL = "offpeak-echo";

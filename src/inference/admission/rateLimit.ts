@@ -42,7 +42,7 @@
 // atomically cannot over-admit (beyond tokens counted after the answer);
 // giving back what is idle or beyond a node's pace keeps under-admission to
 // what nodes hold in the last moments of a window, or hold when they die.
-import { ApiError } from "../errors";
+import { ApiError } from "../../errors";
 
 export interface Limits {
   rpm: number | null;

@@ -4,7 +4,7 @@
 // `reasoning` item when `reasoning.effort` asks for one. Deterministic: the
 // same request gives the same answer (apart from ids and times). Plain and
 // streamed answers are built from the same plan; offpeak stores no responses.
-import { ApiError } from "../errors";
+import { ApiError } from "../../errors";
 import { ECHO_MODEL, REASONING_EFFORTS, reasoningText, truncate } from "./echo";
 import { paceSleep, type Pace } from "./echoStream";
 import { contentText, countTokens, tokenize } from "./tokens";
