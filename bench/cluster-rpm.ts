@@ -30,13 +30,10 @@ import { existsSync, mkdtempSync, renameSync, rmSync, symlinkSync } from "node:f
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startPostgres } from "../test/helpers/postgres";
-import { ROOT } from "./lib";
+import { ROOT, benchArgs } from "./lib";
 
 const argv = process.argv.slice(2);
-const opt = (name: string): string | undefined => {
-  const i = argv.indexOf(`--${name}`);
-  return i >= 0 ? argv[i + 1] : undefined;
-};
+const { opt } = benchArgs(argv);
 const RUNS = Number(opt("runs") ?? 2);
 const WINDOWS = Number(opt("windows") ?? 2);
 const RPM = Number(opt("rpm") ?? 60);

@@ -62,16 +62,12 @@ import { startS3, type TestS3 } from "../test/helpers/s3";
 import { ADMIN_KEY } from "../test/helpers/server";
 import { startFaultProxy, type FaultKind, type FaultProxy } from "../test/helpers/faultProxy";
 import { DEFAULT_LINES, DEFAULT_PATH, generateBatchFile } from "./gen-batch";
-import { freePort, loadAverage, machineNote, median, ROOT, spawnBun, waitForHttp } from "./lib";
+import { freePort, loadAverage, machineNote, median, ROOT, spawnBun, waitForHttp, benchArgs } from "./lib";
 
 // ── options ────────────────────────────────────────────────────────────────
 
 const argv = process.argv.slice(2);
-const flag = (name: string) => argv.includes(`--${name}`);
-const opt = (name: string): string | undefined => {
-  const i = argv.indexOf(`--${name}`);
-  return i >= 0 ? argv[i + 1] : undefined;
-};
+const { opt, flag } = benchArgs(argv);
 const RUNS = Number(opt("runs") ?? 2);
 const LINES = Number(opt("lines") ?? 100_000);
 const LINES_1M = Number(opt("lines-1m") ?? 1_000_000);

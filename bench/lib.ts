@@ -159,3 +159,17 @@ export function settleDisk(): number {
   if (which("sync")) Bun.spawnSync(["sync"]);
   return before;
 }
+
+/**
+ * A benchmark's `--name value` options and `--name` flags (every benchmark
+ * reads its command line this way; each prints its own usage).
+ */
+export function benchArgs(argv: string[] = process.argv.slice(2)): { opt: (name: string) => string | undefined; flag: (name: string) => boolean } {
+  return {
+    opt: (name) => {
+      const i = argv.indexOf(`--${name}`);
+      return i >= 0 ? argv[i + 1] : undefined;
+    },
+    flag: (name) => argv.includes(`--${name}`),
+  };
+}

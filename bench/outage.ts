@@ -33,16 +33,12 @@
 import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { freePort, loadAverage, machineNote, median, ROOT, spawnBun, waitForHttp, type Child } from "./lib";
+import { freePort, loadAverage, machineNote, median, ROOT, spawnBun, waitForHttp, type Child, benchArgs } from "./lib";
 
 // ── options ────────────────────────────────────────────────────────────────
 
 const argv = process.argv.slice(2);
-const flag = (name: string) => argv.includes(`--${name}`);
-function opt(name: string): string | undefined {
-  const i = argv.indexOf(`--${name}`);
-  return i >= 0 ? argv[i + 1] : undefined;
-}
+const { opt, flag } = benchArgs(argv);
 const quick = flag("quick");
 const LINES = Number(opt("lines") ?? (quick ? 10_000 : 100_000));
 const OUTAGES = (opt("outages") ?? (quick ? "3,6" : "30,120")).split(",").filter(Boolean).map(Number);

@@ -39,13 +39,10 @@ import type { FromWorker, PricedModel, RunTask, ToWorker, ValidateTask } from ".
 import { CELLS, SHARED_MODELS } from "../src/inference/admission/scheduler";
 import { newHealthMemory } from "../src/inference/upstream/health";
 import { DEFAULT_LINES, DEFAULT_PATH, generateBatchFile } from "./gen-batch";
-import { loadAverage, machineNote, median, ROOT } from "./lib";
+import { loadAverage, machineNote, median, ROOT, benchArgs } from "./lib";
 
 const argv = process.argv.slice(2);
-const opt = (name: string) => {
-  const i = argv.indexOf(`--${name}`);
-  return i === -1 ? undefined : argv[i + 1];
-};
+const { opt } = benchArgs(argv);
 const lines = Number(opt("lines") ?? DEFAULT_LINES);
 const input = lines === DEFAULT_LINES ? DEFAULT_PATH : `bench/data/batch-${lines}.jsonl`;
 const options = (opt("options") ? JSON.parse(opt("options")!) : BATCH_WORKER_OPTIONS) as WorkerOptions;

@@ -29,15 +29,12 @@ import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DEFAULT_LINES, DEFAULT_PATH, generateBatchFile } from "./gen-batch";
-import { freePort, loadAverage, machineNote, median, peakRssMb, ROOT, rssMb, settleDisk, spawnBun, waitForHttp } from "./lib";
+import { freePort, loadAverage, machineNote, median, peakRssMb, ROOT, rssMb, settleDisk, spawnBun, waitForHttp, benchArgs } from "./lib";
 
 const KEY = "sk-op-bench-admin-key-000000000000000000000";
 const auth = { authorization: `Bearer ${KEY}` };
 const argv = process.argv.slice(2);
-const opt = (name: string) => {
-  const i = argv.indexOf(`--${name}`);
-  return i === -1 ? undefined : argv[i + 1];
-};
+const { opt } = benchArgs(argv);
 const counts = (opt("workers") ?? "1,2,4,8,16").split(",").map(Number);
 if (counts.some((n) => !Number.isInteger(n) || n < 1 || n > 64)) throw new Error("--workers: counts from 1 to 64, comma-separated");
 const lines = Number(opt("lines") ?? DEFAULT_LINES);

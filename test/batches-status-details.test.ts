@@ -18,8 +18,8 @@ import { startTestServer, type TestServer } from "./helpers/server";
 import { clockTime, Progress, renderBar, renderPlain, waitingNote } from "../src/cli/progress";
 import { batchEventsOf } from "../src/batches/events";
 import { decide, estimate, QUEUED_MESSAGE, type Signals } from "../src/batches/statusDetails";
+import { runCli, type CliRun as Run } from "./helpers/cli";
 
-const ROOT = join(import.meta.dir, "..");
 /** The upstream's name in the config: what the messages name. */
 const NAME = "vllm";
 /** max_concurrency of the upstream. */
@@ -100,26 +100,8 @@ async function expectEndedClean(b: any): Promise<void> {
   expect(await row(b.id)).toEqual({ eta: null, code: null, message: null, since: null });
 }
 
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-/** `offpeak ARGS` as a child process (stderr is a pipe: progress in its plain form). */
-async function cli(args: string[]): Promise<Run> {
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("OFFPEAK_") && k !== "PORT" && k !== "HOST") env[k] = v;
-  const proc = Bun.spawn([process.execPath, join(ROOT, "src/main.ts"), ...args], {
-    cwd: work,
-    env: { ...env, OFFPEAK_BASE_URL: t.base, OFFPEAK_API_KEY: t.admin },
-    stdout: "pipe",
-    stderr: "pipe",
-    stdin: "ignore",
-  });
-  const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
-  return { code, stdout, stderr };
-}
+/** `offpeak ARGS` against the test server, run from the work directory. */
+const cli = (args: string[]): Promise<Run> => runCli(args, { OFFPEAK_BASE_URL: t.base, OFFPEAK_API_KEY: t.admin }, work);
 
 describe("estimated_completion_at", () => {
   test("null until a rate is known, then near when the batch really ends; null after; status_details null all along", async () => {

@@ -9,8 +9,8 @@ import { join } from "node:path";
 import type OpenAI from "openai";
 import { uploadBatchFile, waitBatch } from "./helpers/batches";
 import { chatLine, startTestServer, type TestServer } from "./helpers/server";
+import { runCli, type CliRun as Run } from "./helpers/cli";
 
-const ROOT = join(import.meta.dir, "..");
 
 let t: TestServer;
 let client: OpenAI;
@@ -96,25 +96,8 @@ describe("completion_window", () => {
 
 // ── the CLI's --window ─────────────────────────────────────────────────────
 
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-async function cli(args: string[]): Promise<Run> {
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("OFFPEAK_") && k !== "PORT" && k !== "HOST") env[k] = v;
-  const proc = Bun.spawn([process.execPath, join(ROOT, "src/main.ts"), ...args], {
-    cwd: work,
-    env: { ...env, OFFPEAK_BASE_URL: t.base, OFFPEAK_API_KEY: t.admin },
-    stdout: "pipe",
-    stderr: "pipe",
-    stdin: "ignore",
-  });
-  const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
-  return { code, stdout, stderr };
-}
+/** `offpeak ARGS` against the test server, run from the work directory. */
+const cli = (args: string[]): Promise<Run> => runCli(args, { OFFPEAK_BASE_URL: t.base, OFFPEAK_API_KEY: t.admin }, work);
 
 describe("the CLI's --window", () => {
   test("batches create --window 7d (and --completion-window 2d, the older spelling)", async () => {
