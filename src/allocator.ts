@@ -3,8 +3,8 @@
 //
 // Why: Bun allocates native memory with mimalloc, which keeps freed pages
 // for a while before giving them back to the OS. A batch churns through
-// such memory on two Worker threads at once, and the kept pages were what
-// took the server's peak RSS past its 256 MB bound (bench/stall.ts with
+// such memory on two Worker threads at once, and the kept pages take the
+// server's peak RSS past its 256 MB bound (bench/stall.ts with
 // OFFPEAK_NO_REEXEC=1: 253–257 MB at 1M lines, 264–270 MB at 10M).
 //
 // How long: the shorter the delay, the lower the peak and the more page
@@ -17,11 +17,12 @@
 //   delay 50 ms       6.6–7.3 s, 236–241 MB     /  71.3 s, 252 MB
 //   delay 250 ms      5.4 s, 263 MB
 //   mimalloc default  6.1 s, 255 MB
-// 20 ms keeps both sizes well under the bound. What it still cost came
-// mostly from the batch part writers' churn (a new string and a new encoded
-// buffer per MB of results); they now encode into pooled buffers
-// (batches/worker/runShard.ts): 1M lines in 7.5–7.9 s instead of 11.1–11.8
-// at 20 ms, 10M in 82.8 s at 231 MB (BENCHMARKS.md "Stall"). The
+// 20 ms keeps both sizes well under the bound. Its cost in speed comes
+// mostly from churn of native buffers, which is why the batch part writers
+// encode into pooled buffers (batches/worker/runShard.ts) rather than a new
+// string and a new encoded buffer per MB of results: at 20 ms, 1M lines in
+// 7.5–7.9 s with them against 11.1–11.8 s without, 10M in 82.8 s at 231 MB
+// (BENCHMARKS.md "Stall"). The
 // chat pass-through barely moves with it (bench/proxy-ab.ts, 12 rounds:
 // 0.881× naive at 0 ms, 0.883× at 2 ms). An operator who prefers speed sets
 // MIMALLOC_PURGE_DELAY (in ms) higher. The option is read once, when the
@@ -31,9 +32,10 @@
 //
 // Not for client commands (short-lived), nor when the environment already
 // sets MIMALLOC_PURGE_DELAY (any value: an operator's choice wins), nor with
-// OFFPEAK_NO_REEXEC=1.
+// OFFPEAK_NO_REEXEC=1 (src/env.ts reexecAllowed).
 
 import { readFileSync } from "node:fs";
+import { processEnv, reexecAllowed, type Env } from "./env";
 
 /** mimalloc's purge delay for `serve` (see above). */
 export const PURGE_DELAY_MS = 20;
@@ -56,8 +58,8 @@ function selfArgs(): string[] {
   return compiled ? [process.execPath, ...process.argv.slice(2)] : [process.execPath, ...process.execArgv, ...process.argv.slice(1)];
 }
 
-export function returnFreedMemoryAtOnce(env: NodeJS.ProcessEnv = process.env, args: string[] = process.argv.slice(2)): void {
-  if (env.MIMALLOC_PURGE_DELAY !== undefined || env.OFFPEAK_NO_REEXEC === "1") return;
+export function returnFreedMemoryAtOnce(env: Env = processEnv(), args: string[] = process.argv.slice(2)): void {
+  if (!reexecAllowed(env)) return;
   if (args.some((a) => NOT_SERVE.has(a))) return;
   if (typeof process.execve !== "function") return;
   try {

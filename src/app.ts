@@ -1,6 +1,7 @@
 // Builds the Elysia app from an AppContext. Tests and `offpeak serve` both
 // use this; nothing here reads the environment.
 import { Elysia } from "elysia";
+import pkg from "../package.json";
 import { swagger } from "@elysiajs/swagger";
 import { authenticate, principalIfKnown, principalOf } from "./auth/plugin";
 import { createVerifier, type Verify } from "./auth/verify";
@@ -137,7 +138,7 @@ export function buildApp(ctx: AppContext, verify: Verify = createVerifier(ctx.db
         swagger({
           path: "/docs",
           specPath: "/docs/json",
-          documentation: { info: { title: "offpeak", version: "0.1.0", description: "OpenAI-compatible Files + Batch API" } },
+          documentation: { info: { title: "offpeak", version: pkg.version, description: "OpenAI-compatible Files + Batch API" } },
           exclude: [/^\/v1\//],
         }),
       )

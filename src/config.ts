@@ -1,6 +1,10 @@
 // Configuration is resolved exactly once, at start, in the order
 // flag > environment > config file > default, and then passed down as a plain
-// object. Nothing reads process.env at request time.
+// object. Nothing reads the environment at request time, and nothing but
+// src/env.ts reads process.env: it holds the few settings needed where no
+// Config reaches (batch Workers, the allocator's re-exec before anything
+// loads), and this module re-exports them. Flags are read by src/flags.ts,
+// the client commands' parser too.
 import { Type, type Static } from "@sinclair/typebox";
 import { Value } from "@sinclair/typebox/value";
 import { readFileSync } from "node:fs";
@@ -11,6 +15,11 @@ import type { S3Settings } from "./storage/locator";
 import { parseAllowedHosts } from "./webhooks/egress";
 import { PeakCalendar, type PeakWindow } from "./batches/order";
 import { defaultBatchWorkers, usableCores } from "./batches/turns";
+import { defaultValidationWorkers } from "./jsonl/validationWorkers";
+import { processEnv, type Env } from "./env";
+import { parseFlags, type FlagSpec, type ParsedFlags } from "./flags";
+
+export { processEnv, threadSettings, type Env, type ThreadSettings } from "./env";
 
 const Pricing = Type.Object(
   {
@@ -72,6 +81,7 @@ export const ConfigFile = Type.Object(
           max_file_bytes: Type.Optional(Type.Integer({ minimum: 1 })),
           max_batch_lines: Type.Optional(Type.Integer({ minimum: 1 })),
           duplicate_check_bytes: Type.Optional(Type.Integer({ minimum: 8192 })),
+          upload_validation_workers: Type.Optional(Type.Integer({ minimum: 1, maximum: 64 })),
           max_json_bytes: Type.Optional(Type.Integer({ minimum: 1024 })),
           max_concurrent_uploads: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000 })),
           max_concurrent_uploads_per_key: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000 })),
@@ -129,6 +139,8 @@ export interface Config {
   maxBatchLines: number;
   /** Memory an upload's custom_id duplicate check may use before it spills fingerprints to <dataDir>/tmp (src/jsonl/duplicateFinder.ts). */
   duplicateCheckBytes: number;
+  /** Scanner Workers that check an upload's lines (it uses one more, its duplicate finder): src/jsonl/validationWorkers.ts. */
+  uploadValidationWorkers: number;
   /** Largest JSON request body read (413 request_too_large above; src/http/jsonBody.ts). */
   maxJsonBytes: number;
   /** Uploads (POST /files) streaming at once on this server, and per key; more are answered 429 (src/files/uploadSlots.ts). */
@@ -194,61 +206,29 @@ function peakHoursOf(windows: PeakWindow[] | undefined): PeakWindow[] {
   return windows;
 }
 
-type Flags = Record<string, string>;
+/** The flags `serve` takes. */
+export const SERVER_FLAGS: FlagSpec = {
+  config: "string",
+  "data-dir": "string",
+  host: "string",
+  "log-level": "string",
+  "max-batch-lines": "string",
+  "max-file-bytes": "string",
+  "max-json-bytes": "string",
+  "max-concurrent-uploads": "string",
+  "max-concurrent-uploads-per-key": "string",
+  "upload-idle-timeout-s": "string",
+  port: "string",
+  "storage-url": "string",
+  "database-url": "string",
+  help: "boolean",
+};
 
-/** Parses `--name value` and `--name=value` pairs; positional words are returned apart. */
-export function parseFlags(argv: string[]): { flags: Flags; positional: string[]; valueless: Set<string> } {
-  const flags: Flags = {};
-  const positional: string[] = [];
-  /** Flags given with no value (recorded as "true"). */
-  const valueless = new Set<string>();
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (!arg.startsWith("--")) {
-      positional.push(arg);
-      continue;
-    }
-    const eq = arg.indexOf("=");
-    if (eq > 0) flags[arg.slice(2, eq)] = arg.slice(eq + 1);
-    else if (i + 1 < argv.length && !argv[i + 1]!.startsWith("--")) flags[arg.slice(2)] = argv[++i]!;
-    else {
-      flags[arg.slice(2)] = "true";
-      valueless.add(arg.slice(2));
-    }
-  }
-  return { flags, positional, valueless };
-}
+/** The flags `keys` takes: the server's (it opens the same data dir and database) and its own. */
+export const KEYS_FLAGS: FlagSpec = { ...SERVER_FLAGS, name: "string", scopes: "string", project: "string" };
 
-/** The flags `serve` takes (and `keys`, which opens the same data dir). */
-export const SERVER_FLAGS = [
-  "config",
-  "data-dir",
-  "host",
-  "log-level",
-  "max-batch-lines",
-  "max-file-bytes",
-  "max-json-bytes",
-  "max-concurrent-uploads",
-  "max-concurrent-uploads-per-key",
-  "upload-idle-timeout-s",
-  "port",
-  "storage-url",
-  "database-url",
-] as const;
-
-/**
- * Refuses a flag the command does not know (a typo like --prot used to be
- * ignored) and a value flag given no value (`--data-dir` alone used to mean
- * a folder named "true").
- */
-export function checkFlags(argv: string[], known: readonly string[]): void {
-  const { flags, valueless } = parseFlags(argv);
-  for (const name of Object.keys(flags)) {
-    if (name === "help") continue;
-    if (!known.includes(name)) throw new ConfigError(`unknown option --${name}`);
-    if (valueless.has(name)) throw new ConfigError(`--${name} needs a value`);
-  }
-}
+/** `argv` read against `spec`; a flag the command does not take, or a value flag given none, is a ConfigError (exit 2). */
+export const serverFlags = (argv: readonly string[], spec: FlagSpec = SERVER_FLAGS): ParsedFlags => parseFlags(argv, spec, (message) => new ConfigError(message));
 
 function intOf(name: string, raw: string | undefined, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
   if (raw === undefined || raw === "") return undefined;
@@ -285,7 +265,7 @@ export function readConfigFile(path: string): ConfigFile {
  * then AWS_*), so Workers and tests get them from the Config, never from
  * the environment.
  */
-export function storageOf(url: string, env: Record<string, string | undefined>): StorageConfig {
+export function storageOf(url: string, env: Env): StorageConfig {
   const u = url.trim();
   if (u === "file:" || u === "file://" || u === "file") return { kind: "file" };
   const m = /^s3:\/\/([^/]+)(?:\/(.*))?$/.exec(u);
@@ -308,11 +288,15 @@ export function storageOf(url: string, env: Record<string, string | undefined>):
 
 /**
  * database.url → where records go: `sqlite:` (<data_dir>/offpeak.db),
- * `sqlite:PATH`, or `postgres://…` / `postgresql://…` (SPEC §14).
+ * `sqlite:PATH`, or `postgres://…` / `postgresql://…` (SPEC §14), with
+ * OFFPEAK_PG_POOL connections at most (checked only for Postgres).
  */
-export function databaseOf(url: string, dataDir: string): DatabaseConfig {
+export function databaseOf(url: string, dataDir: string, pgPool?: string): DatabaseConfig {
   const u = url.trim();
-  if (/^postgres(ql)?:\/\//.test(u)) return { kind: "postgres", url: u };
+  if (/^postgres(ql)?:\/\//.test(u)) {
+    const pool = intOf("OFFPEAK_PG_POOL", pgPool, 1);
+    return pool === undefined ? { kind: "postgres", url: u } : { kind: "postgres", url: u, pool };
+  }
   const m = /^sqlite:(?:\/\/)?(.*)$/.exec(u);
   if (!m) throw new ConfigError(`database url must be sqlite: or postgres://…, got "${url.replace(/:[^:@/]*@/, ":***@")}"`);
   return { kind: "sqlite", path: m[1] ? resolve(m[1]) : join(dataDir, "offpeak.db") };
@@ -346,8 +330,12 @@ const DEFAULTS = {
   uploadIdleTimeoutS: 60,
 };
 
-export function resolveConfig(argv: string[], env: Record<string, string | undefined> = process.env): Config {
-  const { flags } = parseFlags(argv);
+/**
+ * The server's Config from its command line (read against `spec`: a flag it
+ * does not take stops the start) and environment.
+ */
+export function resolveConfig(argv: readonly string[], env: Env = processEnv(), spec: FlagSpec = SERVER_FLAGS): Config {
+  const { flags } = serverFlags(argv, spec);
   const configPath = flags["config"] ?? env.OFFPEAK_CONFIG ?? null;
   const file: ConfigFile = configPath ? readConfigFile(configPath) : {};
 
@@ -378,7 +366,7 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
     dataDir: resolve(dataDir),
     configPath,
     nodeName: env.OFFPEAK_NODE_NAME || hostname(),
-    database: databaseOf(pick(flags["database-url"], env.OFFPEAK_DATABASE_URL, file.database?.url) ?? "sqlite:", resolve(dataDir)),
+    database: databaseOf(pick(flags["database-url"], env.OFFPEAK_DATABASE_URL, file.database?.url) ?? "sqlite:", resolve(dataDir), env.OFFPEAK_PG_POOL),
     databaseStartWaitMs: (pick(intOf("OFFPEAK_DATABASE_START_WAIT_S", env.OFFPEAK_DATABASE_START_WAIT_S, 0), file.database?.start_wait_s) ?? 300) * 1000,
     storage: storageOf(pick(flags["storage-url"], env.OFFPEAK_STORAGE_URL, file.storage?.url) ?? "file:", env),
     maxFileBytes:
@@ -389,6 +377,8 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
       DEFAULTS.maxBatchLines,
     duplicateCheckBytes:
       pick(intOf("OFFPEAK_DUPLICATE_CHECK_BYTES", env.OFFPEAK_DUPLICATE_CHECK_BYTES, 8192), file.limits?.duplicate_check_bytes) ?? DEFAULTS.duplicateCheckBytes,
+    uploadValidationWorkers:
+      pick(intOf("OFFPEAK_UPLOAD_VALIDATION_WORKERS", env.OFFPEAK_UPLOAD_VALIDATION_WORKERS, 1, 64), file.limits?.upload_validation_workers) ?? defaultValidationWorkers(usableCores()),
     maxJsonBytes:
       pick(intOf("--max-json-bytes", flags["max-json-bytes"], 1024), intOf("OFFPEAK_MAX_JSON_BYTES", env.OFFPEAK_MAX_JSON_BYTES, 1024), file.limits?.max_json_bytes) ??
       DEFAULTS.maxJsonBytes,
@@ -431,5 +421,24 @@ export function resolveConfig(argv: string[], env: Record<string, string | undef
     models: file.models ?? {},
     webhookRetryBaseMs: intOf("OFFPEAK_WEBHOOK_RETRY_BASE_MS", env.OFFPEAK_WEBHOOK_RETRY_BASE_MS, 1, 5000) ?? 5000,
     webhookAllowedHosts: webhookAllowedHostsOf(env.OFFPEAK_WEBHOOK_ALLOWED_HOSTS ?? file.webhooks?.allowed_hosts),
+  };
+}
+
+/** What the client commands (src/cli/) take from the environment where no flag says. */
+export interface ClientEnv {
+  /** OFFPEAK_BASE_URL, else the server on this machine at PORT as the server itself reads it (so a container that sets PORT needs nothing more). */
+  baseUrl: string;
+  /** OFFPEAK_API_KEY, else OFFPEAK_ADMIN_KEY (handy inside the server's own container). */
+  apiKey: string | undefined;
+  /** `healthcheck`'s URL: /healthz of the server on this machine at PORT. */
+  healthUrl: string;
+}
+
+export function clientEnv(env: Env = processEnv()): ClientEnv {
+  const local = `http://127.0.0.1:${env.PORT || DEFAULTS.port}`;
+  return {
+    baseUrl: env.OFFPEAK_BASE_URL || `${local}/v1`,
+    apiKey: env.OFFPEAK_API_KEY || env.OFFPEAK_ADMIN_KEY || undefined,
+    healthUrl: `${local}/healthz`,
   };
 }

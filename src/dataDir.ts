@@ -39,7 +39,7 @@ export interface OpenPath {
  * (`sqlite:PATH`). Returns the paths that were too open, for the caller's
  * log. One that cannot be changed (another owner, a filesystem without
  * modes) is left as it is, with tightened: false: the caller warns and goes
- * on, as it did before this check existed.
+ * on: a server that cannot tighten its files still serves.
  */
 export function secureDataDir(dataDir: string, database: DatabaseConfig): OpenPath[] {
   restrictNewFiles();

@@ -11,8 +11,8 @@
 // that fails means the kernel may have dropped the dirty pages: the caller
 // must not acknowledge, so every function here rejects with the error.
 //
-// Two settings are read once, when this module loads, in every thread that
-// imports it (batch Workers get no Config object, and all threads must agree):
+// Two settings, read once per thread (src/env.ts: batch Workers get no
+// Config object, and all threads must agree):
 //
 // - OFFPEAK_UNSAFE_NO_FSYNC=1 — skip every flush offpeak makes (SQLite keeps
 //   its own, at checkpoints). **For benchmarks only**
@@ -30,12 +30,13 @@
 // batch Worker, and node:worker_threads and node:fs/promises cost each Worker
 // 0.4 and 0.2 MB more (SPEC §20; docs/OPERATING.md "Batch Workers").
 import { appendFileSync, close, closeSync, fdatasync, fsync, fsyncSync, open, openSync } from "node:fs";
+import { threadSettings } from "./env";
 
 const isMainThread = Bun.isMainThread;
 
-export const FSYNC_ENABLED = process.env.OFFPEAK_UNSAFE_NO_FSYNC !== "1";
-const TEST_LOG = process.env.OFFPEAK_TEST_FSYNC_LOG || null;
-const TEST_DELAY_MS = Number(isMainThread ? process.env.OFFPEAK_TEST_FSYNC_DELAY_MS : process.env.OFFPEAK_TEST_FSYNC_WORKER_DELAY_MS) || 0;
+export const FSYNC_ENABLED = threadSettings.fsync;
+const TEST_LOG = threadSettings.testFsyncLog;
+const TEST_DELAY_MS = threadSettings.testFsyncDelayMs;
 
 /** Test seam: records a completed flush (or a step around one, e.g. a rename) when OFFPEAK_TEST_FSYNC_LOG is set. */
 export function noteDurable(op: "file" | "dir" | "rename" | "db", path: string, extra: Record<string, unknown> = {}): void {

@@ -6,7 +6,8 @@
 // First: `serve` may re-execute itself before the rest loads (allocator.ts says why).
 import "./allocator";
 import { CLIENT_COMMANDS, CliError, forProgram } from "./cli";
-import { checkFlags, ConfigError, parseFlags, resolveConfig, SERVER_FLAGS } from "./config";
+import { ConfigError, KEYS_FLAGS, resolveConfig, serverFlags } from "./config";
+import { commandWords } from "./flags";
 import { existsSync } from "node:fs";
 import { openDb } from "./db/client";
 import { DatabaseUnavailable } from "./db/unavailable";
@@ -49,27 +50,28 @@ batches wait); 2 bad usage, an unreachable server or a refused request;
 `;
 
 async function main(argv: string[]): Promise<number> {
-  const { flags, positional } = parseFlags(argv);
-  const command = positional[0] ?? "serve";
-  const client = CLIENT_COMMANDS[command];
+  // The server's flags may come before the command word (`offpeak --port 9000` serves).
+  const { words, help } = commandWords(argv, KEYS_FLAGS);
+  const command = words[0]?.value ?? "serve";
+  const client = Object.hasOwn(CLIENT_COMMANDS, command) ? CLIENT_COMMANDS[command] : undefined;
   if (client) {
     // Everything after the command word goes to the client, which parses its own flags.
-    const at = argv.indexOf(command);
+    const at = words[0]!.index;
     return client([...argv.slice(at + 1), ...argv.slice(0, at)]);
   }
-  if (command === "help" && positional[1] && CLIENT_COMMANDS[positional[1]]) return CLIENT_COMMANDS[positional[1]]!(["--help"]);
-  if (flags["help"] || command === "help" || command === "-h") {
+  const topic = words[1]?.value;
+  if (command === "help" && topic && Object.hasOwn(CLIENT_COMMANDS, topic)) return CLIENT_COMMANDS[topic]!(["--help"]);
+  if (help || command === "help") {
     process.stdout.write(forProgram(HELP));
     return 0;
   }
   if (command === "serve") return serve(argv);
-  if (command === "keys") return keys(argv, positional.slice(1), flags);
+  if (command === "keys") return keys(argv);
   process.stderr.write(`offpeak: unknown command '${command}'\n\n${forProgram(HELP)}`);
   return 2;
 }
 
 async function serve(argv: string[]): Promise<number> {
-  checkFlags(argv, SERVER_FLAGS);
   const config = resolveConfig(argv);
   // It says where it is (the console, the API base, the data) once it answers: startServer's banner.
   const server = await startServer(config);
@@ -91,14 +93,15 @@ async function serve(argv: string[]): Promise<number> {
 
 const KEYS_VERBS = ["create", "list", "revoke"];
 
-async function keys(argv: string[], args: string[], flags: Record<string, string>): Promise<number> {
-  checkFlags(argv, [...SERVER_FLAGS, "name", "scopes", "project"]);
+async function keys(argv: string[]): Promise<number> {
+  const { flags, positional } = serverFlags(argv, KEYS_FLAGS);
+  const args = positional.slice(1); // after "keys"
   // Usage is checked before the database is opened: opening creates it.
   const verb = args[0] ?? "";
   if (!KEYS_VERBS.includes(verb)) throw new ConfigError("keys needs a verb: create | list | revoke");
   if (verb === "create" && !flags["name"]) throw new ConfigError("keys create needs --name NAME");
   if (verb === "revoke" && !args[1]) throw new ConfigError("keys revoke needs a key id");
-  const config = resolveConfig(argv);
+  const config = resolveConfig(argv, undefined, KEYS_FLAGS);
   // A mistyped --data-dir must not look like "no keys" (or take a revocation silently):
   // only create may start a database, so keys can be made before the first start.
   const dbc = config.database;

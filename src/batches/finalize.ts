@@ -2,11 +2,11 @@
 // files are composed of the shards' part files (file_parts rows, in shard
 // order), so no result byte is copied or read. Each non-empty part file moves
 // into the store (BlobStore.adoptPart: a rename on disk), the directories
-// that gained entries are fsynced, the batch's working directory (now only
-// empty part files) goes to the trash, and one transaction writes the file
-// records, their parts and the final state. (Before: the part files were
-// concatenated into one file on the main thread, then rmSync'ed: 1–4 s of
-// frozen server at 1M lines, 21 s at 10M.)
+// that gained entries are fsynced, the batch's working directory (by then
+// only empty part files) goes to the trash, and one transaction writes the
+// file records, their parts and the final state. (Concatenating the part
+// files into one file on the main thread and rmSync'ing them, measured:
+// 1–4 s of frozen server at 1M lines, 21 s at 10M.)
 //
 // Any step can be cut short by a crash and the whole thing simply runs again:
 // the file ids are derived from the batch id, a part already moved is found
@@ -17,6 +17,7 @@ import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { eq, inArray } from "drizzle-orm";
 import type { AppContext } from "../context";
+import { threadSettings } from "../config";
 import { derivedId, nowSeconds } from "../ids";
 import type { BlobPart } from "../storage/blobStore";
 import { trashIn } from "../storage/trash";
@@ -25,13 +26,13 @@ import { FINAL_STATES, type BatchRow } from "./service";
 import { recordBatchEvent } from "../webhooks/outbox";
 
 /**
- * TEST HOOK, read once from the environment, never set in production:
- * OFFPEAK_TEST_FINALIZE_PAUSE_MS=N makes finalize log each step ("batch
- * finalize step", at info) and then wait N ms, so a test can SIGKILL the
- * server at a known step and check that a restart finishes the batch
- * correctly (test/batches-compose-crash.test.ts).
+ * TEST HOOK, never set in production: OFFPEAK_TEST_FINALIZE_PAUSE_MS=N
+ * (src/env.ts) makes finalize log each step ("batch finalize step", at info)
+ * and then wait N ms, so a test can SIGKILL the server at a known step and
+ * check that a restart finishes the batch correctly
+ * (test/batches-compose-crash.test.ts).
  */
-const TEST_PAUSE_MS = Number(process.env.OFFPEAK_TEST_FINALIZE_PAUSE_MS) || 0;
+const TEST_PAUSE_MS = threadSettings.testFinalizePauseMs;
 
 async function step(ctx: AppContext, batchId: string, name: string, fields: Record<string, unknown> = {}): Promise<void> {
   if (TEST_PAUSE_MS <= 0) return;

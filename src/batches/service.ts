@@ -9,6 +9,7 @@ import { isId, newId, nowSeconds } from "../ids";
 import { addFileDeleteGuard, getFile } from "../files/service";
 import { ENDPOINT_LIST, kindOfUrl } from "../endpoints";
 import type { StatusDetailCode, StatusDetails } from "./statusDetails";
+import { BATCH_DISCOUNT } from "./worker/usage";
 
 export type { BatchRow };
 export const FINAL_STATES = ["completed", "failed", "expired", "cancelled"] as const;
@@ -53,7 +54,7 @@ export function batchView(b: BatchRow) {
       output_tokens_details: { reasoning_tokens: b.reasoningTokens },
       total_tokens: b.inputTokens + b.outputTokens,
     },
-    cost: { currency: "USD", amount: Math.round(b.costAmount * 1e6) / 1e6, discount: 0.5 },
+    cost: { currency: "USD", amount: Math.round(b.costAmount * 1e6) / 1e6, discount: BATCH_DISCOUNT },
     metadata: b.metadata ?? null,
     estimated_completion_at: final ? null : (b.estimatedCompletionAt ?? null),
     status_details: statusDetailsOf(b),

@@ -18,8 +18,8 @@ const json = (body: unknown, headers: Record<string, string>) => new Response(JS
 
 /**
  * offpeak itself reads `stream` and `stream_options` (for every model), so it
- * checks their types: `stream: "yes"` used to be taken as false and answered
- * with plain JSON (and sent on to an upstream that might stream). null = not given.
+ * checks their types: a `stream: "yes"` read as false would be answered with
+ * plain JSON while an upstream it is sent on to might stream. null = not given.
  * stream_options without stream:true is refused, as OpenAI refuses it.
  */
 export function checkStreamFields(body: Record<string, unknown>): boolean {

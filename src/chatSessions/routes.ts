@@ -27,7 +27,7 @@ export const chatsRoutes = (ctx: AppContext) =>
     .post("/:id/stream", ({ request, params, body }) => streamReply(ctx, principalOf(request), params.id, { ...body, temperature: body.temperature ?? undefined }, request), {
       parse: jsonOnly,
       // max_tokens is checked in streamReply: Elysia turns t.Integer into a
-      // union that also takes numeric strings, so "10" was accepted (SPEC §10).
+      // union that also takes numeric strings, and "10" must be refused (SPEC §10).
       body: t.Object({
         content: t.String(),
         max_tokens: t.Optional(t.Unknown()),

@@ -88,7 +88,8 @@ export async function streamReply(
   }
   if (opened instanceof Response) {
     // An upstream 4xx before the first byte passes through with its status
-    // and body, as on /chat/completions (it used to become a 502); nothing is stored.
+    // and body, as on /chat/completions: the client's request is what was
+    // wrong, not the upstream (no 502); nothing is stored.
     release();
     for (const [k, v] of Object.entries(headers)) opened.headers.set(k, v);
     return opened;
@@ -118,8 +119,9 @@ export async function streamReply(
     source?.close();
     if (metersTokens && reply) ctx.rateLimiter.charge(principal.keyId, countTokens(reply));
     // The chat may have been deleted while its reply streamed: then there is
-    // nothing to store into (the insert failed on the foreign key and the
-    // client got an in-band "FOREIGN KEY constraint failed" instead of [DONE]).
+    // nothing to store into (the insert would fail on the foreign key, and
+    // the client would get an in-band "FOREIGN KEY constraint failed"
+    // instead of [DONE]).
     try {
       if (userStored && (await chatExists(ctx, chat.id))) await addMessage(ctx, chat.id, "assistant", reply);
     } catch (e) {

@@ -1,6 +1,8 @@
-// Argument parsing for the client commands: each verb declares its flags, so
-// a boolean flag never swallows the next word, an unknown flag is a usage
-// error (exit 2) instead of being ignored, and repeated flags collect.
+// The client commands' arguments: each verb declares its flags (read by
+// src/flags.ts, the server's parser too), and the connection comes from the
+// flags, else the environment (config.ts clientEnv).
+import { clientEnv, type ClientEnv } from "../config";
+import { parseFlags, type FlagSpec, type ParsedFlags } from "../flags";
 import { forProgram, prog } from "./program";
 
 export class CliError extends Error {
@@ -17,61 +19,14 @@ export class CliError extends Error {
 /** Bad usage, an unreachable server, or a request the server refused: exit 2. */
 export const usageError = (message: string) => new CliError(message, 2);
 
-export type FlagKind = "string" | "boolean" | "list";
-export type FlagSpec = Record<string, FlagKind>;
-
-export interface Parsed {
-  flags: Record<string, string | undefined>;
-  bools: Record<string, boolean>;
-  lists: Record<string, string[]>;
-  positional: string[];
-}
+export type { FlagSpec } from "../flags";
+export type Parsed = ParsedFlags;
 
 /** Flags every client command takes. */
 export const CONNECTION_FLAGS: FlagSpec = { "base-url": "string", "api-key": "string", help: "boolean" };
 
-const SHORT: Record<string, string> = { h: "help", o: "out" };
-
-export function parseArgs(argv: string[], spec: FlagSpec): Parsed {
-  const all: FlagSpec = { ...CONNECTION_FLAGS, ...spec };
-  const out: Parsed = { flags: {}, bools: {}, lists: {}, positional: [] };
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (arg === "--") {
-      out.positional.push(...argv.slice(i + 1));
-      break;
-    }
-    let name: string;
-    let inline: string | undefined;
-    if (arg.startsWith("--")) {
-      const eq = arg.indexOf("=");
-      name = eq > 0 ? arg.slice(2, eq) : arg.slice(2);
-      inline = eq > 0 ? arg.slice(eq + 1) : undefined;
-    } else if (/^-[a-zA-Z]$/.test(arg)) {
-      const long = SHORT[arg.slice(1)];
-      if (!long || !(long in all)) throw usageError(`unknown option ${arg}`);
-      name = long;
-    } else {
-      out.positional.push(arg);
-      continue;
-    }
-    const kind = all[name];
-    if (!kind) throw usageError(`unknown option --${name}`);
-    if (kind === "boolean") {
-      if (inline !== undefined && !["true", "false"].includes(inline)) throw usageError(`--${name} takes no value`);
-      out.bools[name] = inline !== "false";
-      continue;
-    }
-    let value = inline;
-    if (value === undefined) {
-      if (i + 1 >= argv.length) throw usageError(`--${name} needs a value`);
-      value = argv[++i]!;
-    }
-    if (kind === "list") (out.lists[name] ??= []).push(value);
-    else out.flags[name] = value;
-  }
-  return out;
-}
+/** A verb's arguments: its own flags and the connection flags; a mistake is a usage error (exit 2). */
+export const parseVerb = (argv: string[], spec: FlagSpec): Parsed => parseFlags(argv, { ...CONNECTION_FLAGS, ...spec }, usageError);
 
 /** A number flag in [min, max], or the default. */
 export function numberFlag(p: Parsed, name: string, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
@@ -89,9 +44,6 @@ export function positionals(p: Parsed, names: string[], usageLine: string): stri
   return p.positional;
 }
 
-/** The server on this machine, on PORT as the server itself would read it (so a container that sets PORT needs nothing more). */
-export const defaultBaseUrl = (env: Record<string, string | undefined>) => `http://127.0.0.1:${env.PORT || "8080"}/v1`;
-
 export interface Connection {
   baseUrl: string;
   apiKey: string;
@@ -99,11 +51,10 @@ export interface Connection {
 
 /**
  * --base-url > OFFPEAK_BASE_URL > http://127.0.0.1:$PORT/v1 (8080 without PORT); a URL without a
- * path gets /v1. --api-key > OFFPEAK_API_KEY > OFFPEAK_ADMIN_KEY (handy inside
- * the server's own container).
+ * path gets /v1. --api-key > OFFPEAK_API_KEY > OFFPEAK_ADMIN_KEY.
  */
-export function connection(p: Parsed, env: Record<string, string | undefined> = process.env): Connection {
-  const raw = p.flags["base-url"] ?? (env.OFFPEAK_BASE_URL || undefined) ?? defaultBaseUrl(env);
+export function connection(p: Parsed, env: ClientEnv = clientEnv()): Connection {
+  const raw = p.flags["base-url"] ?? env.baseUrl;
   let url: URL;
   try {
     url = new URL(raw);
@@ -114,7 +65,7 @@ export function connection(p: Parsed, env: Record<string, string | undefined> = 
   let path = url.pathname.replace(/\/+$/, "");
   if (path === "") path = "/v1";
   const baseUrl = `${url.protocol}//${url.host}${path}`;
-  const apiKey = p.flags["api-key"] ?? (env.OFFPEAK_API_KEY || undefined) ?? (env.OFFPEAK_ADMIN_KEY || undefined);
+  const apiKey = p.flags["api-key"] ?? env.apiKey;
   if (!apiKey) throw usageError("no API key: pass --api-key KEY or set OFFPEAK_API_KEY");
   return { baseUrl, apiKey };
 }

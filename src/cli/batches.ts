@@ -1,6 +1,6 @@
 // offpeak batches create|get|list|cancel|wait, and the wait loop that
 // `batch run` shares.
-import { CliError, connection, dispatchVerb, helped, keyValues, numberFlag, parseArgs, positionals, usageError, type Parsed } from "./args";
+import { CliError, connection, dispatchVerb, helped, keyValues, numberFlag, parseVerb, positionals, usageError, type Parsed } from "./args";
 import { printJson, table, timeText } from "./format";
 import { Client, type Batch, type List } from "./http";
 import { clockTime, formatDuration, Progress, waitingNote } from "./progress";
@@ -89,7 +89,7 @@ export function createBatch(client: Client, fileId: string, o: CreateOptions): P
 }
 
 async function create(argv: string[]): Promise<number> {
-  const p = parseArgs(argv, { endpoint: "string", ...WINDOW_FLAGS, metadata: "list" });
+  const p = parseVerb(argv, { endpoint: "string", ...WINDOW_FLAGS, metadata: "list" });
   if (helped(p, BATCHES_HELP)) return 0;
   const [fileId] = positionals(p, ["FILE_ID"], "offpeak batches create FILE_ID [--endpoint E] [--window 24h] [--metadata k=v]");
   const completionWindow = windowFlag(p);
@@ -105,7 +105,7 @@ async function create(argv: string[]): Promise<number> {
 }
 
 async function get(argv: string[]): Promise<number> {
-  const p = parseArgs(argv, {});
+  const p = parseVerb(argv, {});
   if (helped(p, BATCHES_HELP)) return 0;
   const [id] = positionals(p, ["BATCH_ID"], "offpeak batches get BATCH_ID");
   const b = await new Client(connection(p)).json<Batch>("GET", `/batches/${encodeURIComponent(id!)}`);
@@ -126,7 +126,7 @@ export function progressSummary(b: Batch, now = Date.now()): string {
 }
 
 async function list(argv: string[]): Promise<number> {
-  const p = parseArgs(argv, { limit: "string", after: "string", json: "boolean" });
+  const p = parseVerb(argv, { limit: "string", after: "string", json: "boolean" });
   if (helped(p, BATCHES_HELP)) return 0;
   positionals(p, [], "offpeak batches list [--limit N] [--after BATCH_ID] [--json]");
   const res = await new Client(connection(p)).json<List<Batch>>("GET", "/batches", { query: { limit: p.flags.limit, after: p.flags.after } });
@@ -153,7 +153,7 @@ async function list(argv: string[]): Promise<number> {
 }
 
 async function cancel(argv: string[]): Promise<number> {
-  const p = parseArgs(argv, {});
+  const p = parseVerb(argv, {});
   if (helped(p, BATCHES_HELP)) return 0;
   const [id] = positionals(p, ["BATCH_ID"], "offpeak batches cancel BATCH_ID");
   printJson(await new Client(connection(p)).json<Batch>("POST", `/batches/${encodeURIComponent(id!)}/cancel`));
@@ -161,7 +161,7 @@ async function cancel(argv: string[]): Promise<number> {
 }
 
 async function retry(argv: string[]): Promise<number> {
-  const p = parseArgs(argv, {});
+  const p = parseVerb(argv, {});
   if (helped(p, BATCHES_HELP)) return 0;
   const [id] = positionals(p, ["BATCH_ID"], "offpeak batches retry BATCH_ID");
   printJson(await new Client(connection(p)).json<Batch>("POST", `/batches/${encodeURIComponent(id!)}/retry`));
@@ -201,7 +201,7 @@ export function waitSettings(p: Parsed): WaitSettings {
 export const withProgress = (s: WaitSettings, prefix: string): WaitOptions => ({ ...s, progress: new Progress({ quiet: s.quiet, plainEveryMs: s.plainEveryMs, prefix }) });
 
 async function wait(argv: string[]): Promise<number> {
-  const p = parseArgs(argv, { ...WAIT_FLAGS, out: "string", errors: "string" });
+  const p = parseVerb(argv, { ...WAIT_FLAGS, out: "string", errors: "string" });
   if (helped(p, BATCHES_HELP)) return 0;
   const [id] = positionals(p, ["BATCH_ID"], "offpeak batches wait BATCH_ID [--out RESULTS.jsonl] [--errors ERRORS.jsonl] [--interval S]");
   const client = new Client(connection(p));

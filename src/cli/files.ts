@@ -1,5 +1,5 @@
 // offpeak files upload|list|get|download|rm
-import { connection, dispatchVerb, helped, numberFlag, parseArgs, positionals } from "./args";
+import { connection, dispatchVerb, helped, numberFlag, parseVerb, positionals } from "./args";
 import { printJson, table, timeText } from "./format";
 import { Client, type FileRecord, type List } from "./http";
 import { Progress, formatBytes } from "./progress";
@@ -35,7 +35,7 @@ export function filesCommand(argv: string[]): Promise<number> {
 }
 
 async function upload(argv: string[]): Promise<number> {
-  const p = parseArgs(argv, { purpose: "string", "expires-after": "string", quiet: "boolean" });
+  const p = parseVerb(argv, { purpose: "string", "expires-after": "string", quiet: "boolean" });
   if (helped(p, FILES_HELP)) return 0;
   const [path] = positionals(p, ["FILE"], "offpeak files upload FILE [--purpose batch]");
   const client = new Client(connection(p));
@@ -56,7 +56,7 @@ export async function uploadWithProgress(client: Client, path: string, purpose: 
 }
 
 async function list(argv: string[]): Promise<number> {
-  const p = parseArgs(argv, { purpose: "string", limit: "string", order: "string", after: "string", json: "boolean" });
+  const p = parseVerb(argv, { purpose: "string", limit: "string", order: "string", after: "string", json: "boolean" });
   if (helped(p, FILES_HELP)) return 0;
   positionals(p, [], "offpeak files list [--purpose P] [--limit N] [--order asc|desc] [--after FILE_ID] [--json]");
   const client = new Client(connection(p));
@@ -78,7 +78,7 @@ async function list(argv: string[]): Promise<number> {
 }
 
 async function get(argv: string[]): Promise<number> {
-  const p = parseArgs(argv, {});
+  const p = parseVerb(argv, {});
   if (helped(p, FILES_HELP)) return 0;
   const [id] = positionals(p, ["FILE_ID"], "offpeak files get FILE_ID");
   printJson(await new Client(connection(p)).json<FileRecord>("GET", `/files/${encodeURIComponent(id!)}`));
@@ -86,7 +86,7 @@ async function get(argv: string[]): Promise<number> {
 }
 
 async function download(argv: string[]): Promise<number> {
-  const p = parseArgs(argv, { out: "string" });
+  const p = parseVerb(argv, { out: "string" });
   if (helped(p, FILES_HELP)) return 0;
   const [id] = positionals(p, ["FILE_ID"], "offpeak files download FILE_ID [--out PATH]");
   const client = new Client(connection(p));
@@ -96,7 +96,7 @@ async function download(argv: string[]): Promise<number> {
 }
 
 async function rm(argv: string[]): Promise<number> {
-  const p = parseArgs(argv, {});
+  const p = parseVerb(argv, {});
   if (helped(p, FILES_HELP)) return 0;
   const [id] = positionals(p, ["FILE_ID"], "offpeak files rm FILE_ID");
   const res = await new Client(connection(p)).json<{ id: string; deleted: boolean }>("DELETE", `/files/${encodeURIComponent(id!)}`);

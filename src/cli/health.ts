@@ -1,6 +1,7 @@
 // offpeak healthcheck: GET /healthz on the local server, for container
 // HEALTHCHECKs on images without curl. Exit 0 healthy, 1 not.
-import { parseArgs, usageError } from "./args";
+import { clientEnv, type ClientEnv } from "../config";
+import { parseVerb, usageError } from "./args";
 
 export const HEALTHCHECK_HELP = `offpeak healthcheck — probe a server's /healthz (for container health checks)
 
@@ -12,13 +13,13 @@ Usage:
 Exit codes: 0 healthy; 1 not answering "ok" in time.
 `;
 
-export async function healthcheckCommand(argv: string[], env: Record<string, string | undefined> = process.env): Promise<number> {
-  const p = parseArgs(argv, { url: "string", timeout: "string" });
+export async function healthcheckCommand(argv: string[], env: ClientEnv = clientEnv()): Promise<number> {
+  const p = parseVerb(argv, { url: "string", timeout: "string" });
   if (p.bools.help) {
     process.stdout.write(HEALTHCHECK_HELP);
     return 0;
   }
-  const url = p.flags.url ?? `http://127.0.0.1:${env.PORT || "8080"}/healthz`;
+  const url = p.flags.url ?? env.healthUrl;
   const seconds = Number(p.flags.timeout ?? 5);
   if (!(seconds >= 0.1 && seconds <= 3600)) throw usageError(`--timeout must be a number of seconds from 0.1 to 3600, got "${p.flags.timeout}"`);
   const timeoutMs = seconds * 1000;

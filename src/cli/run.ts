@@ -2,7 +2,7 @@
 // it, download the results (streamed) — one command for the whole round trip.
 import { closeSync, existsSync, openSync, readSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
-import { connection, dispatchVerb, helped, keyValues, parseArgs, positionals, usageError, type Parsed } from "./args";
+import { connection, dispatchVerb, helped, keyValues, parseVerb, positionals, usageError, type Parsed } from "./args";
 import { createBatch, FINAL_STATES, reportEnd, TIMED_OUT_EXIT, timedOutMessage, WAIT_FLAGS, WINDOW_FLAGS, waitForBatch, waitSettings, windowFlag, withProgress } from "./batches";
 import { uploadWithProgress } from "./files";
 import { Client } from "./http";
@@ -51,12 +51,11 @@ export function batchCommand(argv: string[]): Promise<number> {
   return dispatchVerb(argv, { name: "batch", help: BATCH_HELP, verbs: { run }, listed: "run" });
 }
 
-/** The url of the first request line, as a batch endpoint; null if it cannot be read. */
 /**
  * The url of the file's first request line, as the batch endpoint; null if
  * the first line is not a request (then the caller must be told, not guess).
  * Reads up to the first line's end, which may be as far as the 4 MiB line
- * limit: reading a fixed 1 MiB used to misread a longer first line.
+ * limit: a fixed-size read would cut a longer first line.
  */
 export function endpointOf(path: string): string | null {
   let fd: number;
@@ -103,7 +102,7 @@ function defaultPath(input: string, kind: "results" | "errors"): string {
 }
 
 async function run(argv: string[]): Promise<number> {
-  const p: Parsed = parseArgs(argv, { ...WAIT_FLAGS, endpoint: "string", ...WINDOW_FLAGS, out: "string", errors: "string", metadata: "list" });
+  const p: Parsed = parseVerb(argv, { ...WAIT_FLAGS, endpoint: "string", ...WINDOW_FLAGS, out: "string", errors: "string", metadata: "list" });
   if (helped(p, BATCH_HELP)) return 0;
   const [input] = positionals(p, ["FILE.jsonl"], "offpeak batch run FILE.jsonl [--out RESULTS.jsonl] [--errors ERRORS.jsonl]");
   const client = new Client(connection(p));

@@ -1,6 +1,6 @@
 // offpeak webhooks create|list|rm (admin key): the webhook endpoints of a
 // running server (SPEC §12).
-import { connection, dispatchVerb, helped, parseArgs, positionals } from "./args";
+import { connection, dispatchVerb, helped, parseVerb, positionals } from "./args";
 import { printJson, table, timeText } from "./format";
 import { Client, type List } from "./http";
 
@@ -42,7 +42,7 @@ export function webhooksCommand(argv: string[]): Promise<number> {
 }
 
 async function create(argv: string[]): Promise<number> {
-  const p = parseArgs(argv, { events: "string", project: "string" });
+  const p = parseVerb(argv, { events: "string", project: "string" });
   if (helped(p, WEBHOOKS_HELP)) return 0;
   const [url] = positionals(p, ["URL"], "offpeak webhooks create URL [--events a,b] [--project P]");
   const events = p.flags.events?.split(",").map((e) => e.trim()).filter(Boolean);
@@ -51,7 +51,7 @@ async function create(argv: string[]): Promise<number> {
 }
 
 async function list(argv: string[]): Promise<number> {
-  const p = parseArgs(argv, { project: "string", json: "boolean" });
+  const p = parseVerb(argv, { project: "string", json: "boolean" });
   if (helped(p, WEBHOOKS_HELP)) return 0;
   positionals(p, [], "offpeak webhooks list [--project P] [--json]");
   const res = await new Client(connection(p)).json<List<Endpoint>>("GET", "/webhook_endpoints", { query: { project: p.flags.project } });
@@ -64,7 +64,7 @@ async function list(argv: string[]): Promise<number> {
 }
 
 async function rm(argv: string[]): Promise<number> {
-  const p = parseArgs(argv, {});
+  const p = parseVerb(argv, {});
   if (helped(p, WEBHOOKS_HELP)) return 0;
   const [id] = positionals(p, ["ENDPOINT_ID"], "offpeak webhooks rm ENDPOINT_ID");
   printJson(await new Client(connection(p)).json("DELETE", `/webhook_endpoints/${encodeURIComponent(id!)}`));

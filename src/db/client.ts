@@ -10,8 +10,15 @@ import type { DialectSql } from "./dialect";
 
 export type Dialect = "sqlite" | "postgres";
 
-/** Where the records live: resolved once from database.url (config.ts). */
-export type DatabaseConfig = { kind: "sqlite"; path: string } | { kind: "postgres"; url: string };
+/**
+ * Where the records live: resolved once from database.url (config.ts). On
+ * Postgres, `pool` is the most connections this node opens (OFFPEAK_PG_POOL;
+ * default POSTGRES_POOL).
+ */
+export type DatabaseConfig = { kind: "sqlite"; path: string } | { kind: "postgres"; url: string; pool?: number };
+
+/** Connections a node keeps to Postgres at most, unless OFFPEAK_PG_POOL says otherwise (docs/OPERATING.md "Running a cluster"). */
+export const POSTGRES_POOL = 10;
 
 type Drizzle = BunSQLDatabase<typeof pgSchema>;
 
@@ -76,7 +83,7 @@ export interface StartWait {
 }
 
 export async function openDb(cfg: DatabaseConfig, opts: { synchronous?: "NORMAL" | "FULL"; wait?: StartWait } = {}): Promise<Db> {
-  if (cfg.kind === "postgres") return (await import("./postgres")).openPostgres(cfg.url, opts.wait);
+  if (cfg.kind === "postgres") return (await import("./postgres")).openPostgres(cfg.url, opts.wait, cfg.pool);
   return (await import("./sqlite")).openSqlite(cfg.path, opts);
 }
 

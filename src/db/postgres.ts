@@ -6,7 +6,7 @@ import * as schema from "./schema/pg";
 import { pgTables } from "./schema";
 import { pgMigrations } from "./migrations.gen";
 import { countQueries, dialectSql } from "./dialect";
-import type { Db, StartWait } from "./client";
+import { POSTGRES_POOL, type Db, type StartWait } from "./client";
 import { DatabaseUnavailable, databaseUnavailable } from "./unavailable";
 
 /** Any 64-bit number that no other user of the database takes: "offpeak" in ASCII. */
@@ -24,8 +24,8 @@ const LISTEN_RETRY_MS = 5000;
  */
 const CONNECT_TIMEOUT_S = 5;
 
-export async function openPostgres(url: string, wait?: StartWait): Promise<Db> {
-  const client = new SQL({ url, max: Number(process.env.OFFPEAK_PG_POOL ?? 10), idleTimeout: 30, connectionTimeout: CONNECT_TIMEOUT_S });
+export async function openPostgres(url: string, wait?: StartWait, pool = POSTGRES_POOL): Promise<Db> {
+  const client = new SQL({ url, max: pool, idleTimeout: 30, connectionTimeout: CONNECT_TIMEOUT_S });
   let revoked: number;
   try {
     revoked = await untilReachable(url, wait, async () => {

@@ -5,7 +5,8 @@
 // through withRetries (./bucket.ts is the only place that calls Bun's S3
 // client or signs a request), on the HTTP thread and in batch Workers
 // alike: one failed call costs that call again, never the work around it
-// (before, one InternalError made a node run a whole shard again).
+// (failing the caller instead would make one InternalError cost a node a
+// whole shard run again).
 //
 // Backoff: exponential with full jitter (a random wait in [0, min(cap,
 // base·2^n))), at least MIN_TRIES tries and as many more as fit in about

@@ -476,9 +476,9 @@ export class Scheduler {
         () => {
           if (w.cancelled || granted) return;
           w.cancelled = true;
-          // Leave the queue at once: a client that gave up used to keep its
-          // place, so `queued` (GET /status) stayed up and the bounded queue
-          // answered 529 although nobody was waiting.
+          // Leave the queue at once: a client that gave up and kept its
+          // place would hold `queued` (GET /status) up and make the bounded
+          // queue answer 529 although nobody waits.
           if (queue instanceof BatchQueue) queue.remove(w);
           else {
             const i = queue.indexOf(w);

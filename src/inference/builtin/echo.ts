@@ -29,7 +29,7 @@ export function planEcho(body: Record<string, unknown>): EchoPlan {
   for (const m of messages as ChatMessage[]) {
     if (!m || typeof m !== "object" || typeof m.role !== "string") throw new ApiError("invalid_value", "each message needs a role", { param: "messages" });
     // Content is text, an array of parts, or null/absent (e.g. an assistant tool call);
-    // a number or an object used to be read as an empty message.
+    // a number or an object is refused, not read as an empty message.
     if (m.content !== undefined && m.content !== null && typeof m.content !== "string" && !Array.isArray(m.content))
       throw new ApiError("invalid_value", "message content must be a string or an array of content parts", { param: "messages" });
     const text = contentText(m.content);
@@ -39,9 +39,9 @@ export function planEcho(body: Record<string, unknown>): EchoPlan {
   }
   const n = body.n === undefined || body.n === null ? 1 : body.n;
   if (!Number.isInteger(n) || (n as number) < 1 || (n as number) > 128) throw new ApiError("invalid_value", "n must be an integer from 1 to 128", { param: "n" });
-  // Each limit is checked under its own name: {"max_completion_tokens":null,
-  // "max_tokens":0} used to be blamed on max_completion_tokens, and
-  // {"max_completion_tokens":"abc"} on max_tokens in the message.
+  // Each limit is checked under its own name, so the error's param is the
+  // field that is wrong: {"max_completion_tokens":null,"max_tokens":0} blames
+  // max_tokens, {"max_completion_tokens":"abc"} max_completion_tokens.
   for (const name of ["max_completion_tokens", "max_tokens"]) {
     const v = body[name];
     if (v !== undefined && v !== null && (!Number.isInteger(v) || (v as number) < 1)) throw new ApiError("invalid_value", `${name} must be a positive integer`, { param: name });
@@ -100,7 +100,7 @@ export function checkSampling(body: Record<string, unknown>): void {
   const stop = body.stop;
   if (stop !== undefined && stop !== null && typeof stop !== "string" && !(Array.isArray(stop) && stop.every((s) => typeof s === "string")))
     throw new ApiError("invalid_value", "stop must be a string or an array of strings", { param: "stop" });
-  // OpenAI refuses a value it does not know (it used to be taken as "low" here).
+  // OpenAI refuses a value it does not know; so does offpeak, rather than guess one.
   const effort = body.reasoning_effort;
   if (effort !== undefined && effort !== null && effort !== "none" && !(typeof effort === "string" && Object.hasOwn(REASONING_STEPS, effort)))
     throw new ApiError("invalid_value", `reasoning_effort must be one of none, ${Object.keys(REASONING_STEPS).join(", ")}`, { param: "reasoning_effort" });

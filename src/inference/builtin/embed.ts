@@ -56,7 +56,7 @@ export function embeddingInputs(input: unknown): string[] {
     return [input];
   }
   if (!Array.isArray(input) || input.length === 0 || input.length > 2048) throw bad();
-  // Token ids are integers: 1.5 or -1 used to be accepted as "tokens".
+  // Token ids are non-negative integers: 1.5 or -1 is not a token.
   if (input.every((x) => typeof x === "number")) {
     if (!input.every(isTokenId)) throw bad();
     return [input.map((t) => `t${t}`).join(" ")];

@@ -39,7 +39,7 @@ export const webhookEvents = sqliteTable(
     attempts: integer("attempts").notNull().default(0),
     /** ms since epoch. */
     nextAttemptAt: integer("next_attempt_at").notNull(),
-    /** Unix seconds, as every created_at (older rows in ms were converted by a migration). */
+    /** Unix seconds, as every created_at (migration 0010 converts rows written in ms). */
     createdAt: integer("created_at").notNull(),
   },
   (t) => [index("webhook_events_due").on(t.status, t.nextAttemptAt), index("webhook_events_endpoint_due").on(t.endpointId, t.status, t.nextAttemptAt)],
