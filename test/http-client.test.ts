@@ -2,7 +2,8 @@
 // against a scripted TCP server on loopback that writes exact bytes: framing
 // (Content-Length, chunked, up to the close), answers split anywhere,
 // keep-alive reuse and its stale-connection retry, aborts, failures; and
-// through a real server, that the setting picks the client.
+// through a real server, that the setting picks the client for interactive
+// calls and batch lines alike.
 import { afterAll, describe, expect, test } from "bun:test";
 import type { Socket, TCPSocketListener } from "bun";
 import { gzipSync } from "node:zlib";
@@ -28,6 +29,7 @@ function abortOfSignal(signal: AbortSignal): CallAbort {
 }
 const postOwn = (url: string, apiKey: string | null, body: string, signal: AbortSignal) => postOwnAbort(url, apiKey, body, abortOfSignal(signal));
 import { freshDataDir, startTestServer } from "./helpers/server";
+import { chatReq, createBatch, readResults, waitBatch } from "./helpers/batches";
 import { ConfigError, resolveConfig } from "../src/config";
 import { rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -407,7 +409,7 @@ describe("the setting picks the client", () => {
     ["builtin", /^offpeak$/],
     ["fetch", /^Bun\//],
   ] as const) {
-    test(`OFFPEAK_UPSTREAM_CLIENT=${setting}: a chat completion goes through ${setting === "builtin" ? "offpeak's client" : "fetch"}, with the same answer`, async () => {
+    test(`OFFPEAK_UPSTREAM_CLIENT=${setting}: a chat completion and a batch line go through ${setting === "builtin" ? "offpeak's client" : "fetch"}, with the same answers`, async () => {
       const agents: string[] = [];
       // An upstream that says which client called it.
       const up = Bun.serve({
@@ -429,10 +431,17 @@ describe("the setting picks the client", () => {
       });
       const srv = await startTestServer({ env: { OFFPEAK_UPSTREAM_CLIENT: setting, OFFPEAK_UPSTREAM_URL: `http://127.0.0.1:${up.port}/v1` } });
       try {
-        const answer = await srv.sdk().chat.completions.create({ model: "which-model", messages: [{ role: "user", content: "which client?" }] });
+        const client = srv.sdk();
+        const answer = await client.chat.completions.create({ model: "which-model", messages: [{ role: "user", content: "which client?" }] });
         expect(answer.choices[0]!.message.content).toBe("which client?");
-        expect(agents).toHaveLength(1);
-        expect(agents[0]).toMatch(agent);
+        // One transport (src/inference/upstream/transport.ts): batch lines, run in Workers, go the same way.
+        const { batch } = await createBatch(client, [chatReq("b-1", "batch line", { model: "which-model" })]);
+        const done = await waitBatch(client, batch.id);
+        expect(done.status).toBe("completed");
+        const [line] = await readResults(client, done.output_file_id);
+        expect(line!.response!.body.choices[0].message.content).toBe("batch line");
+        expect(agents).toHaveLength(2);
+        for (const a of agents) expect(a).toMatch(agent);
       } finally {
         await srv.stop();
         up.stop(true);

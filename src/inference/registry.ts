@@ -4,7 +4,7 @@ import type { Config, ModelConfig, UpstreamConfig } from "../config";
 import type { Logger } from "../log";
 import { ECHO_MODEL } from "./builtin/echo";
 import { EMBED_MODEL } from "./builtin/embed";
-import { canUseOwnClient } from "./upstream/httpClient";
+import { getModels, ownClientFor } from "./upstream/transport";
 import type { UpstreamMonitor } from "./upstream/monitor";
 
 export type ModelKind = "echo" | "embed" | "upstream";
@@ -22,6 +22,12 @@ export interface ModelSpec {
   tokensPerSecond: number;
   /** The upstream's index in the health state (./upstream/health.ts); -1 for built-ins. */
   upstreamIdx: number;
+  /**
+   * Calls go through offpeak's own HTTP/1.1 client (./upstream/httpClient.ts)
+   * rather than fetch: decided once (ownClientFor), for interactive calls
+   * and batch lines alike. Absent: fetch.
+   */
+  ownClient?: boolean;
 }
 
 export interface ModelEntry extends ModelSpec {
@@ -38,7 +44,6 @@ export interface ModelEntry extends ModelSpec {
   readonly healthy: boolean;
   /** The health owner of the model's upstream (null for built-ins). */
   health: UpstreamMonitor | null;
-  /** Interactive calls go through offpeak's own HTTP/1.1 client (./upstream/httpClient.ts) rather than fetch. */
   ownClient: boolean;
 }
 
@@ -89,7 +94,7 @@ export class ModelRegistry {
       pricing: { inputPerMillion: mc.pricing?.input_per_million ?? 0, outputPerMillion: mc.pricing?.output_per_million ?? 0 },
       upstreamIdx,
       health: upstream ? health : null,
-      ownClient: upstream !== null && this.config.upstreamClient === "builtin" && canUseOwnClient(upstream.base_url),
+      ownClient: upstream !== null && ownClientFor(upstream.base_url, this.config.upstreamClient),
       get healthy() {
         return !health.isDown(upstreamIdx);
       },
@@ -109,7 +114,7 @@ export class ModelRegistry {
   }
 
   specs(): ModelSpec[] {
-    return this.list().map(({ id, kind, baseUrl, apiKey, upstreamModel, timeoutMs, latencyMs, tokensPerSecond, upstreamIdx }) => ({
+    return this.list().map(({ id, kind, baseUrl, apiKey, upstreamModel, timeoutMs, latencyMs, tokensPerSecond, upstreamIdx, ownClient }) => ({
       id,
       kind,
       baseUrl,
@@ -119,6 +124,7 @@ export class ModelRegistry {
       latencyMs,
       tokensPerSecond,
       upstreamIdx,
+      ownClient,
     }));
   }
 
@@ -132,8 +138,8 @@ export class ModelRegistry {
 
   /**
    * Re-checks upstream health if the last check is older than `maxAgeMs`
-   * (concurrent callers share one check). GET /status uses it: with only the
-   * 60 s background sweep, an upstream that went down kept being reported
+   * (concurrent callers share one check). GET /status uses it: the 60 s
+   * background sweep alone would report an upstream that went down as
    * healthy (status "ok") for up to a minute (SPEC §8: degraded when a
    * dependency check fails).
    */
@@ -151,20 +157,12 @@ export class ModelRegistry {
     this.lastDiscovery = Date.now();
     await Promise.all(
       this.config.upstreams.map(async (u) => {
-          try {
-            const res = await fetch(u.base_url.replace(/\/+$/, "") + "/models", {
-              headers: u.api_key ? { authorization: `Bearer ${u.api_key}` } : {},
-              signal: AbortSignal.timeout(timeoutMs),
-            });
-            if (!res.ok) throw new Error(`HTTP ${res.status}`);
-            const body = (await res.json()) as { data?: { id?: unknown }[] };
-            if (!u.models)
-              for (const m of body.data ?? []) if (typeof m.id === "string" && !this.models.has(m.id)) this.put(this.entry(m.id, "upstream", u.name, u, u.model_map?.[m.id] ?? m.id));
-            this.health.discovered(this.health.indexOf(u), true, null);
-          } catch (err) {
-            this.log.warn("upstream model discovery failed", { upstream: u.name, error: String(err) });
-            this.health.discovered(this.health.indexOf(u), false, `GET /models: ${(err as Error).message ?? String(err)}`);
-          }
+        const answer = await getModels(u.base_url, u.api_key ?? null, timeoutMs);
+        const error = answer.ok ? (answer.ids ? null : "GET /models answered with a body that is not a model list") : answer.error;
+        if (answer.ok && answer.ids && !u.models)
+          for (const id of answer.ids) if (!this.models.has(id)) this.put(this.entry(id, "upstream", u.name, u, u.model_map?.[id] ?? id));
+        if (error) this.log.warn("upstream model discovery failed", { upstream: u.name, error });
+        this.health.discovered(this.health.indexOf(u), error === null, error);
       }),
     );
   }

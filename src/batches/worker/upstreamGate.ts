@@ -62,12 +62,6 @@ const windowHasRoom = (m: HealthMemory, u: number) => {
   return w.window === null || w.inFlight < w.window;
 };
 
-/**
- * Waits until upstream `u` looks ready for a batch request (up, not paused,
- * room in the window), or until `stopped()` — a cancel, an expiry, a
- * shutdown — says to give up. It takes nothing: the caller takes its
- * scheduler slot, then claims its place with `claim` (which checks again).
- */
 /** The gate's answer when nothing had to wait (the common case: no promise, no allocation). */
 export const READY: GateResult = { go: true, waitedDown: false };
 
@@ -77,6 +71,12 @@ export function ready(u: number): boolean {
   return isUp(mem, u) && pausedFor(mem, u) === 0 && windowHasRoom(mem, u);
 }
 
+/**
+ * Waits until upstream `u` looks ready for a batch request (up, not paused,
+ * room in the window), or until `stopped()` — a cancel, an expiry, a
+ * shutdown — says to give up. It takes nothing: the caller takes its
+ * scheduler slot, then claims its place with `claim` (which checks again).
+ */
 export async function enterUpstream(u: number, stopped: () => boolean): Promise<GateResult> {
   if (!mem || u < 0) return { go: true, waitedDown: false };
   const m = mem;
@@ -93,9 +93,9 @@ export async function enterUpstream(u: number, stopped: () => boolean): Promise<
  * Right before sending (after the wait for a scheduler slot, which can be
  * long): is the upstream still up and unpaused, and is there room in its
  * window? Takes the place and returns how to give it back, or null: then the
- * caller gives its slot back and waits at the gate again. (A line that
- * passed the gate used to be sent after a 429 had paused the upstream while
- * it waited for its slot.)
+ * caller gives its slot back and waits at the gate again. (Checked again
+ * here because a 429 may have paused the upstream while the line waited for
+ * its slot.)
  */
 export function claim(u: number): (() => void) | null {
   if (!mem || u < 0) return () => {};

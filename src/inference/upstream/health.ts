@@ -23,7 +23,7 @@
 // dispatch until its `retry-after` has passed. Interactive requests do not
 // take from the window: they keep their priority and their scheduler slots.
 
-import type { HeaderReader } from "./answer";
+import type { Fate } from "./fate";
 
 /** Int32 cells per upstream. */
 export const HEALTH_CELLS = 8;
@@ -146,8 +146,29 @@ export function windowOf(mem: HealthMemory, u: number): { window: number | null;
   return { window: w >= OPEN_WINDOW ? null : w, inFlight: Atomics.load(mem.cells, c(u, WINDOW_IN_FLIGHT)) };
 }
 
-/** Whether a failed answer is the upstream failing as a whole rather than this request. */
-export const isWholeFailure = (status: number | "timeout" | "connection"): boolean => typeof status === "string" || status === 502 || status === 503 || status === 504;
+/**
+ * Reports a call's fate (./fate.ts) to the upstream's health: an answer ends
+ * the failure streak (a batch one also lets a window held down by 429s grow
+ * back), an engine failure adds to it, a 429 slows the batch dispatch. True
+ * if this report made the upstream suspect: the caller then has it probed.
+ */
+export function reportFate(mem: HealthMemory, u: number, fate: Fate, batch: boolean): boolean {
+  switch (fate.kind) {
+    case "answer":
+      reportSuccess(mem, u, batch);
+      return false;
+    case "engine_failure":
+      return reportFailure(mem, u);
+    case "rate_limited":
+      report429(mem, u, fate.retryAfterMs);
+      return false;
+    case "cancelled":
+      return false;
+    default:
+      reportAnswer(mem, u);
+      return false;
+  }
+}
 
 /** Main thread only: a probe or discovery failed. True if the upstream was not down before. */
 export function markDown(mem: HealthMemory, u: number): boolean {
@@ -161,15 +182,4 @@ export function markDown(mem: HealthMemory, u: number): boolean {
 export function markUp(mem: HealthMemory, u: number): number {
   Atomics.store(mem.cells, c(u, FAILS), 0);
   return Atomics.exchange(mem.cells, c(u, STATE), UP);
-}
-
-/** `retry-after-ms` or `retry-after` (seconds or an HTTP date), in ms; null if absent or unreadable. */
-export function retryAfterMs(headers: HeaderReader): number | null {
-  const ms = headers.get("retry-after-ms");
-  if (ms && /^\d+(\.\d+)?$/.test(ms)) return Number(ms);
-  const h = headers.get("retry-after");
-  if (!h) return null;
-  if (/^\d+(\.\d+)?$/.test(h)) return Number(h) * 1000;
-  const at = Date.parse(h);
-  return Number.isNaN(at) ? null : Math.max(0, at - Date.now());
 }

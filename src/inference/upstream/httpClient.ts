@@ -1,7 +1,8 @@
-// A small HTTP/1.1 client for interactive calls to plain-http upstreams
-// (vLLM, llama.cpp server, Ollama on the same machine or network): POST a
-// JSON body, answer with the status, the headers and a body that streams as
-// it arrives (an OwnAnswer: upstreamAnswer.ts says why not a Response).
+// A small HTTP/1.1 client for calls to plain-http upstreams (vLLM, llama.cpp
+// server, Ollama on the same machine or network), interactive requests and
+// batch lines alike (./transport.ts picks it): POST a JSON body, answer with
+// the status, the headers and a body that streams as it arrives (an
+// OwnAnswer: ./answer.ts says why not a Response).
 //
 // Why not fetch: Bun's fetch runs every call on its own "HTTP Client"
 // thread and hands the request and the answer across threads. In the chat
@@ -12,18 +13,23 @@
 // event loop and the answer never changes threads).
 //
 // Scope, kept small on purpose: http: only (https and anything behind an
-// HTTP proxy from the environment keep using fetch, see canUseOwnClient),
+// HTTP proxy from the environment go through fetch, see canUseOwnClient),
 // one request per connection at a time, keep-alive connections reused
 // last-in first-out. Bodies: Content-Length, chunked, or up to the close;
 // gzip/deflate are decoded (we ask for identity; a server may not listen).
 // The caller's signal aborts the call (the connection is closed, not
 // reused). Strict, as SPEC §17 asks: heads and chunked framing are judged
-// as llhttp (Node's parser) judges them, and a request is sent again on a
-// new connection only if not one byte of it was written on the old one. Backpressure: a streamed body pauses the socket while the reader
-// is behind.
+// as llhttp (Node's parser) judges them (a refused answer is an
+// UpstreamProtocolError), and a request is sent again on a new connection
+// only if not one byte of it was written on the old one. Backpressure: a
+// streamed body pauses the socket while the reader is behind.
+//
+// Each thread has its own connections: a batch Worker's calls run on that
+// Worker's event loop, as the main thread's do on its own.
 import type { Socket } from "bun";
 import type { AbortListener, CallAbort } from "./deadline";
 import { OwnAnswer } from "./answer";
+import { processEnv, type Env } from "../../env";
 
 /** Idle connections older than this are closed instead of reused: uvicorn (vLLM) drops them after 5 s, and a request written as the server closes is lost. */
 const IDLE_MS = 2_000;
@@ -49,7 +55,7 @@ const STATUS_LINE = /^HTTP\/1\.([01]) (\d{3})(?: [^]*)?$/;
  * proxy set in the environment (Bun's fetch honours HTTP_PROXY; this client
  * does not speak to proxies).
  */
-export function canUseOwnClient(baseUrl: string, env: Record<string, string | undefined> = process.env): boolean {
+export function canUseOwnClient(baseUrl: string, env: Env = processEnv()): boolean {
   if (env.HTTP_PROXY || env.http_proxy) return false;
   try {
     const u = new URL(baseUrl);
@@ -59,8 +65,20 @@ export function canUseOwnClient(baseUrl: string, env: Record<string, string | un
   }
 }
 
+/** The call failed without a whole answer: no connection, or it broke off. `code`: the system's (ECONNREFUSED…) when there was one. */
 export class UpstreamConnectionError extends Error {
   override name = "UpstreamConnectionError";
+  constructor(
+    message: string,
+    readonly code?: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The upstream answered, but not with HTTP that llhttp would take (SPEC §17), or not within the head deadline. */
+export class UpstreamProtocolError extends UpstreamConnectionError {
+  override name = "UpstreamProtocolError";
 }
 
 /** Where a URL's requests go, parsed once per URL. */
@@ -245,7 +263,7 @@ class Exchange implements AbortListener {
         if (this.finished) return c.close(); // aborted while connecting
         this.sendOn(c);
       },
-      (e: Error) => this.fail(new UpstreamConnectionError(e?.message ?? String(e))),
+      (e: Error & { code?: string }) => this.fail(new UpstreamConnectionError(e?.message ?? String(e), e?.code)),
     );
   }
 
@@ -274,7 +292,7 @@ class Exchange implements AbortListener {
     try {
       this.parse(bytes);
     } catch (e) {
-      this.fail(new UpstreamConnectionError((e as Error).message));
+      this.fail(new UpstreamProtocolError((e as Error).message));
     }
   }
 
@@ -364,7 +382,7 @@ class Exchange implements AbortListener {
       const lf = buf.indexOf(10, Math.max(1, from));
       if (lf > 0 && buf[lf - 1] !== 13) throw new Error("upstream sent a head with a bare LF line ending");
       this.head = buf;
-      this.headTimer ??= setTimeout(() => this.fail(new UpstreamConnectionError(`upstream did not complete its status line and headers within ${HEAD_DEADLINE_MS} ms`)), HEAD_DEADLINE_MS);
+      this.headTimer ??= setTimeout(() => this.fail(new UpstreamProtocolError(`upstream did not complete its status line and headers within ${HEAD_DEADLINE_MS} ms`)), HEAD_DEADLINE_MS);
       return -1;
     }
     this.head = null;
@@ -514,7 +532,8 @@ class Exchange implements AbortListener {
       this.unwritten = null;
       return this.send(true);
     }
-    this.fail(new UpstreamConnectionError(error?.message ?? (this.answered ? "upstream closed the connection before the end of its answer" : "upstream closed the connection without answering")));
+    const message = error?.message ?? (this.answered ? "upstream closed the connection before the end of its answer" : "upstream closed the connection without answering");
+    this.fail(new UpstreamConnectionError(message, (error as { code?: string } | undefined)?.code));
   }
 
   fail(error: unknown): void {

@@ -1,20 +1,21 @@
-// Calls to OpenAI-compatible upstreams for interactive requests. Streams
-// are passed through as they arrive (pull-based: nothing is buffered whole);
-// a client disconnect aborts the upstream request; errors become OpenAI
-// error bodies: upstream 4xx pass through with their body, 5xx → 502,
-// timeouts → 504, unreachable → 502.
+// Calls to OpenAI-compatible upstreams for interactive requests, over the
+// one transport (./transport.ts) and judged by the one classifier
+// (./fate.ts). Streams are passed through as they arrive (pull-based:
+// nothing is buffered whole); a client disconnect aborts the upstream
+// request; errors become OpenAI error bodies: upstream 4xx pass through with
+// their body, 5xx → 502, timeouts → 504, unreachable → 502.
 import { attached } from "../../attached";
 import type { StreamHold } from "../../auth/revocations";
 import { ApiError } from "../../errors";
 import { countUpstreamError, countUpstreamRequest } from "../../metrics";
 import { Deadline } from "./deadline";
-import { postOwn } from "./httpClient";
 import type { UpstreamAnswer } from "./answer";
+import { CallFailure, classify, failureLabel } from "./fate";
+import { postJson } from "./transport";
 import type { ModelEntry } from "../registry";
 import { SseDataReader } from "../../http/sse";
 import type { EndpointPath, StreamTally } from "../../endpoints/kind";
 import { readChatStreamEvent } from "../../endpoints/chatCompletions";
-import { report429, reportAnswer, retryAfterMs } from "./health";
 
 export interface UpstreamCall {
   model: ModelEntry;
@@ -47,35 +48,23 @@ export async function callUpstream({ model, path, body, raw, clientSignal }: Ups
   const payload = raw !== undefined && body.model === upstreamModel ? raw : JSON.stringify({ ...body, model: upstreamModel });
   countUpstreamRequest(model.id);
   try {
-    const res = model.ownClient
-      ? await postOwn(model.baseUrl + path, model.apiKey, payload, deadline)
-      : await fetch(model.baseUrl + path, { method: "POST", headers: jsonHeaders(model.apiKey), body: payload, signal: deadline.signal });
+    const res = await postJson(model, path, payload, deadline);
     deadlines.set(res, { model, deadline });
-    if (health) {
-      const s = res.status;
-      if (s === 502 || s === 503 || s === 504) health.failed(u, `HTTP ${s} from POST ${path}`);
-      else if (s === 429) report429(health.mem, u, retryAfterMs(res.headers));
-      else reportAnswer(health.mem, u);
-    }
+    health?.noteFate(u, classify(res), path, model.timeoutMs);
     return res;
   } catch (e) {
-    const clientGone = deadline.clientGone();
+    const failure = new CallFailure(e, deadline.timedOut, deadline.clientGone());
     deadline.clear();
-    if (!clientGone) {
-      countUpstreamError(model.id, deadline.timedOut ? "timeout" : "connection");
-      health?.failed(u, deadline.timedOut ? `no answer within ${model.timeoutMs} ms` : `unreachable: ${(e as Error).message}`);
-    }
-    if (deadline.timedOut) throw timeoutError(model);
     // The client left: rethrow the abort (answered 499, not counted as an upstream fault).
-    if (clientGone) throw e;
+    if (failure.clientGone) throw e;
+    const fate = classify(failure);
+    countUpstreamError(model.id, failureLabel(fate) ?? "connection");
+    health?.noteFate(u, fate, path, model.timeoutMs);
+    if (failure.timedOut) throw timeoutError(model);
     // This failure may be the one that turned the upstream down.
     if (health?.isDown(u)) throw unavailable(model, health.retryAfterSeconds(u));
     throw new ApiError("upstream_error", `Upstream ${model.upstreamName} is unreachable`);
   }
-}
-
-function jsonHeaders(apiKey: string | null): Record<string, string> {
-  return apiKey ? { "content-type": "application/json", authorization: `Bearer ${apiKey}` } : { "content-type": "application/json" };
 }
 
 const unavailable = (model: ModelEntry, retryAfter: number) =>
@@ -83,11 +72,10 @@ const unavailable = (model: ModelEntry, retryAfter: number) =>
     headers: { "retry-after": String(retryAfter) },
   });
 
-
 /**
  * Reads a whole (non-streamed) upstream body. The timeout covers the body
- * too: an upstream that sends headers and then stalls used to surface as an
- * unhandled abort (500); it is a 504, and a dropped connection a 502.
+ * too: an upstream that sends headers and then stalls is a 504, and a
+ * dropped connection a 502 (never an unhandled abort: a 500).
  */
 export async function upstreamText(res: UpstreamAnswer): Promise<string> {
   const t = deadlines.get(res);
@@ -268,7 +256,7 @@ function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
  * client asked for `stream_options.include_usage`; a Responses stream always
  * does, in its last event) that count wins; otherwise the tokens of the text
  * deltas are counted the way the built-in models count them — an estimate,
- * but a stream no longer costs nothing against tpm just because usage was not
+ * so that a stream costs something against tpm even when usage was not
  * asked for. How an event is read is the endpoint module's business
  * (`readStreamEvent`; chat chunks by default).
  */

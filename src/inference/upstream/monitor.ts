@@ -1,12 +1,14 @@
-// The main thread's side of upstream health (see upstreamHealth.ts for the
-// shared state): it probes a suspect upstream at once and a down one until it
+// The main thread's side of upstream health (./health.ts holds the shared
+// state): it probes a suspect upstream at once and a down one until it
 // answers, decides each change between up and down, logs and counts it, and
-// reports the state to GET /status and /metrics. Interactive calls read and
-// report through it.
+// reports the state to GET /status and /metrics. Interactive calls report
+// their fates through it.
 import type { UpstreamConfig } from "../../config";
 import type { Logger } from "../../log";
 import { m } from "../../metrics";
-import { DOWN, UP, isDown, markDown, markUp, newHealthMemory, reportFailure, stateOf, type HealthMemory } from "./health";
+import { describe, type Fate } from "./fate";
+import { DOWN, UP, isDown, markDown, markUp, newHealthMemory, reportFate, stateOf, type HealthMemory } from "./health";
+import { getModels } from "./transport";
 
 /** A probe that gets no connection at all (the engine restarting) costs the engine nothing: try every second. */
 const PROBE_REFUSED_MS = 1000;
@@ -63,12 +65,12 @@ export class UpstreamMonitor {
     return Math.max(1, Math.ceil(((s?.nextProbeAt ?? 0) - Date.now()) / 1000));
   }
 
-  /** An interactive call failed as a whole (connection, timeout, 502/503/504). */
-  failed(u: number, error: string): void {
+  /** An interactive call's fate (./fate.ts): `POST path` with the model's timeout. */
+  noteFate(u: number, fate: Fate, path: string, timeoutMs: number): void {
     const s = this.ups[u];
     if (!s) return;
-    s.lastError = error;
-    if (reportFailure(this.mem, u)) this.suspected(u, null);
+    if (fate.kind === "engine_failure") s.lastError = describe(fate, path, timeoutMs);
+    if (reportFate(this.mem, u, fate, false)) this.suspected(u, null);
   }
 
   /** Failures in a row made the upstream suspect (here or in a Worker): probe it now. */
@@ -132,25 +134,13 @@ export class UpstreamMonitor {
     const s = this.ups[u]!;
     if (this.stopped || stateOf(this.mem, u) === UP) return;
     s.probing = true;
-    let refused = false;
-    let ok = false;
-    try {
-      const res = await fetch(s.config.base_url.replace(/\/+$/, "") + "/models", {
-        headers: s.config.api_key ? { authorization: `Bearer ${s.config.api_key}` } : {},
-        signal: AbortSignal.timeout(PROBE_TIMEOUT_MS),
-      });
-      await res.arrayBuffer();
-      ok = res.ok;
-      if (!ok) s.lastError = `probe: GET /models answered HTTP ${res.status}`;
-    } catch (e) {
-      refused = (e as { code?: string }).code === "ECONNREFUSED";
-      s.lastError = `probe: ${(e as Error).name === "TimeoutError" ? `no answer within ${PROBE_TIMEOUT_MS} ms` : (e as Error).message}`;
-    } finally {
-      s.probing = false;
-    }
+    const answer = await getModels(s.config.base_url, s.config.api_key ?? null, PROBE_TIMEOUT_MS).finally(() => (s.probing = false));
     if (this.stopped) return;
-    if (ok) return this.cameUp(u);
+    // Any 2xx brings the upstream up; any other answer (a 4xx too) fails the probe like no answer.
+    if (answer.ok) return this.cameUp(u);
+    s.lastError = `probe: ${answer.error}`;
     this.wentDown(u);
+    const refused = answer.fate.kind === "engine_failure" && answer.fate.cause === "refused";
     const delay = refused ? PROBE_REFUSED_MS : s.probeDelay;
     if (!refused) s.probeDelay = Math.min(s.probeDelay * 2, PROBE_MAX_MS);
     this.scheduleProbe(u, delay);
