@@ -91,11 +91,12 @@ describe("GET /batches/{id}/events", () => {
     const res = await t.api(`/batches/${batch.id}/events`);
     const reading = readEvents(res);
     await Bun.sleep(300);
-    await client.batches.cancel(batch.id);
+    // The cancel answers "cancelling"; the stream may coalesce that state
+    // away (events are throttled) when the drain ends within the throttle.
+    expect((await client.batches.cancel(batch.id)).status).toBe("cancelling");
     const { events } = await reading;
     const statuses = events.map((e) => e.batch.status);
     expect(statuses[statuses.length - 1]).toBe("cancelled");
-    expect(statuses).toContain("cancelling");
   });
 
   test("keep-alive comments while nothing changes", async () => {

@@ -1,4 +1,4 @@
-// The order batches are served in (SPEC §18), and the off-peak calendar.
+// The order batches are served in (SPEC §18).
 //
 // One order, used in both places where batches compete: where shards are
 // claimed for Workers (db/claims.ts, from the database, so every node of a
@@ -171,100 +171,87 @@ export function nextCandidate(c: readonly { bucket: number; project: string; run
   return best;
 }
 
-// ── off-peak hours ────────────────────────────────────────────────────────
+// ── the order reaching Workers mid-shard ──────────────────────────────────
+//
+// Claims follow the order only when a Worker comes free, and a shard runs
+// for minutes (4 MB ≈ 14k lines, at an engine's pace): a batch ahead in the
+// order that arrives while every Worker runs a shard of one behind it would
+// wait for one of those to end. So a shard that has run a while yields its
+// Worker (it pauses as at a shutdown: its in-flight lines finish, its part
+// files keep what is done, it goes back to pending) when a batch ahead of
+// its own has shards waiting; the claim that follows gives the Worker to
+// that batch, since it is the one ahead (nextCandidate).
+//
+// "Ahead" is nextCandidate's order with a margin: an earlier deadline hour;
+// or, in the same hour, a project holding at least two shards fewer than
+// the yielding shard's project (or, in that project, a batch holding two
+// fewer). With a margin of one, two projects on an odd number of Workers
+// would hand a Worker back and forth for ever; with two, every yield makes
+// the running counts strictly more even (or moves a Worker to an earlier
+// hour), so yields stop. The cost is that one project may hold one Worker
+// more than another; on a single Worker, projects of one hour take turns
+// by shards, not within one. A shard yields only after it has run
+// `minRunMs`, which bounds each Worker to one yield per that time.
 
-export interface PeakWindow {
-  days: string;
-  from: string;
-  to: string;
-  tz: string;
+/** A batch with running or pending shards (cluster-wide counts, from the rows). */
+export interface YieldBatch {
+  id: string;
+  project: string;
+  /** bucketOf(expires_at). */
+  bucket: number;
+  running: number;
+  pending: number;
+  seq: number;
 }
 
-interface ParsedWindow {
-  days: Set<number>;
-  from: number;
-  to: number;
-  tz: string;
-  fmt: Intl.DateTimeFormat;
+/** A shard running on this node, and for how long it has run here. */
+export interface LiveShardRef {
+  batchId: string;
+  idx: number;
+  ranMs: number;
 }
 
-const DAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
-
-function dayList(s: string): Set<number> {
-  const out = new Set<number>();
-  for (const part of s.toLowerCase().split(",").map((x) => x.trim())) {
-    const m = /^([a-z]{3})(?:-([a-z]{3}))?$/.exec(part);
-    const a = m ? DAYS.indexOf(m[1]!) : -1;
-    const b = m?.[2] ? DAYS.indexOf(m[2]) : a;
-    if (a < 0 || b < 0) throw new Error(`days "${s}": expected days like "mon-fri" or "sat,sun"`);
-    for (let d = a; ; d = (d + 1) % 7) {
-      out.add(d);
-      if (d === b) break;
+/** The shards running here that should yield their Worker to batches ahead of theirs (see above). */
+export function yieldsFor(batches: readonly YieldBatch[], live: readonly LiveShardRef[], minRunMs: number): { batchId: string; idx: number }[] {
+  const byId = new Map(batches.map((b) => [b.id, { ...b }]));
+  const byProject = new Map<string, number>();
+  for (const b of byId.values()) byProject.set(b.project, (byProject.get(b.project) ?? 0) + b.running);
+  const proj = (p: string) => byProject.get(p) ?? 0;
+  const behind = (x: YieldBatch, c: YieldBatch) =>
+    x.id !== c.id && (x.bucket > c.bucket || (x.bucket === c.bucket && (x.project !== c.project ? proj(x.project) > proj(c.project) + 1 : x.running > c.running + 1)));
+  const furtherBehind = (s: LiveShardRef, t: LiveShardRef) => {
+    const x = byId.get(s.batchId)!;
+    const y = byId.get(t.batchId)!;
+    return x.bucket - y.bucket || proj(x.project) - proj(y.project) || x.running - y.running || s.ranMs - t.ranMs;
+  };
+  let movable = live.filter((s) => s.ranMs >= minRunMs && byId.has(s.batchId));
+  const out: { batchId: string; idx: number }[] = [];
+  for (;;) {
+    // Waiting batches in claim order (deadline hour, project's running, batch's running, age).
+    const waiting = [...byId.values()]
+      .filter((b) => b.pending > 0)
+      .sort((x, y) => x.bucket - y.bucket || proj(x.project) - proj(y.project) || x.running - y.running || x.seq - y.seq);
+    let moved = false;
+    for (const c of waiting) {
+      // The shard furthest behind: latest hour, then the fullest project, then the fullest batch, then the one that ran longest.
+      let best: LiveShardRef | null = null;
+      for (const s of movable) if (behind(byId.get(s.batchId)!, c) && (!best || furtherBehind(s, best) > 0)) best = s;
+      if (!best) continue;
+      const x = byId.get(best.batchId)!;
+      out.push({ batchId: best.batchId, idx: best.idx });
+      movable = movable.filter((s) => s !== best);
+      x.running--;
+      x.pending++;
+      byProject.set(x.project, proj(x.project) - 1);
+      c.running++;
+      c.pending--;
+      byProject.set(c.project, proj(c.project) + 1);
+      moved = true;
+      break;
     }
-  }
-  return out;
-}
-
-function minutes(s: string, what: string): number {
-  const m = /^(\d{2}):(\d{2})$/.exec(s);
-  if (!m || +m[1]! > 24 || +m[2]! > 59 || (+m[1]! === 24 && +m[2]! !== 0)) throw new Error(`${what} "${s}": expected HH:MM`);
-  return +m[1]! * 60 + +m[2]!;
-}
-
-/** The peak-hours calendar: throws (with a message naming the bad field) on a bad entry. */
-export class PeakCalendar {
-  private readonly windows: ParsedWindow[];
-  constructor(windows: readonly PeakWindow[]) {
-    this.windows = windows.map((w, i) => {
-      let fmt: Intl.DateTimeFormat;
-      try {
-        fmt = new Intl.DateTimeFormat("en-US", { timeZone: w.tz, weekday: "short", hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
-      } catch {
-        throw new Error(`batches.peak_hours[${i}].tz "${w.tz}": not an IANA time zone`);
-      }
-      try {
-        const from = minutes(w.from, "from");
-        const to = minutes(w.to, "to");
-        if (from === to) throw new Error(`from and to are both ${w.from}`);
-        return { days: dayList(w.days), from, to, tz: w.tz, fmt };
-      } catch (e) {
-        throw new Error(`batches.peak_hours[${i}]: ${(e as Error).message}`);
-      }
-    });
-  }
-
-  get empty(): boolean {
-    return this.windows.length === 0;
-  }
-
-  /**
-   * Whether `atMs` is in peak hours. A window whose `to` is not after its
-   * `from` runs across midnight: it belongs to the day it starts on (fri
-   * 22:00–06:00 covers Saturday 03:00).
-   */
-  inPeak(atMs: number): boolean {
-    for (const w of this.windows) {
-      const parts = w.fmt.formatToParts(atMs);
-      const day = DAYS.indexOf(parts.find((p) => p.type === "weekday")!.value.toLowerCase().slice(0, 3));
-      const t = +parts.find((p) => p.type === "hour")!.value * 60 + +parts.find((p) => p.type === "minute")!.value;
-      if (w.from < w.to) {
-        if (w.days.has(day) && t >= w.from && t < w.to) return true;
-      } else {
-        if (w.days.has(day) && t >= w.from) return true;
-        if (w.days.has((day + 6) % 7) && t < w.to) return true;
-      }
-    }
-    return false;
+    if (!moved) return out;
   }
 }
 
-const calendars = new WeakMap<readonly PeakWindow[], PeakCalendar>();
-
-/** Peak hours now, and the share of a model's concurrency capped batches get now (1: no cap). */
-export function peakNow(cfg: { peakHours: readonly PeakWindow[]; peakShare: number }, atMs = Date.now()): { peak: boolean; share: number } {
-  if (!cfg.peakHours?.length) return { peak: false, share: 1 };
-  let cal = calendars.get(cfg.peakHours);
-  if (!cal) calendars.set(cfg.peakHours, (cal = new PeakCalendar(cfg.peakHours)));
-  const peak = !cal.empty && cal.inPeak(atMs);
-  return { peak, share: peak ? (cfg.peakShare ?? 1) : 1 };
-}
+// The off-peak calendar lives in ./peakHours.ts; re-exported for those who import it from here.
+export { PeakCalendar, peakNow, type PeakWindow } from "./peakHours";

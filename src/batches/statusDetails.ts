@@ -47,7 +47,7 @@ export interface TrackedBatch {
  * Peak hours (SPEC §18, batches.peak_hours): set by whoever caps batches
  * during peak hours; returns a message (e.g. "peak hours until 20:00
  * Europe/Berlin: limited to 25% of the model's capacity") while `batch` is
- * held back by them, else null. Nothing sets it yet.
+ * held back by them, else null. The runner sets it (runner/peakCap.ts heldBack).
  */
 export type PeakHoursHook = (batch: TrackedBatch, nowMs: number) => string | null;
 

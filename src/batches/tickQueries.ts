@@ -1,7 +1,7 @@
 // The queries the batch runner makes on every tick (5 a second), built and
 // prepared once. Built on each call, Drizzle's query building and SQLite's
 // statement preparation cost ≈2 ms a tick on an idle server — a stall of the
-// HTTP thread that showed up in interactive tail latency. Placeholders carry
+// HTTP thread that shows up in interactive tail latency. Placeholders carry
 // what changes between ticks.
 import { and, eq, inArray, isNull, lt, or, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
@@ -56,6 +56,20 @@ export function prepareTickQueries(db: Db, owner: string) {
         ),
       )
       .prepare("tick_waitingValidation"),
+
+    /** Running batches with shards running or pending, with both counts (cluster-wide): the batch order as yields see it (runner/yields.ts). */
+    orderCounts: db
+      .select({
+        id: batches.id,
+        project: batches.project,
+        expiresAt: batches.expiresAt,
+        seq: batches.seq,
+        running: sql<number>`(SELECT count(*) FROM ${s} WHERE ${s.batchId} = ${batches.id} AND ${s.status} = 'running')`.mapWith(Number),
+        pending: sql<number>`(SELECT count(*) FROM ${s} WHERE ${s.batchId} = ${batches.id} AND ${s.status} = 'pending')`.mapWith(Number),
+      })
+      .from(batches)
+      .where(and(inArray(batches.status, ["in_progress", "cancelling"]), sql`EXISTS (SELECT 1 FROM ${s} WHERE ${s.batchId} = ${batches.id} AND ${s.status} IN ('running', 'pending'))`))
+      .prepare("tick_orderCounts"),
 
     /** Batches whose shards are all done. */
     readyToFinalize: db

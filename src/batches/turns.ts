@@ -2,18 +2,18 @@
 // Workers). A busy batch Worker holds tens of MB that a waiting one need
 // not: the garbage of the lines it parsed and wrote since its heap was last
 // collected (bench/worker-memory.ts: 25–31 MB of heap sampled in each busy
-// Worker, against 3–4 MB for a whole idle Worker). With more Workers than
-// cores, every Worker was busy at once, taking turns on the cores from the
-// kernel and keeping its garbage while descheduled: 16 Workers on 2 cores
-// peaked at 702–749 MB for the 1M-line echo batch (bench/workers-rss.ts),
-// 32–45 MB more for each Worker, and were no faster than 2.
+// Worker, against 3–4 MB for a whole idle Worker). Left to the kernel, with
+// more Workers than cores every Worker is busy at once, taking turns on the
+// cores and keeping its garbage while descheduled: 16 Workers on 2 cores
+// peak at 702–749 MB for the 1M-line echo batch (bench/workers-rss.ts),
+// 32–45 MB more for each Worker, and are no faster than 2.
 //
 // So CPU work goes by turns: a Worker takes one before it reads a shard
 // (to validate it or run it) and gives it back when its task ends, or while
 // it waits on upstream requests; if another Worker waits, it first collects
 // its heap and hands the freed pages back (./worker/turns.ts). At most
 // `count` Workers hold a turn, so at most that many hold a busy Worker's
-// memory: 16 Workers on 2 cores now peak at 256–263 MB, 5–6 MB more for
+// memory: with turns, 16 Workers on 2 cores peak at 256–263 MB, 5–6 MB more for
 // each Worker past the 2 that run. Workers past the turns still help where
 // the work waits (upstream requests): a Worker waiting on them holds none.
 //

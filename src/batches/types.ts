@@ -44,7 +44,7 @@ export interface RunTask extends ShardRef {
   deadline: number;
   maxAttempts: number;
   retryBaseMs: number;
-  /** Requests in flight at once for upstream models. */
+  /** Requests in flight at once for unlimited upstream models (a limited model's bound is its limit now: worker/runShard.ts). */
   concurrency: number;
 }
 
@@ -75,7 +75,7 @@ export type FromWorker =
   /** `metrics`: what the Worker counted for /metrics since its last message. */
   | { type: "progress"; batchId: string; idx: number; totals: ShardTotals; metrics?: WorkerMetricsDelta }
   | { type: "done"; batchId: string; idx: number; totals: ShardTotals; metrics?: WorkerMetricsDelta }
-  /** Stopped for a checkpoint (shutdown) before the shard finished. */
+  /** Stopped for a checkpoint (shutdown) or a yield before the shard finished. */
   | { type: "paused"; batchId: string; idx: number; totals: ShardTotals; metrics?: WorkerMetricsDelta }
   | { type: "failed"; task: "validate" | "run"; batchId: string; idx: number; error: string; metrics?: WorkerMetricsDelta }
   /**
@@ -96,5 +96,7 @@ export type ToWorker =
   | { type: "stop"; batchId: string; code: "batch_cancelled" | "batch_expired" }
   /** Shutdown: finish in-flight requests, flush, report "paused". */
   | { type: "checkpoint" }
+  /** This shard only, if the Worker runs it: pause as at a checkpoint, so that a batch ahead in the order gets the Worker (runner/yields.ts). */
+  | { type: "yield"; batchId: string; idx: number }
   /** Slots granted since the last "grants" message. */
   | { type: "grants"; reqIds: number[] };

@@ -1,6 +1,8 @@
-// A batch Worker: runs validate/run tasks for shards, one at a time, so the
-// per-line CPU work (parse, build, run a built-in model, serialize) stays off
-// the HTTP thread.
+// A batch Worker: runs tasks for shards so that the per-line CPU work (parse,
+// build, run a built-in model, serialize) stays off the HTTP thread. At most
+// one shard runs here at a time, and beside it at most one validation
+// (../pool.ts says why); the two are independent, and only the shard obeys
+// stop, checkpoint and yield.
 import { setPriority } from "node:os";
 import type { FromWorker, PricedModel, ToWorker } from "../types";
 import type { ShardControl } from "./execute";
@@ -18,10 +20,10 @@ const WORKER_NICE = 10;
 
 // This thread runs at a lower CPU priority than the HTTP thread (nice 10;
 // on Linux the nice value is per thread, so only this Worker's thread
-// changes). With as many busy Workers as cores, the HTTP thread's late
-// ticks during a batch were waits for a core, not work: 15–105 ms in its
-// run queue (/proc/thread-self/schedstat) for ~1 ms of CPU, and every API
-// call and interactive chat waited with it (bench/stall.ts). A niced Worker
+// changes). With as many busy Workers as cores at its own priority, the
+// HTTP thread's late ticks during a batch are waits for a core, not work:
+// 15–105 ms in its run queue (/proc/thread-self/schedstat) for ~1 ms of
+// CPU, and every API call and interactive chat waits with it (bench/stall.ts). A niced Worker
 // yields the core when the HTTP thread wakes, and loses nothing while the
 // HTTP thread is idle. It cannot help against other processes on a busy
 // machine (docs/benchmarks/history.md "Stall").
@@ -30,7 +32,7 @@ try {
 } catch {}
 
 let models = new Map<string, PricedModel>();
-let current: { batchId: string; control: ShardControl } | null = null;
+let current: { batchId: string; idx: number; control: ShardControl } | null = null;
 let checkpointing = false;
 const post = (m: FromWorker) => self.postMessage(m);
 initSlots(post);
@@ -56,6 +58,10 @@ self.onmessage = (event: MessageEvent<ToWorker>) => {
       checkpointing = true;
       if (current) current.control.pausing = true;
       return;
+    case "yield":
+      // Paused like at a checkpoint, but only this shard: the next task runs as usual.
+      if (current && current.batchId === msg.batchId && current.idx === msg.idx) current.control.pausing = true;
+      return;
     case "validate":
       // Whatever happened, this Worker's turn at the CPU goes back with its task (./turns.ts).
       validateShard(msg)
@@ -67,7 +73,7 @@ self.onmessage = (event: MessageEvent<ToWorker>) => {
       return;
     case "run": {
       const control: ShardControl = { stopCode: msg.stopCode, pausing: checkpointing };
-      current = { batchId: msg.batchId, control };
+      current = { batchId: msg.batchId, idx: msg.idx, control };
       runShard(msg, models, control, post)
         .catch((e) => post({ type: "failed", task: "run", batchId: msg.batchId, idx: msg.idx, error: String(e?.stack ?? e), metrics: takeWorkerMetrics() }))
         .finally(() => {

@@ -19,7 +19,7 @@ import { runBuiltin, runUpstream, stoppedLine, type BatchRequest, type LineResul
 import { recoverParts } from "./partFiles";
 import { endpointKind } from "../../endpoints";
 import { addUsage } from "./usage";
-import { acquireSlot, setSlotBatch } from "./slots";
+import { acquireSlot, limitNow, setSlotBatch } from "./slots";
 import { countLine, takeWorkerMetrics } from "../../metrics/worker";
 import { bucketOf } from "../../storage/bucket";
 import { openLocator } from "../../storage/locator";
@@ -42,7 +42,7 @@ const PROGRESS_MS = 250;
 /**
  * Result lines are encoded straight into a buffer that is used again and
  * again (a few per Worker, pooled here), not joined into a string that
- * writeSync then encodes: two fresh megabytes per flush made the allocator
+ * writeSync then encodes: two fresh megabytes per flush make the allocator
  * purge and fault pages back in all the time (MIMALLOC_PURGE_DELAY, see
  * src/allocator.ts).
  */
@@ -175,8 +175,8 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
   };
   // A progress message goes out with a result (an upstream one, or a chunk's
   // worth of built-in ones) if the last one is PROGRESS_MS old; a timer sends
-  // what that held back. (Without it, a burst of completions showed as one,
-  // then nothing until the next request finished: a whole upstream latency
+  // what that held back. (Without it, a burst of completions shows as one,
+  // then nothing until the next request finishes: a whole upstream latency
   // later, seconds to minutes for a model.)
   let lastProgress = Date.now();
   let unsent = false;
@@ -242,9 +242,10 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
         // On a limited model the scheduler bounds what really runs. No extra
         // lines queue for a slot: while none wait in the scheduler, Workers
         // take free slots from shared memory without a message (slots.ts).
-        if (inFlight >= task.concurrency) {
+        const bound = boundFor(model, task);
+        if (inFlight >= bound) {
           giveTurn();
-          while (inFlight >= task.concurrency) await nextCompletion();
+          while (inFlight >= bound) await nextCompletion();
         }
         if (failure) throw failure;
         inFlight++;
@@ -313,6 +314,26 @@ async function uploadParts(task: RunTask): Promise<void> {
     await bucketOf(target.object.s3).put(target.object.key, Bun.file(path));
   };
   await Promise.all([up(task.outPath, targets.out), up(task.errPath, targets.err)]);
+}
+
+/**
+ * Lines of this shard in flight at once. On a limited model: the model's
+ * limit on this node now (fixed, a cluster share, or what its controller
+ * found) and a quarter more, at least 1. The quarter keeps a few of the
+ * shard's lines waiting in the scheduler, so that a slot coming free goes
+ * to the batch first in the order even between two of its lines. A bound
+ * far above the limit only queues lines in the scheduler, and a pause (a
+ * shutdown, a yield) waits for every queued line to get its slot before
+ * the shard lets go of its Worker: with 64 lines queued for a limit of 4 at
+ * 8 lines a second, a yield takes 8 s (test/batches-yield.test.ts). A bound
+ * below the limit keeps one shard from filling it, and an adaptive limit
+ * grows only while it is full (inference/admission/adaptive.ts): "auto"
+ * would stop at the bound for a batch of one shard. Elsewhere (an unlimited
+ * model, or a limit this Worker cannot see): the task's bound.
+ */
+function boundFor(model: PricedModel, task: RunTask): number {
+  const limit = model.limited ? limitNow(model.id) : null;
+  return limit === null ? task.concurrency : Math.max(1, limit + Math.ceil(limit / 4));
 }
 
 async function executeAsync(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl): Promise<LineResult | null> {

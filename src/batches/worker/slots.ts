@@ -18,7 +18,7 @@
 // adaptive controller on the main thread reads them (inference/admission/adaptive.ts).
 // Measured here, not there, for granted slots too: the grant's and the
 // release's messages would add their delay to every sample.
-import { CAPPED, CELLS, IN_FLIGHT, WAITING, noteRelease, tryTakeSlot, type SlotOutcome } from "../../inference/admission/scheduler";
+import { CAPPED, CELLS, IN_FLIGHT, LIMIT, WAITING, noteRelease, tryTakeSlot, type SlotOutcome } from "../../inference/admission/scheduler";
 import type { FromWorker } from "../types";
 
 const waiting = new Map<number, () => void>();
@@ -46,6 +46,12 @@ export function setSharedSlots(slotCells: Int32Array, heldCounts: Int32Array, sh
   cells = slotCells;
   held = heldCounts;
   baseOf = sharedBaseOf;
+}
+
+/** A limited model's limit on this node now (its max_concurrency, its share on a cluster, or what its controller found), or null where the Worker cannot see it (no shared cells). */
+export function limitNow(model: string): number | null {
+  const base = baseOf(model);
+  return cells && base >= 0 ? Atomics.load(cells, base + LIMIT) : null;
 }
 
 export function onGrants(reqIds: number[]): void {

@@ -43,6 +43,9 @@ function tryTake(): boolean {
   return false;
 }
 
+/** The wait for a turn under way, if any: a shard and a validation on this Worker wait for one turn together (the Worker's cells count one waiter). */
+let waiting: Promise<void> | null = null;
+
 /**
  * Takes a turn: null if this Worker holds one now (already, or at once),
  * else a promise that resolves when it does. The wait does not block this
@@ -51,7 +54,7 @@ function tryTake(): boolean {
 export function takeTurn(): Promise<void> | null {
   if (holding || !turns) return null;
   if (tryTake()) return null;
-  return waitForTurn();
+  return (waiting ??= waitForTurn().finally(() => (waiting = null)));
 }
 
 async function waitForTurn(): Promise<void> {
