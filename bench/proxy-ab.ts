@@ -1,6 +1,8 @@
 // Chat pass-through A/B: offpeak servers from any trees (and log levels)
 // side by side, alternating wrk runs in rotating order, with each server's
-// CPU per request (all threads, /proc/PID/stat) and peak RSS. For changes
+// CPU per request (all threads, /proc/PID/stat: in all and in the kernel;
+// and the main thread's alone, with the share of a core it was busy) and
+// peak RSS. For changes
 // too small for bench/chat-proxy.ts's medians to show on a noisy machine.
 // Needs wrk.
 //
@@ -34,10 +36,11 @@ const upstream = Bun.spawn([process.execPath, join(here, "bench/fake-upstream.ts
 const upBase = `http://127.0.0.1:${upPort}/v1`;
 const config = { upstreams: [{ name: "fake", base_url: upBase, models: ["fake-model"], max_concurrency: 256, queue_size: 1024 }] };
 
-function cpuSeconds(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+function cpuSeconds(pid: number, thread = false, only?: "user" | "sys"): number {
+  // thread: the main thread's alone (its task has the process's id).
+  const stat = readFileSync(thread ? `/proc/${pid}/task/${pid}/stat` : `/proc/${pid}/stat`, "utf8");
   const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return (Number(f[11]) + Number(f[12])) / 100;
+  return ((only === "sys" ? 0 : Number(f[11])) + (only === "user" ? 0 : Number(f[12]))) / 100;
 }
 
 async function start(spec: string) {
@@ -82,23 +85,32 @@ try {
       await Bun.sleep(50);
     }
   for (const s of servers) await wrk(s.url); // warm-up
-  const runs = servers.map(() => [] as { rps: number; p99: number; cpu: number }[]);
+  const runs = servers.map(() => [] as { rps: number; p99: number; cpu: number; main: number; sys: number }[]);
   for (let r = 0; r < rounds; r++) {
     for (let k = 0; k < servers.length; k++) {
       const i = (r + k) % servers.length;
       const s = servers[i]!;
       const c0 = cpuSeconds(s.p.pid);
+      const m0 = cpuSeconds(s.p.pid, true);
+      const k0 = cpuSeconds(s.p.pid, false, "sys");
       const w = await wrk(s.url);
-      runs[i]!.push({ rps: w.rps, p99: w.p99, cpu: ((cpuSeconds(s.p.pid) - c0) * 1e6) / w.requests });
+      const per = (secs: number) => (secs * 1e6) / w.requests;
+      runs[i]!.push({
+        rps: w.rps,
+        p99: w.p99,
+        cpu: per(cpuSeconds(s.p.pid) - c0),
+        main: per(cpuSeconds(s.p.pid, true) - m0),
+        sys: per(cpuSeconds(s.p.pid, false, "sys") - k0),
+      });
     }
-    console.log(`round ${r + 1}: ` + servers.map((s, i) => `${s.spec} ${Math.round(runs[i]!.at(-1)!.rps)} req/s, p99 ${runs[i]!.at(-1)!.p99.toFixed(2)} ms, ${runs[i]!.at(-1)!.cpu.toFixed(1)} µs CPU`).join(" | "));
+    console.log(`round ${r + 1}: ` + servers.map((s, i) => `${s.spec} ${Math.round(runs[i]!.at(-1)!.rps)} req/s, p99 ${runs[i]!.at(-1)!.p99.toFixed(2)} ms, ${runs[i]!.at(-1)!.cpu.toFixed(1)} µs CPU (main thread ${runs[i]!.at(-1)!.main.toFixed(1)})`).join(" | "));
   }
   const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
   console.log(`medians over ${rounds} rounds of ${seconds} s, ${conns} connections (ratio: median of each round's ratio to the first server):`);
   for (let i = 0; i < servers.length; i++) {
     const x = runs[i]!;
     console.log(
-      `${servers[i]!.spec}: ${Math.round(med(x.map((v) => v.rps)))} req/s, p99 ${med(x.map((v) => v.p99)).toFixed(2)} ms, CPU ${med(x.map((v) => v.cpu)).toFixed(1)} µs/request, ` +
+      `${servers[i]!.spec}: ${Math.round(med(x.map((v) => v.rps)))} req/s, p99 ${med(x.map((v) => v.p99)).toFixed(2)} ms, CPU ${med(x.map((v) => v.cpu)).toFixed(1)} µs/request (in the kernel ${med(x.map((v) => v.sys)).toFixed(1)}; main thread ${med(x.map((v) => v.main)).toFixed(1)}, its busy share ${med(x.map((v) => (v.main * v.rps) / 1e6)).toFixed(2)}), ` +
         `ratio ${med(x.map((v, r) => v.rps / runs[0]![r]!.rps)).toFixed(3)}, peak RSS ${peakRssMb(servers[i]!.p.pid).toFixed(0)} MB`,
     );
   }

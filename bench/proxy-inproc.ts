@@ -1,14 +1,16 @@
 // The proxied chat path's own cost, without sockets: offpeak's server
 // fetch handler (request metrics and log, direct dispatch, auth, admission,
 // the upstream call) called in-process with Requests at 32 in flight, the
-// upstream fetch replaced by an immediate Response, beside the naive proxy's
+// upstream fetch replaced by an immediate Response (so offpeak's own HTTP
+// client is not measured: OFFPEAK_UPSTREAM_CLIENT=fetch), beside the naive proxy's
 // handler measured the same way. Far less noisy than anything over
 // loopback (medians agree within ≈3% between runs), it shows what a change
 // to offpeak's own JavaScript saves; over sockets the same code costs about
 // twice as much (colder caches), see docs/benchmarks/history.md ("Chat
 // completions through a proxy"). Each measurement runs in its own process;
 // trees alternate.
-//   bun bench/proxy-inproc.ts [rounds=3] [requests-per-sample=100000] TREE[:LEVEL] ...   (TREE "naive": the naive handler)
+//   bun bench/proxy-inproc.ts [rounds=3] [requests-per-sample=100000] TREE[:LEVEL[:NAME=VALUE,...]] ...
+//   (TREE "naive": the naive handler; NAME=VALUE: environment for that tree's process only)
 if (process.argv[2] !== "--child") {
   const rounds = Number(process.argv[2] ?? 3);
   const n = process.argv[3] ?? "100000";
@@ -17,9 +19,10 @@ if (process.argv[2] !== "--child") {
   const results = new Map<string, number[]>();
   for (let r = 0; r < rounds; r++)
     for (const spec of specs) {
-      const [tree, level] = spec.split(":");
+      const [tree, level, extra] = spec.split(":");
+      const extraEnv = Object.fromEntries((extra ?? "").split(",").filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
       const p = Bun.spawn([process.execPath, import.meta.path, "--child", tree === "naive" ? `${import.meta.dir}/..` : tree!, n, "5"], {
-        env: { ...process.env, OFFPEAK_NO_REEXEC: "1", LEVEL: level ?? "info", NAIVE: tree === "naive" ? "1" : "" },
+        env: { ...process.env, OFFPEAK_NO_REEXEC: "1", LEVEL: level ?? "info", NAIVE: tree === "naive" ? "1" : "", ...extraEnv },
         stdout: "pipe",
         stderr: "ignore",
       });
@@ -52,7 +55,7 @@ globalThis.fetch = (async (url: string, init?: RequestInit) => {
   return new Response(upBody, { headers: { "content-type": "application/json" } });
 }) as typeof fetch;
 writeFileSync(`${dir}/c.json`, JSON.stringify({ upstreams: [{ name: "fake", base_url: "http://127.0.0.1:9/v1", models: ["fake-model"], max_concurrency: 256, queue_size: 1024 }] }));
-const config = resolveConfig(["--port", "0", "--data-dir", dir, "--config", `${dir}/c.json`], { OFFPEAK_ADMIN_KEY: KEY, OFFPEAK_LOG_LEVEL: process.env.LEVEL ?? "info", OFFPEAK_BATCH_WORKERS: "1" });
+const config = resolveConfig(["--port", "0", "--data-dir", dir, "--config", `${dir}/c.json`], { OFFPEAK_ADMIN_KEY: KEY, OFFPEAK_LOG_LEVEL: process.env.LEVEL ?? "info", OFFPEAK_BATCH_WORKERS: "1", OFFPEAK_UPSTREAM_CLIENT: "fetch" });
 const server = await startServer(config, { quiet: true });
 const app = buildHandler(server.ctx);
 const observed = observeRequests(server.ctx, app, withRequestId);
@@ -63,7 +66,8 @@ const naive = async (req: Request) => {
 const handle = process.env.NAIVE ? (naive as any) : observed;
 const fakeServer = { requestIP: () => ({ address: "127.0.0.1" }) };
 const body = JSON.stringify({ model: "fake-model", messages: [{ role: "user", content: "Say hello to the benchmark." }], max_tokens: 16 });
-const mk = () => new Request("http://127.0.0.1:8080/api/v1/chat/completions", { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${KEY}`, host: "127.0.0.1:8080", "user-agent": "wrk" }, body });
+// With its Content-Length, as wrk sends it (without one, the body is read as a stream: another, dearer path).
+const mk = () => new Request("http://127.0.0.1:8080/api/v1/chat/completions", { method: "POST", headers: { "content-type": "application/json", "content-length": String(Buffer.byteLength(body)), authorization: `Bearer ${KEY}`, host: "127.0.0.1:8080", "user-agent": "wrk" }, body });
 async function one() {
   const res = await handle(mk(), fakeServer as any);
   await res.text();

@@ -2,12 +2,12 @@
 // none is lost on SIGTERM, an error line is out before the process can die,
 // order holds when the descriptor refuses bytes (EAGAIN, short writes), and
 // secrets stay redacted.
-import { describe, expect, test } from "bun:test";
+import { describe, expect, setSystemTime, test } from "bun:test";
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
 import { BufferedFdSink, createLogger, FLUSH_BYTES } from "../src/log";
-import { requestMembers } from "../src/metrics/requestLine";
+import { requestMembers, routeMembers } from "../src/metrics/requestLine";
 import { principals } from "../src/auth/plugin";
 import { pathOf } from "../src/http/path";
 import { ConfigError, resolveConfig } from "../src/config";
@@ -260,6 +260,33 @@ describe("BufferedFdSink", () => {
   });
 });
 
+describe("the line's start (time, level, message), made once per millisecond", () => {
+  test("each line has its own level and message within a millisecond, and the time moves on with the clock", () => {
+    const lines: string[] = [];
+    const log = createLogger("debug", (l) => lines.push(l));
+    setSystemTime(new Date("2026-11-26T10:00:00.001Z"));
+    try {
+      log.members("info", "request", `"a":1`);
+      log.members("warn", "request", `"a":2`);
+      log.members("warn", "other", `"a":3`);
+      log.info("request");
+      log.members("info", "request", "");
+      setSystemTime(new Date("2026-11-26T10:00:00.002Z"));
+      log.members("info", "request", `"a":4`);
+    } finally {
+      setSystemTime();
+    }
+    expect(lines.map((l) => JSON.parse(l))).toEqual([
+      { time: "2026-11-26T10:00:00.001Z", level: "info", msg: "request", a: 1 },
+      { time: "2026-11-26T10:00:00.001Z", level: "warn", msg: "request", a: 2 },
+      { time: "2026-11-26T10:00:00.001Z", level: "warn", msg: "other", a: 3 },
+      { time: "2026-11-26T10:00:00.001Z", level: "info", msg: "request" },
+      { time: "2026-11-26T10:00:00.001Z", level: "info", msg: "request" },
+      { time: "2026-11-26T10:00:00.002Z", level: "info", msg: "request", a: 4 },
+    ]);
+  });
+});
+
 describe("request line fields (src/metrics/requestLine.ts)", () => {
   const line = (members: string) => {
     const lines: string[] = [];
@@ -294,6 +321,29 @@ describe("request line fields (src/metrics/requestLine.ts)", () => {
     expect([client(anonymous, false), asked]).toEqual(["10.0.0.7", 1]);
     expect([client(keyed, true), asked]).toEqual(["10.0.0.7", 2]);
     expect([client(anonymous, true), asked]).toEqual(["10.0.0.7", 3]);
+  });
+
+  test("the parts kept per route, status and key: each line still has its own route, status, key and duration", () => {
+    const keyed = (keyId: string) => {
+      const r = new Request("http://127.0.0.1/api/v1/models", { method: "POST" });
+      principals.set(r, { keyId, project: `p-${keyId}`, scopes: [], rpm: null, tpm: null });
+      return r;
+    };
+    const [a, b] = [keyed("key_a"), keyed("key_b")];
+    const routeA = routeMembers("POST", "/api/v1/models", "/api/v1/models");
+    const routeB = routeMembers("POST", "/api/v1/files", "/api/v1/files");
+    const seen = [
+      line(requestMembers(a, undefined, "/api/v1/models", "/api/v1/models", 200, 0.001, false, routeA)),
+      line(requestMembers(a, undefined, "/api/v1/models", "/api/v1/models", 429, 0.002, false, routeA)),
+      line(requestMembers(b, undefined, "/api/v1/files", "/api/v1/files", 200, 0.003, false, routeB)),
+      line(requestMembers(a, undefined, "/api/v1/models", "/api/v1/models", 200, 0.0045, false, routeA)),
+    ].map(({ route, status, key_id, project, duration_ms, client }) => ({ route, status, key_id, project, duration_ms, client }));
+    expect(seen).toEqual([
+      { route: "/api/v1/models", status: 200, key_id: "key_a", project: "p-key_a", duration_ms: 1, client: null },
+      { route: "/api/v1/models", status: 429, key_id: "key_a", project: "p-key_a", duration_ms: 2, client: null },
+      { route: "/api/v1/files", status: 200, key_id: "key_b", project: "p-key_b", duration_ms: 3, client: null },
+      { route: "/api/v1/models", status: 200, key_id: "key_a", project: "p-key_a", duration_ms: 4.5, client: null },
+    ]);
   });
 
   test("log_client_address: unauthenticated by default, always on request, anything else refused", () => {

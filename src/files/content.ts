@@ -78,8 +78,9 @@ export function parseRange(header: string, size: number): [number, number] | "un
 /**
  * `attachment` with the stored filename (RFC 6266): a plain-ASCII
  * `filename="…"` for old clients — anything outside printable ASCII, the
- * double quote and the backslash replaced by `_` (a raw non-Latin-1 character made the Response
- * throw: 500; a control character made a header clients reject) — and,
+ * double quote and the backslash replaced by `_` (a raw non-Latin-1
+ * character makes the Response throw, a 500; a control character makes a
+ * header clients reject) — and,
  * when that lost anything, the exact name as `filename*=UTF-8''…`.
  */
 export function contentDisposition(filename: string): string {

@@ -115,7 +115,11 @@ function fileSink(ctx: AppContext, st: UploadState, id: string): PartSink {
       if (sent) await sent;
       // The Workers start with the file's first byte, not its part's headers: a client that stalls there holds none.
       if (validate && !validator)
-        validator = st.validator = new ValidatorClient(ctx.config.maxBatchLines, { duplicateCheckBytes: ctx.config.duplicateCheckBytes, dataDir: ctx.config.dataDir });
+        validator = st.validator = new ValidatorClient(ctx.config.maxBatchLines, {
+          duplicateCheckBytes: ctx.config.duplicateCheckBytes,
+          dataDir: ctx.config.dataDir,
+          scanners: ctx.config.uploadValidationWorkers,
+        });
       if (validator) {
         // Known to be a batch file and already bad: stop reading now.
         if (validator.failed && st.fields.get("purpose") === "batch") throw new EarlyReject();

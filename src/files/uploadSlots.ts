@@ -1,8 +1,9 @@
 // How many uploads may stream at once (SPEC §16): max_concurrent_uploads on
 // this server, max_concurrent_uploads_per_key for one key. Each upload holds
-// a temp file and, for a batch file, two validator Workers (JS VMs: 60
-// stalled uploads cost +300 MB and +124 threads), so the limit on uploads
-// is the limit on those. An upload past it is refused with 429 before a
+// a temp file and, for a batch file, its validator Workers (a scanner and
+// the duplicate finder, more scanners while a large file streams in: JS VMs,
+// ≈2.5 MB and a thread each; 60 stalled uploads, unlimited, measured +300 MB
+// and +124 threads), so the limit on uploads is the limit on those. An upload past it is refused with 429 before a
 // byte of its body is read.
 import type { AppContext } from "../context";
 import { ApiError } from "../errors";

@@ -24,6 +24,16 @@ export interface LineError {
   unconfirmed?: boolean;
 }
 
+/** What one block of a file cut at line ends (see lineBlocks.ts) holds: its lines numbered from 1. */
+export interface BlockSummary {
+  /** Lines in the block, blank ones included. */
+  lines: number;
+  /** Valid requests before its first error (all of them if none). */
+  requests: number;
+  /** Its first bad line, numbered within the block; the file's line is found by renumbered(). */
+  error: LineError | null;
+}
+
 export interface ValidationResult {
   requests: number;
   /** Lines seen, blank ones included. */
@@ -55,6 +65,28 @@ export class BatchFileValidator {
     return this.error !== null;
   }
 
+  /**
+   * Starts a block of a file cut at line ends (an upload checked by several
+   * Workers at once): lines numbered from 1 again, a BOM skipped only in the
+   * file's first block, no error yet. Checked like the whole file, but for
+   * what only the whole file can tell (the request limit, "no requests"):
+   * BlockSequencer (./sequencer.ts) puts the blocks' summaries together.
+   */
+  startBlock(first: boolean): void {
+    this.carry = [];
+    this.carryBytes = 0;
+    this.lineNo = 0;
+    this.requests = 0;
+    this.first = first;
+    this.error = null;
+  }
+
+  /** Ends a block: a last line without its newline counts (only the file's last block has one). */
+  endBlock(): BlockSummary {
+    this.lastLine();
+    return { lines: this.lineNo, requests: this.requests, error: this.error };
+  }
+
   /** `chunk` is only read during the call: nothing keeps a reference to it afterwards. */
   push(chunk: Uint8Array): void {
     if (this.error) return;
@@ -80,13 +112,18 @@ export class BatchFileValidator {
   }
 
   finish(): ValidationResult {
+    this.lastLine();
+    if (!this.error && this.requests === 0) this.fail(Math.max(this.lineNo, 1), "invalid_file", null, "the file contains no requests");
+    const result: ValidationResult = { requests: this.requests, lines: this.lineNo, error: this.error, suspects: [] };
+    return this.ids instanceof DuplicateFinder ? withDuplicates(result, this.ids.report()) : result;
+  }
+
+  /** A last line without its newline. */
+  private lastLine(): void {
     if (!this.error && this.carryBytes > 0) {
       const rest = this.takeCarry();
       this.line(rest, 0, rest.length);
     }
-    if (!this.error && this.requests === 0) this.fail(Math.max(this.lineNo, 1), "invalid_file", null, "the file contains no requests");
-    const result: ValidationResult = { requests: this.requests, lines: this.lineNo, error: this.error, suspects: [] };
-    return this.ids instanceof DuplicateFinder ? withDuplicates(result, this.ids.report()) : result;
   }
 
   /** The carried start of a line and then `tail`, as one array; the carry is emptied. */
@@ -182,6 +219,19 @@ export function withDuplicates(result: ValidationResult, dupes: DuplicateReport)
   if (at !== null && (!error || at < error.line))
     error = { line: at, code: "duplicate_custom_id", param: "custom_id", message: `line ${at}: too many possible duplicate custom_ids`, unconfirmed: true };
   return { ...result, error, suspects: dupes.suspects };
+}
+
+/**
+ * A block's error as the file's: its line moved by the `offset` lines of the
+ * blocks before it. Every message of a line's error starts with "line N"
+ * (test/validation-blocks.test.ts holds each kind to it), so that is the
+ * part rewritten.
+ */
+export function renumbered(error: LineError, offset: number): LineError {
+  const local = `line ${error.line}`;
+  if (!error.message.startsWith(local)) throw new Error(`a line error whose message does not start with '${local}': ${error.message}`);
+  const line = error.line + offset;
+  return { ...error, line, message: `line ${line}${error.message.slice(local.length)}` };
 }
 
 function isBlank(b: Uint8Array, start: number, end: number): boolean {

@@ -1,38 +1,50 @@
-// Worker side of the upload validator. An upload uses two of these Workers,
-// off the HTTP thread, while the main thread keeps streaming bytes to disk:
+// Worker side of the upload validator. An upload uses N + 1 of these
+// Workers, off the HTTP thread, while the main thread keeps streaming bytes
+// to disk:
 //
-// - the scanner checks every line (BatchFileValidator) and sends each
-//   block's custom_ids over a MessagePort to
-// - the duplicate finder, which hashes them into its fingerprint set
-//   (≈25% of the work, done in parallel instead of after each line).
+// - N scanners check lines (BatchFileValidator), each taking whole blocks of
+//   the file (cut at line ends on the main thread, ./lineBlocks.ts), and
+//   send each block's summary and custom_ids over a MessagePort to
+// - the finder, which takes the blocks in the file's order (BlockSequencer,
+//   ./sequencer.ts): it numbers their lines, enforces the request limit and
+//   hashes the ids into its fingerprint set (≈25% of the work of one scanner,
+//   done in parallel instead of after each line).
 //
-// Scanner protocol (from the main thread): {init, port} → chunks
-// (transferred Uint8Arrays) → {finish}; replies {ack, block} per chunk,
-// giving the block back for reuse (and backpressure), {failed} once on the
-// first bad line (so the upload can stop early), and {result} at the end.
+// Scanner protocol (from the main thread): {init-scanner, port} → blocks
+// {seq, block, length} (the buffer transferred); replies {ack, block} per
+// block, giving the buffer back for reuse (and backpressure), and {failed}
+// on a block with a bad line (so the upload can stop early).
+// Finder protocol: {init-finder, ports, maxRequests, options}; then the
+// ports speak (one ScannedBlock per block; each id batch goes back over its
+// port once hashed, for that scanner to fill again); to the main thread
+// {progress, sequenced} as blocks are taken in order, {failed} once when the
+// file is bad for good (a line, the request limit, too many suspects), and
+// {result} after {end, blocks} once every block is in.
 // Confirmation protocol (a Worker of its own, see confirmInWorker in
 // validatorClient.ts): {confirm, suspects} → chunks of the stored file →
 // {confirm-end}; replies {confirm-ack, bytes} per chunk and {confirmed,
 // result} once decided (possibly before the end).
-// Finder protocol: {init-finder, port, options}; then only the port speaks
-// (id batches, then {end}; each batch goes back over the port once hashed,
-// for the scanner to fill again); replies {failed} once when it gives up on
-// too many suspects, and {report} after {end}.
 import { BatchFileValidator } from "./batchFileValidator";
 import { DuplicateConfirmer } from "./confirm";
 import { DuplicateFinder, IdBatcher, transferablesOf, type FinderOptions, type IdBatch } from "./duplicateFinder";
+import { BlockSequencer, type ScannedBlock } from "./sequencer";
 
 declare const self: Worker;
 
-let validator: BatchFileValidator | null = null;
-let batcher: IdBatcher | null = null;
-let port: MessagePort | null = null;
-let reportedFailure = false;
+/** This scanner's upload: its validator (reset per block), its ids' batcher and its port to the finder. */
+let scanning: { validator: BatchFileValidator; batcher: IdBatcher; port: MessagePort } | null = null;
 
-/** The ids gathered so far go to the finder. */
-function sendIds(): void {
-  const batch = batcher!.take();
-  if (batch) port!.postMessage(batch, transferablesOf(batch));
+/** A block of the file: checked whole, its summary and ids to the finder, its buffer back to the main thread. */
+function scanBlock(seq: number, block: Uint8Array<ArrayBuffer>, length: number): void {
+  const { validator, batcher, port } = scanning!;
+  validator.startBlock(seq === 0);
+  validator.push(block.subarray(0, length));
+  const summary = validator.endBlock();
+  const ids = batcher.take();
+  const scanned: ScannedBlock = { seq, ...summary, ids };
+  port.postMessage(scanned, ids ? transferablesOf(ids) : []);
+  self.postMessage({ type: "ack", block }, [block.buffer]);
+  if (summary.error) self.postMessage({ type: "failed" });
 }
 
 let confirmer: DuplicateConfirmer | null = null;
@@ -46,35 +58,24 @@ function reportConfirmed(): void {
 
 self.onmessage = (event: MessageEvent) => {
   const msg = event.data;
-  if (msg instanceof Uint8Array && confirmer) {
-    confirmer.push(msg);
+  if (msg instanceof Uint8Array) {
+    confirmer!.push(msg);
     self.postMessage({ type: "confirm-ack", bytes: msg.byteLength });
     reportConfirmed();
-  } else if (msg instanceof Uint8Array) {
-    validator!.push(msg);
-    sendIds();
-    self.postMessage({ type: "ack", block: msg }, [msg.buffer as ArrayBuffer]);
-    if (validator!.failed && !reportedFailure) {
-      reportedFailure = true;
-      self.postMessage({ type: "failed" });
-    }
-  } else if (msg.type === "init") {
-    port = msg.port as MessagePort;
-    const ids = (batcher = new IdBatcher());
+  } else if (msg.type === "block") {
+    scanBlock(msg.seq, msg.block, msg.length);
+  } else if (msg.type === "init-scanner") {
+    // A kept Worker's last upload is over (it answered every block): its state goes now.
+    scanning?.port.close();
+    const port = msg.port as MessagePort;
+    const batcher = new IdBatcher();
     // Batches the finder is done with (the last may come after this upload's end: then it is dropped with its batcher).
-    port.onmessage = (e) => ids.recycle(e.data as IdBatch);
-    validator = new BatchFileValidator(msg.maxRequests, batcher);
-    reportedFailure = false;
-  } else if (msg.type === "finish") {
-    const result = validator!.finish();
-    sendIds();
-    // The finder closes the channel when it has read this (closing it here could drop the message).
-    port!.postMessage({ type: "end" });
-    self.postMessage({ type: "result", result });
-    // This Worker may be kept for the next upload: drop this one's state now.
-    validator = null;
-    batcher = null;
-    port = null;
+    port.onmessage = (e) => batcher.recycle(e.data as IdBatch);
+    // The request limit is the whole file's: the finder counts.
+    scanning = { validator: new BatchFileValidator(Infinity, batcher), batcher, port };
+  } else if (msg.type === "release") {
+    scanning?.port.close();
+    scanning = null;
     Bun.gc(false);
   } else if (msg.type === "confirm") {
     confirmer = new DuplicateConfirmer(msg.suspects);
@@ -83,35 +84,66 @@ self.onmessage = (event: MessageEvent) => {
     confirmer!.end();
     reportConfirmed();
   } else if (msg.type === "init-finder") {
-    runFinder(msg.port as MessagePort, msg.options as FinderOptions);
+    runFinder(msg.maxRequests as number, msg.options as FinderOptions);
+  } else if (msg.type === "add-scanner") {
+    listen?.(msg.port as MessagePort);
+  } else if (msg.type === "end") {
+    ending?.(msg.blocks as number);
   }
 };
 
-function runFinder(ids: MessagePort, options: FinderOptions): void {
+/** The finder's handlers for the main thread's {add-scanner} and {end}. */
+let listen: ((port: MessagePort) => void) | null = null;
+let ending: ((blocks: number) => void) | null = null;
+
+function runFinder(maxRequests: number, options: FinderOptions): void {
+  const ports: MessagePort[] = [];
   let finder: DuplicateFinder | null = new DuplicateFinder(options);
+  let sequencer: BlockSequencer | null = new BlockSequencer(maxRequests, finder);
   let failed = false;
-  ids.onmessage = (event) => {
-    const msg = event.data as IdBatch | { type: "end" };
-    if ("type" in msg) {
-      let report;
-      try {
-        report = finder!.report();
-      } catch (e) {
-        // A spill file that cannot be read back (disk full, removed): the upload fails, the Worker is not reused.
-        finder!.discard();
-        throw e;
+  const report = () => {
+    if (!sequencer?.done) return;
+    let result;
+    try {
+      result = sequencer.result();
+    } catch (e) {
+      // A spill file that cannot be read back (disk full, removed): the upload fails, the Worker is not reused.
+      finder!.discard();
+      throw e;
+    }
+    self.postMessage({ type: "result", result });
+    for (const p of ports) p.close();
+    // Kept Workers must not hold the last upload's set.
+    finder = null;
+    sequencer = null;
+    ending = null;
+    listen = null;
+    Bun.gc(false);
+  };
+  ending = (blocks) => {
+    sequencer!.end(blocks);
+    report();
+  };
+  /** The port each waiting block came in on: its id batch goes back to that scanner once hashed. */
+  const from = new Map<number, MessagePort>();
+  listen = (port) => {
+    ports.push(port);
+    port.onmessage = (event) => {
+      if (!sequencer) return;
+      const block = event.data as ScannedBlock;
+      from.set(block.seq, port);
+      const taken = sequencer.add(block);
+      for (const b of taken) {
+        const back = from.get(b.seq)!;
+        from.delete(b.seq);
+        if (b.ids) back.postMessage(b.ids, transferablesOf(b.ids));
       }
-      self.postMessage({ type: "report", report });
-      ids.close();
-      finder = null; // kept Workers must not hold the last upload's set
-      Bun.gc(false);
-      return;
-    }
-    finder!.addBatch(msg);
-    ids.postMessage(msg, transferablesOf(msg));
-    if (finder!.tooManyAt !== null && !failed) {
-      failed = true;
-      self.postMessage({ type: "failed" });
-    }
+      if (taken.length > 0) self.postMessage({ type: "progress", sequenced: sequencer.sequenced });
+      if (sequencer.failed && !failed) {
+        failed = true;
+        self.postMessage({ type: "failed" });
+      }
+      report();
+    };
   };
 }
