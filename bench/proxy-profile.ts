@@ -16,6 +16,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { BENCH_KEY, freePort } from "./server";
+import { waitForHttp } from "./lib";
 
 const { values: opt } = parseArgs({
   options: {
@@ -56,13 +57,7 @@ void (async () => {
   for await (const _ of server.stderr as ReadableStream<Uint8Array>); // drained, as a log collector would
 })();
 try {
-  for (let i = 0; ; i++) {
-    try {
-      if ((await fetch(`http://127.0.0.1:${port}/healthz`)).ok) break;
-    } catch {}
-    if (i > 200) throw new Error("server did not start");
-    await Bun.sleep(50);
-  }
+  await waitForHttp(`http://127.0.0.1:${port}/healthz`);
   const url = `http://127.0.0.1:${port}/api/v1/chat/completions`;
   const wrk = (s: number) => Bun.spawn(["wrk", "-t2", "-c32", `-d${s}s`, "-s", lua, url], { stdout: "pipe" });
   await new Response(wrk(2).stdout).text(); // warm-up

@@ -12,7 +12,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { DEFAULT_LINES, DEFAULT_PATH, generateBatchFile } from "./gen-batch";
+import { cachedBatchFile, DEFAULT_LINES } from "./gen-batch";
 import { MB, freePort, loadAverage, machineNote, median, peakRssMb, settleDisk, spawnBun, waitForHttp, type Child } from "./lib";
 
 const ADMIN_KEY = "sk-op-benchUploadAbAdminKey000000000000000000";
@@ -23,11 +23,7 @@ const opt = (name: string) => {
 };
 const lines = Number(opt("lines") ?? DEFAULT_LINES);
 const rounds = Number(opt("rounds") ?? 5);
-const file = resolve(lines === DEFAULT_LINES ? DEFAULT_PATH : `bench/data/batch-${lines}.jsonl`);
-await generateBatchFile(file, lines);
-const bytes = Bun.file(file).size;
-for await (const _ of Bun.file(file).stream()) {
-} // into the page cache
+const { file, bytes } = await cachedBatchFile(lines);
 
 interface Server {
   name: string;

@@ -31,7 +31,7 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { DEFAULT_LINES, DEFAULT_PATH, generateBatchFile } from "./gen-batch";
+import { cachedBatchFile, DEFAULT_LINES } from "./gen-batch";
 import { MB, ROOT, freePort, loadAverage, machineNote, median, peakRssMb, settleDisk, spawnBun, waitForHttp, which, type Child } from "./lib";
 
 const ADMIN_KEY = "sk-op-benchUploadWorkersAdminKey0000000000000";
@@ -54,11 +54,7 @@ const client = opt("client") ?? (which("curl") ? "curl" : "fetch");
 if (client !== "curl" && client !== "fetch") throw new Error("--client must be curl or fetch");
 const withUserData = !flag("no-user-data");
 const bare = flag("bare");
-const file = resolve(lines === DEFAULT_LINES ? DEFAULT_PATH : `bench/data/batch-${lines}.jsonl`);
-await generateBatchFile(file, lines);
-const bytes = Bun.file(file).size;
-for await (const _ of Bun.file(file).stream()) {
-} // into the page cache
+const { file, bytes } = await cachedBatchFile(lines);
 
 interface Server {
   name: string;

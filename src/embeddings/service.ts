@@ -21,13 +21,8 @@ export async function createEmbeddings(ctx: AppContext, principal: Principal, bo
     }
     const res = await callUpstream({ model, path: embeddings.path, body, raw: rawBodyOf(request), clientSignal: () => request.signal });
     if (!res.ok) {
-      const failure = await upstreamFailure(model, res);
-      if (failure instanceof ApiError) {
-        Object.assign(failure.headers, headers);
-        throw failure;
-      }
-      // x-ratelimit-* on every inference response, passed-through errors included.
-      for (const [k, v] of Object.entries(headers)) failure.headers.set(k, v);
+      const failure = await upstreamFailure(model, res, headers);
+      if (failure instanceof ApiError) throw failure;
       return failure;
     }
     const text = await upstreamText(res);

@@ -112,8 +112,12 @@ export function checkLooksLikeJson(model: ModelEntry, text: string, headers?: Re
 export const notJson = (model: ModelEntry, headers?: Record<string, string>) =>
   new ApiError("upstream_error", `Upstream ${model.upstreamName} answered with invalid JSON`, { headers });
 
-/** Turns a non-2xx upstream answer into our error: 4xx verbatim, 5xx as 502. */
-export async function upstreamFailure(model: ModelEntry, res: UpstreamAnswer): Promise<Response | ApiError> {
+/**
+ * Turns a non-2xx upstream answer into our error: 4xx verbatim, 5xx as 502.
+ * `headers` (x-ratelimit-*) go on either: every inference response carries
+ * them, passed-through errors included.
+ */
+export async function upstreamFailure(model: ModelEntry, res: UpstreamAnswer, headers: Record<string, string> = {}): Promise<Response | ApiError> {
   countUpstreamError(model.id, res.status);
   const text = await upstreamText(res);
   if (res.status >= 400 && res.status < 500) {
@@ -124,16 +128,16 @@ export async function upstreamFailure(model: ModelEntry, res: UpstreamAnswer): P
     } catch {
       body = JSON.stringify({ error: { message: text.slice(0, 2000) || `Upstream answered ${res.status}`, type: "invalid_request_error", param: null, code: null } });
     }
-    const headers: Record<string, string> = { "content-type": "application/json" };
+    const out: Record<string, string> = { "content-type": "application/json" };
     const ra = res.headers.get("retry-after");
-    if (ra) headers["retry-after"] = ra;
-    return new Response(body, { status: res.status, headers });
+    if (ra) out["retry-after"] = ra;
+    return new Response(body, { status: res.status, headers: { ...out, ...headers } });
   }
   let detail = "";
   try {
     detail = (JSON.parse(text) as { error?: { message?: string } }).error?.message ?? "";
   } catch {}
-  return new ApiError("upstream_error", `Upstream ${model.upstreamName} failed with HTTP ${res.status}${detail ? `: ${detail.slice(0, 500)}` : ""}`);
+  return new ApiError("upstream_error", `Upstream ${model.upstreamName} failed with HTTP ${res.status}${detail ? `: ${detail.slice(0, 500)}` : ""}`, { headers: { ...headers } });
 }
 
 /**

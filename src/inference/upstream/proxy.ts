@@ -37,12 +37,8 @@ export async function proxyUpstream(ctx: AppContext, principal: Principal, { mod
     const res = await callUpstream({ model, path: kind.path, body, raw: rawBodyOf(request), clientSignal: () => request.signal });
     outcome = slotOutcome(res.status);
     if (!res.ok) {
-      const failure = await upstreamFailure(model, res);
-      if (failure instanceof ApiError) {
-        Object.assign(failure.headers, headers);
-        throw failure;
-      }
-      for (const [k, v] of Object.entries(headers)) failure.headers.set(k, v);
+      const failure = await upstreamFailure(model, res, headers);
+      if (failure instanceof ApiError) throw failure;
       return failure;
     }
     if (stream && res.body) {
