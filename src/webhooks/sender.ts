@@ -74,6 +74,10 @@ export class WebhookSender {
   /** Attempts made but not yet written: those that end in one turn of the event loop are written together, at its end. */
   private outcomes: Outcome[] = [];
   private outcomesTimer: ReturnType<typeof setImmediate> | null = null;
+  /** The write of outcomes under way (writes run one after another, so awaiting this awaits every earlier one). */
+  private writing: Promise<void> = Promise.resolve();
+  /** Events attempted whose outcome is not yet committed: they stay taken until it is. */
+  private readonly unwritten = new Set<string>();
 
   /** 1 but in tests (config webhookRetryBaseMs), to see a retry without waiting 5 s. */
   private readonly backoffScale: number;
@@ -210,7 +214,9 @@ export class WebhookSender {
     // At the global limit, every endpoint may have been waiting for this room.
     if (this.inFlight >= MAX_IN_FLIGHT) this.refillAll = true;
     this.inFlight--;
-    this.taken.delete(row.id);
+    // Until its outcome is committed the row still reads as due once its lease is over (a slow
+    // database, a clock that jumps): it stays taken, and the write frees it.
+    if (!this.unwritten.has(row.id)) this.taken.delete(row.id);
     const n = (this.perEndpoint.get(row.endpointId) ?? 1) - 1;
     if (n <= 0) this.perEndpoint.delete(row.endpointId);
     else this.perEndpoint.set(row.endpointId, n);
@@ -241,11 +247,12 @@ export class WebhookSender {
     const now = this.now();
     const giveUp = error !== null && now - row.createdAt * 1000 >= GIVE_UP_AFTER_MS;
     // Written with the others that end in the same turn (and always before due rows are read
-    // again); until then the lease keeps the row from being taken again.
+    // again); until then it stays taken here, and leased for other nodes.
     this.outcomesTimer ??= setImmediate(() => {
       this.outcomesTimer = null;
       void this.writeOutcomes();
     });
+    this.unwritten.add(row.id);
     this.outcomes.push({
       eventId: row.id,
       endpointId: row.endpointId,
@@ -262,8 +269,18 @@ export class WebhookSender {
       this.ctx.log.warn("webhook delivery failed", { endpoint_id: row.endpointId, event_id: row.id, attempt, status_code: statusCode, error, detail, gave_up: giveUp });
   }
 
-  /** Records the attempts made since the last call, in one transaction (one commit each cost ≈3× as much). */
-  private async writeOutcomes(): Promise<void> {
+  /**
+   * Records the attempts made since the last call, in one transaction (one commit each cost ≈3× as much).
+   * Chained after any write under way: a read of due rows that awaits this sees every outcome
+   * made before it (returning early while another write was still open let a tick send an
+   * event again — seen on Postgres).
+   */
+  private writeOutcomes(): Promise<void> {
+    this.writing = this.writing.then(() => this.writeNow());
+    return this.writing;
+  }
+
+  private async writeNow(): Promise<void> {
     if (this.outcomes.length === 0) return;
     const batch = this.outcomes;
     this.outcomes = [];
@@ -277,6 +294,12 @@ export class WebhookSender {
     } catch (e) {
       // Not recorded: the leases expire and these events are sent again (at least once).
       this.ctx.log.error("webhook sender: recording attempts failed", { error: String(e), attempts: batch.length });
+    } finally {
+      // Committed (or, on failure, left to the lease): these rows read as they should now.
+      for (const o of batch) {
+        this.unwritten.delete(o.eventId);
+        this.taken.delete(o.eventId);
+      }
     }
   }
 
