@@ -82,8 +82,11 @@ export async function startServer(
   ctx.members = members;
   await members.start();
   // A limited model's max_concurrency is the cluster's: this node takes its part (an even split) at every heartbeat.
+  // So is the peak cap: the odd slots of it go to the nodes in turn, a minute each.
   members.afterBeat(() => {
     for (const m of registry.list()) if (m.maxConcurrency !== null) ctx.scheduler.setLimit(m, members.concurrencyShareOf(m.maxConcurrency));
+    const { index, count } = members.place();
+    ctx.scheduler.setPlace(index, count, Math.floor(Date.now() / 60_000));
   });
   // Per-key rpm/tpm for the cluster: only where other nodes can share the database.
   const keyUsage = db.engine === "postgres" ? new KeyUsageSync(ctx, members) : null;

@@ -333,8 +333,8 @@ describe("the scheduler's side", () => {
     setSharedSlots(s.sharedCells, heldByWorker, (id) => (id === m.id ? base : -1));
     const w1 = await acquireSlot(m.id);
     await Bun.sleep(10);
-    w1(ANSWERED);
-    (await acquireSlot(m.id))(OVERLOADED);
+    w1!(ANSWERED);
+    (await acquireSlot(m.id))!(OVERLOADED);
     expect([cell(ANSWERS), cell(OVERLOADS)]).toEqual([2, 2]);
     expect(cell(HELD)).toBeGreaterThanOrEqual(150 + 80);
     expect(base % CELLS).toBe(0);

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:tes
 import type { PricedModel, RunTask } from "../src/batches/types";
 import { runUpstream } from "../src/batches/worker/execute";
 import { Attempts, attempt, backOff, done, judge, lineCall, passGate, type Clock, type ShardControl, type Tried } from "../src/batches/worker/lineSteps";
-import { initSlots, onGrants, setSharedSlots } from "../src/batches/worker/slots";
+import { cancelAsks, initSlots, onGrants, setSharedSlots } from "../src/batches/worker/slots";
 import { initGate } from "../src/batches/worker/upstreamGate";
 import { ANSWERED, ANSWERS, CELLS, IN_FLIGHT, LIMIT } from "../src/inference/admission/scheduler";
 import { OwnAnswer } from "../src/inference/upstream/answer";
@@ -406,6 +406,42 @@ describe("runUpstream: the steps together", () => {
       onGrants(asks);
       expect(JSON.parse((await r)!.line).error.code).toBe("batch_expired");
       expect(up.counts.get("late")).toBeUndefined();
+    } finally {
+      setSharedSlots(new Int32Array(0), new Int32Array(0), () => -1);
+      initSlots(() => {});
+    }
+  });
+
+  test("a pause withdraws the lines waiting for a slot: they end undone at once, the asks are cancelled there, and a grant that crossed the cancel goes straight back", async () => {
+    const cells = new Int32Array(new SharedArrayBuffer(4 * CELLS));
+    setSharedSlots(cells, new Int32Array(new SharedArrayBuffer(4)), () => 0);
+    const sent: Extract<FromWorker, { type: "slots" }>[] = [];
+    initSlots((m) => void (m.type === "slots" && sent.push(m)));
+    try {
+      const c = control();
+      const m = model({ baseUrl: up.baseUrl, limited: true });
+      const lines = [runUpstream(req("wait-1"), m, task(), c), runUpstream(req("wait-2"), m, task(), c)];
+      await Bun.sleep(30);
+      const asked = sent.flatMap((x) => x.acquire.map(([id]) => id));
+      expect(asked).toHaveLength(2);
+      // The pause: without the cancel these two would wait for grants that never come.
+      c.pausing = true;
+      cancelAsks();
+      const ended = await Promise.race([Promise.all(lines), Bun.sleep(1000).then(() => "still waiting")]);
+      expect(ended).toEqual([null, null]);
+      expect(up.counts.get("wait-1")).toBeUndefined();
+      await Bun.sleep(30);
+      expect(sent.flatMap((x) => x.cancel).sort()).toEqual([...asked].sort());
+      // The main thread had granted the first before it read the cancel: the slot is given back, unused.
+      onGrants([asked[0]!]);
+      await Bun.sleep(30);
+      // (Only these two: a release left from the test before may come in the same messages.)
+      const released = sent.flatMap((x) => x.release).filter((id) => asked.includes(id));
+      expect(released).toEqual([asked[0]!]);
+      // A line that comes to the gate after the pause asks for nothing.
+      const late = await runUpstream(req("wait-3"), m, task(), c);
+      expect(late).toBeNull();
+      expect(sent.flatMap((x) => x.acquire)).toHaveLength(2);
     } finally {
       setSharedSlots(new Int32Array(0), new Int32Array(0), () => -1);
       initSlots(() => {});

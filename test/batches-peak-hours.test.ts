@@ -3,8 +3,9 @@
 // peak_hours, through the API); and on a cluster the nodes share one cap:
 // two nodes on one Postgres and one bucket keep a capped batch's lines in
 // flight within ceil(share × max_concurrency) together, each within its
-// part (the model's limit is split over the live nodes, and the cap is a
-// share of each node's part: src/nodes/membership.ts, scheduler.ts).
+// part (the cap is a share of the cluster's limit, split over the live
+// nodes like the limit: src/nodes/membership.ts, scheduler.ts; 3 nodes'
+// parts in test/batches-scheduling.test.ts).
 //
 // The single node runs on SQLite, or on Postgres with
 // OFFPEAK_TEST_DATABASE=postgres; the cluster always on Postgres.

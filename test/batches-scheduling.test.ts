@@ -135,6 +135,37 @@ describe("Scheduler peak cap", () => {
     expect(cappedHeld + shortHeld).toBe(8);
     s.stop();
   });
+
+  test("on a cluster the cap is the cluster's, split over the nodes: 3 nodes, a limit of 8, 25% → 2 slots in all, the odd ones to the nodes in turn", async () => {
+    const model = { id: "m", maxConcurrency: 8, queueSize: 10, adaptive: false } as unknown as ModelEntry;
+    const nodes = [0, 1, 2].map(() => new Scheduler());
+    // Each node's part of the limit (nodes/membership.ts: 3, 3, 2) and its place.
+    nodes.forEach((s, i) => {
+      s.setLimit(model, [3, 3, 2][i]!);
+      s.setPlace(i, 3, 0);
+      s.setPeakShare(0.25);
+    });
+    const caps = (turn: number) => nodes.map((s, i) => (s.setPlace(i, 3, turn), s.stats("m").batchCap));
+    // Rounded up per node this would be 1 + 1 + 1 = 3, past 25% of 8.
+    for (let turn = 0; turn < 6; turn++) expect(caps(turn).reduce((a, b) => a! + b!, 0)).toBe(2);
+    // Every node gets a part in some minute: a batch running on one node only is not shut out for good.
+    const got = new Set<number>();
+    for (let turn = 0; turn < 3; turn++) caps(turn).forEach((c, i) => c! > 0 && got.add(i));
+    expect([...got].sort()).toEqual([0, 1, 2]);
+    expect(nodes[0]!.stats("m").clusterBatchCap).toBe(2);
+
+    // Held, not only counted: on a node without a part this minute, a capped line waits until its turn comes.
+    const s = nodes[2]!;
+    s.setPlace(2, 3, 0); // parts 1, 1, 0
+    let held = 0;
+    void s.acquireBatch(model, undefined, key(50, "A", "long", true)).then(() => held++);
+    await sleep(5);
+    expect(held).toBe(0);
+    s.setPlace(2, 3, 2); // its turn: parts 1, 0, 1
+    await sleep(5);
+    expect(held).toBe(1);
+    for (const n of nodes) n.stop();
+  });
 });
 
 // ── claims follow the order, from the rows (every node alike) ─────────────

@@ -19,6 +19,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { eq } from "drizzle-orm";
 import { yieldsFor, type YieldBatch } from "../src/batches/order";
+import type { WorkerPool } from "../src/batches/pool";
+import { LiveShards } from "../src/batches/runner/live";
+import type { Stops } from "../src/batches/runner/stops";
+import { Yields } from "../src/batches/runner/yields";
+import type { TickQueries } from "../src/batches/tickQueries";
+import type { AppContext } from "../src/context";
 import { defaultBatchWorkers, usableCores } from "../src/batches/turns";
 import { chatReq, createBatch, pollUntil, waitBatch } from "./helpers/batches";
 import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
@@ -63,6 +69,45 @@ describe("yieldsFor", () => {
     const running = [shard("a1", 0, 9000), shard("a1", 1, 9000), shard("x", 0, 9000)];
     // a2 waits with an earlier deadline than x: x's shard goes first; then a1 holds 2 against a2's 1, balanced.
     expect(yieldsFor(batches, running, MIN)).toEqual([{ batchId: "x", idx: 0 }]);
+  });
+});
+
+// ── two nodes reading the same rows ───────────────────────────────────────
+
+describe("Yields on a cluster", () => {
+  /** One node's yield check, as the runner wires it, over rows every node reads alike. */
+  function node(index: number, count: number, rows: () => unknown[], shards: [string, number][]) {
+    const asked: string[] = [];
+    const ctx = { config: { batches: { hourSeconds: 3600 } }, members: { place: () => ({ index, count }) }, log: { info: () => {} } } as unknown as AppContext;
+    const q = { orderCounts: { execute: async () => rows() } } as unknown as TickQueries;
+    const live = new LiveShards();
+    for (const [batchId, idx] of shards) live.add(batchId, idx, 0);
+    const pool = { idle: 0, postToShard: (batchId: string, idx: number) => (asked.push(`${batchId}/${idx}`), true) } as unknown as WorkerPool;
+    const yields = new Yields(ctx, q, live, { stopping: () => false } as unknown as Stops);
+    return { asked, live, check: (now: number) => yields.check(now, pool) };
+  }
+
+  test("one waiting shard: one node yields for it, not each; the odd ones go to the nodes in turn", async () => {
+    const hour = Math.floor(Date.now() / 1000 / 3600) * 3600;
+    // "late" runs a shard on each node; "urgent" (an earlier deadline) waits with one shard.
+    const rows = () => [
+      { id: "late", project: "A", expiresAt: hour + 30 * 3600, seq: 1, running: 2, pending: 5 },
+      { id: "urgent", project: "A", expiresAt: hour + 3600, seq: 2, running: 0, pending: 1 },
+    ];
+    const yieldsAt = async (now: number) => {
+      const nodes = [node(0, 2, rows, [["late", 0]]), node(1, 2, rows, [["late", 1]])];
+      for (const n of nodes) await n.check(now);
+      return nodes.map((n) => n.asked.length);
+    };
+    const seen: number[][] = [];
+    for (let t = 0; t < 4; t++) seen.push(await yieldsAt(1_000_000 + t * 3000));
+    // One yield in all each time (each node alone would yield: the test below), by each node in some turn.
+    for (const s of seen) expect(s[0]! + s[1]!).toBe(1);
+    expect(new Set(seen.map((s) => s.indexOf(1)))).toEqual(new Set([0, 1]));
+    // Alone (a single node, or a node that ignored the others): it yields for the waiting shard.
+    const alone = node(0, 1, rows, [["late", 0]]);
+    await alone.check(1_000_000);
+    expect(alone.asked).toEqual(["late/0"]);
   });
 });
 

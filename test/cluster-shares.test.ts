@@ -1,7 +1,7 @@
 // Splitting a cluster-wide total into whole parts (src/nodes/membership.ts:
 // a limited model's max_concurrency, evenly over the live nodes).
 import { expect, test } from "bun:test";
-import { splitByWeight } from "../src/nodes/membership";
+import { splitByWeight } from "../src/nodes/parts";
 
 test("equal weights: as even as whole numbers allow, the remainder to the first nodes", () => {
   expect(splitByWeight(48, [1, 1, 1])).toEqual([16, 16, 16]);

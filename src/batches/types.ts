@@ -81,9 +81,10 @@ export type FromWorker =
   /**
    * Scheduler slots on limited models, gathered over one turn of the Worker's
    * event loop: `acquire` asks for slots (answered with "grants"), `release`
-   * gives them back. One message per turn, not three per request.
+   * gives them back, `cancel` withdraws asks (the shard pauses or stops).
+   * One message per turn, not three per request.
    */
-  | { type: "slots"; acquire: [reqId: number, model: string, batchId: string][]; release: number[]; pump: string[] }
+  | { type: "slots"; acquire: [reqId: number, model: string, batchId: string][]; release: number[]; pump: string[]; cancel: number[] }
   /** Requests of this Worker made upstream `upstream` suspect (its index in the health state): probe it now. */
   | { type: "upstream_down"; upstream: number; error: string };
 

@@ -13,6 +13,7 @@ import type { NodeRow } from "../db/schema";
 import { nowSeconds } from "../ids";
 import { processGone } from "./identity";
 import { databaseUnavailable, unavailableLogger } from "../db/unavailable";
+import { splitByWeight } from "./parts";
 
 const HEARTBEAT_MS = 1000;
 /** Rows of nodes gone this long are deleted (a stopped node is kept a while for /status). */
@@ -116,23 +117,4 @@ export class Membership {
     const { nodes } = this.ctx.db.t;
     await this.ctx.db.update(nodes).set({ stoppedAt: nowSeconds(), shards: 0, lastSeen: Date.now() }).where(eq(nodes.id, this.id));
   }
-}
-
-/**
- * `total` in whole parts proportional to `weights` (largest remainder; ties
- * to the earlier entries): the parts add up to exactly `total`.
- */
-export function splitByWeight(total: number, weights: number[]): number[] {
-  const sum = weights.reduce((a, w) => a + w, 0);
-  const parts = weights.map((w, i) => {
-    const exact = (total * w) / sum;
-    return { i, base: Math.floor(exact), frac: exact - Math.floor(exact) };
-  });
-  let rest = total - parts.reduce((a, p) => a + p.base, 0);
-  for (const p of [...parts].sort((a, b) => b.frac - a.frac || a.i - b.i)) {
-    if (rest <= 0) break;
-    p.base++;
-    rest--;
-  }
-  return parts.map((p) => p.base);
 }

@@ -89,6 +89,6 @@ export class PeakCap {
     if (!k?.key.capped || !b.model) return null;
     const s = this.ctx.scheduler.stats(b.model);
     if (s.cappedQueued === 0) return null;
-    return `peak hours: batches with a window of 24h or more get ${Math.round(this.ctx.scheduler.peakShare * 100)}% of model ${b.model}'s capacity (${s.batchCap} slots)`;
+    return `peak hours: batches with a window of 24h or more get ${Math.round(this.ctx.scheduler.peakShare * 100)}% of model ${b.model}'s capacity (${s.clusterBatchCap} slots${(this.ctx.members?.place().count ?? 1) > 1 ? " across the cluster" : ""})`;
   }
 }

@@ -20,6 +20,8 @@ export class SlotBroker {
   private readonly slots = new Map<Worker, Map<number, Release>>();
   /** Grants not yet sent, by worker: sent together at the end of the turn. */
   private readonly pendingGrants = new Map<Worker, number[]>();
+  /** Asks waiting in the scheduler, by worker then request id: a pause or stop there withdraws them. */
+  private readonly asks = new Map<Worker, Map<number, AbortController>>();
   /** Workers whose slots were given back: a late message from one must not take new ones. */
   private readonly released = new WeakSet<Worker>();
 
@@ -44,17 +46,28 @@ export class SlotBroker {
     let held = this.slots.get(worker);
     if (!held) this.slots.set(worker, (held = new Map()));
     const mine = held;
+    let asks = this.asks.get(worker);
+    if (!asks && m.acquire.length > 0) this.asks.set(worker, (asks = new Map()));
     for (const [reqId, modelId, batchId] of m.acquire) {
       const model = this.registry.get(modelId);
       if (!model) continue;
+      const ask = new AbortController();
+      asks!.set(reqId, ask);
       // Served in the batch order: the key of the batch this Worker runs.
-      this.scheduler.acquireBatch(model, undefined, this.keyFor(batchId)).then((release) => {
-        // The Worker died meanwhile (its slots were given back): give this one back too.
-        if (this.slots.get(worker) !== mine) return release();
-        mine.set(reqId, release);
-        this.grantSoon(worker, reqId);
-      });
+      this.scheduler.acquireBatch(model, ask.signal, this.keyFor(batchId)).then(
+        (release) => {
+          asks!.delete(reqId);
+          // The Worker died meanwhile (its slots were given back): give this one back too.
+          if (this.slots.get(worker) !== mine) return release();
+          mine.set(reqId, release);
+          this.grantSoon(worker, reqId);
+        },
+        // Withdrawn: it left the queue, and no grant goes out.
+        () => asks!.delete(reqId),
+      );
     }
+    // Withdrawn asks leave the queue; one granted already has its grant on the way, and the Worker gives it back.
+    for (const reqId of m.cancel) asks?.get(reqId)?.abort();
     for (const reqId of m.release) {
       held.get(reqId)?.();
       held.delete(reqId);
@@ -77,6 +90,8 @@ export class SlotBroker {
   /** A Worker that died or was stopped gives back every slot it held; `took`: its count of slots it took itself, per model. */
   releaseAll(worker: Worker, took: Int32Array): void {
     this.released.add(worker);
+    for (const ask of this.asks.get(worker)?.values() ?? []) ask.abort();
+    this.asks.delete(worker);
     for (const release of this.slots.get(worker)?.values() ?? []) release();
     this.slots.delete(worker);
     // And the slots it had taken itself, straight from shared memory.

@@ -9,6 +9,11 @@
 // that follows gives the Worker to the batch ahead. batches/order.ts
 // (yieldsFor) says which shards, and why the yields come to an end.
 //
+// On a cluster every node reads the same rows: each yields only for its
+// part of the waiting shards (../../nodes/parts.ts, the odd ones to the
+// nodes in turn, TURN_MS each), or two nodes would each yield a Worker for
+// one waiting shard, and one of them would only take its own shard back.
+//
 // Chosen over a Worker kept free for urgent work (on 2 cores that is half
 // the batch throughput, all the time, for work that comes now and then) and
 // over a second shard on a busy Worker (its memory, and the one-shard-per-
@@ -18,6 +23,7 @@
 // when it runs again; the Workers do nothing new for it (a pause is what a
 // shutdown and a lost lease already do).
 import type { AppContext } from "../../context";
+import { partInTurn } from "../../nodes/parts";
 import { bucketOf, yieldsFor } from "../order";
 import type { WorkerPool } from "../pool";
 import type { TickQueries } from "../tickQueries";
@@ -28,6 +34,8 @@ import type { Stops } from "./stops";
 export const YIELD_AFTER_MS = 2000;
 /** How often the order is read while every Worker is busy (one query). */
 const CHECK_MS = 1000;
+/** How long one node has a cluster's odd waiting shards to yield for: long enough for a yield to show in the rows. */
+const TURN_MS = 3000;
 
 export class Yields {
   private lastCheck = 0;
@@ -48,7 +56,9 @@ export class Yields {
     this.lastCheck = now;
     const rows = await this.q.orderCounts.execute();
     const hour = this.ctx.config.batches.hourSeconds;
-    const batches = rows.map((r) => ({ id: r.id, project: r.project, bucket: bucketOf(r.expiresAt, hour), running: r.running, pending: r.pending, seq: r.seq }));
+    const { index, count } = this.ctx.members?.place() ?? { index: 0, count: 1 };
+    const turn = Math.floor(now / TURN_MS);
+    const batches = rows.map((r) => ({ id: r.id, project: r.project, bucket: bucketOf(r.expiresAt, hour), running: r.running, pending: count > 1 ? partInTurn(r.pending, index, count, turn) : r.pending, seq: r.seq }));
     // Shards of a stopped batch are draining their lines as errors: not worth a yield.
     const live = [...this.live.values()].filter((l) => !this.stops.stopping(l.batchId)).map((l) => ({ batchId: l.batchId, idx: l.idx, ranMs: now - l.startedAt }));
     for (const y of yieldsFor(batches, live, YIELD_AFTER_MS)) {

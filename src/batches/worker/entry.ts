@@ -8,7 +8,7 @@ import type { FromWorker, PricedModel, ToWorker } from "../types";
 import type { ShardControl } from "./execute";
 import { runShard } from "./runShard";
 import { validateShard } from "./validateShard";
-import { initSlots, onGrants, setSharedSlots } from "./slots";
+import { cancelAsks, initSlots, onGrants, setSharedSlots } from "./slots";
 import { initGate } from "./upstreamGate";
 import { giveTurn, initTurns } from "./turns";
 import { countStorageRetry, takeWorkerMetrics } from "../../metrics/worker";
@@ -49,18 +49,27 @@ self.onmessage = (event: MessageEvent<ToWorker>) => {
       initTurns(msg.turns, msg.turn);
       return;
     case "stop":
-      if (current && current.batchId === msg.batchId) current.control.stopCode ??= msg.code;
+      if (current && current.batchId === msg.batchId) {
+        current.control.stopCode ??= msg.code;
+        cancelAsks();
+      }
       return;
     case "grants":
       onGrants(msg.reqIds);
       return;
     case "checkpoint":
       checkpointing = true;
-      if (current) current.control.pausing = true;
+      if (current) {
+        current.control.pausing = true;
+        cancelAsks();
+      }
       return;
     case "yield":
       // Paused like at a checkpoint, but only this shard: the next task runs as usual.
-      if (current && current.batchId === msg.batchId && current.idx === msg.idx) current.control.pausing = true;
+      if (current && current.batchId === msg.batchId && current.idx === msg.idx) {
+        current.control.pausing = true;
+        cancelAsks();
+      }
       return;
     case "validate":
       // Whatever happened, this Worker's turn at the CPU goes back with its task (./turns.ts).

@@ -17,7 +17,7 @@ import { postJson, type UpstreamTarget } from "../../inference/upstream/transpor
 import { countUpstreamAttempt } from "../../metrics/worker";
 import type { PricedModel, RunTask } from "../types";
 import { ids, answerLine, resultLine, type BatchRequest, type LastFailure, type LineResult } from "./resultLines";
-import { acquireSlot } from "./slots";
+import { acquireSlot, type SlotRelease } from "./slots";
 import { READY, claim, enterUpstream, healthMemory, nextTick, ready, settled, tellSuspect } from "./upstreamGate";
 
 /** How a running shard is told to stop, set by messages to its Worker. */
@@ -72,7 +72,11 @@ export async function passGate(model: PricedModel, control: ShardControl): Promi
   for (;;) {
     const gate = ready(u) && !stopped() ? READY : await enterUpstream(u, stopped);
     if (!gate.go) return { stopped: true, down: gate.down };
-    const release = model.limited ? await acquireSlot(model.id) : null;
+    let release: SlotRelease | null = null;
+    if (model.limited) {
+      // A pause or stop cancels the asks waiting (slots.ts cancelAsks); one made after it is not made.
+      if (stopped() || !(release = await acquireSlot(model.id))) return { stopped: true, down: false };
+    }
     const leave = claim(u);
     if (leave) return { stopped: false, release, leave };
     release?.();

@@ -19,7 +19,7 @@ import { runBuiltin, runUpstream, stoppedLine, type BatchRequest, type LineResul
 import { recoverParts } from "./partFiles";
 import { endpointKind } from "../../endpoints";
 import { addUsage } from "./usage";
-import { acquireSlot, limitNow, setSlotBatch } from "./slots";
+import { acquireSlot, limitNow, setSlotBatch, type SlotRelease } from "./slots";
 import { countLine, takeWorkerMetrics } from "../../metrics/worker";
 import { bucketOf } from "../../storage/bucket";
 import { openLocator } from "../../storage/locator";
@@ -322,10 +322,9 @@ async function uploadParts(task: RunTask): Promise<void> {
  * found) and a quarter more, at least 1. The quarter keeps a few of the
  * shard's lines waiting in the scheduler, so that a slot coming free goes
  * to the batch first in the order even between two of its lines. A bound
- * far above the limit only queues lines in the scheduler, and a pause (a
- * shutdown, a yield) waits for every queued line to get its slot before
- * the shard lets go of its Worker: with 64 lines queued for a limit of 4 at
- * 8 lines a second, a yield takes 8 s (test/batches-yield.test.ts). A bound
+ * far above the limit only queues lines in the scheduler (each holding its
+ * request built and its place in every queue; a pause withdraws them,
+ * slots.ts cancelAsks, but they are read and built again later). A bound
  * below the limit keeps one shard from filling it, and an adaptive limit
  * grows only while it is full (inference/admission/adaptive.ts): "auto"
  * would stop at the bound for a batch of one shard. Elsewhere (an unlimited
@@ -339,7 +338,11 @@ function boundFor(model: PricedModel, task: RunTask): number {
 async function executeAsync(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl): Promise<LineResult | null> {
   if (model.kind === "upstream") return runUpstream(req, model, task, control);
   // A built-in with simulated latency occupies a scheduler slot like an upstream would.
-  const release = model.limited ? await acquireSlot(model.id) : null;
+  let release: SlotRelease | null = null;
+  if (model.limited) {
+    // The wait was cancelled (the shard pauses or stops): paused, the line stays undone; stopped, it is not run.
+    if (!(release = await acquireSlot(model.id))) return control.stopCode ? stoppedLine(req.custom_id, control.stopCode) : null;
+  }
   try {
     await new Promise((r) => setTimeout(r, model.latencyMs));
     return runBuiltin(req, model, endpointKind(task.endpoint));

@@ -21,7 +21,10 @@
 import { CAPPED, CELLS, IN_FLIGHT, LIMIT, WAITING, noteRelease, tryTakeSlot, type SlotOutcome } from "../../inference/admission/scheduler";
 import type { FromWorker } from "../types";
 
-const waiting = new Map<number, () => void>();
+/** Asks sent (or about to be) and not yet granted: each resumes its line, with a slot (true) or without (false: cancelled). */
+const waiting = new Map<number, (granted: boolean) => void>();
+/** Asks cancelled after they were sent: a grant for one may still come, and its slot goes straight back. */
+const cancelled = new Set<number>();
 let nextId = 1;
 let post: (m: FromWorker) => void = () => {};
 let cells: Int32Array | null = null;
@@ -33,8 +36,13 @@ let currentBatch = "";
 
 export function setSlotBatch(batchId: string): void {
   currentBatch = batchId;
+  // Every grant for an ask of the shard before came before this shard's task (one channel, in
+  // order: the main thread read the cancel, and posted any grant before it, before the report
+  // that gave this Worker its next task).
+  cancelled.clear();
 }
 let release: number[] = [];
+let cancel: number[] = [];
 let pump: string[] = [];
 let scheduled = false;
 
@@ -56,9 +64,38 @@ export function limitNow(model: string): number | null {
 
 export function onGrants(reqIds: number[]): void {
   for (const id of reqIds) {
-    waiting.get(id)?.();
-    waiting.delete(id);
+    const resume = waiting.get(id);
+    if (resume) {
+      waiting.delete(id);
+      resume(true);
+    } else if (cancelled.delete(id)) {
+      // Granted before the cancel was read there: given back at once.
+      release.push(id);
+      flushSoon();
+    }
   }
+}
+
+/**
+ * The shard is pausing (a shutdown, a yield) or stopped: its lines still
+ * waiting for a slot stop waiting (their acquireSlot resolves with null),
+ * rather than each waiting its turn for a slot it will not use: with many
+ * lines queued behind a small limit that took seconds (runShard.ts,
+ * boundFor). Asks not yet sent are dropped; sent ones are cancelled there.
+ */
+export function cancelAsks(): void {
+  if (waiting.size === 0) return;
+  const unsent = new Set(acquire.map((a) => a[0]));
+  acquire = [];
+  for (const [id, resume] of waiting) {
+    if (!unsent.has(id)) {
+      cancelled.add(id);
+      cancel.push(id);
+    }
+    resume(false);
+  }
+  waiting.clear();
+  if (cancel.length > 0) flushSoon();
 }
 
 function flushSoon(): void {
@@ -66,10 +103,11 @@ function flushSoon(): void {
   scheduled = true;
   setImmediate(() => {
     scheduled = false;
-    const m: FromWorker = { type: "slots", acquire, release, pump };
+    const m: FromWorker = { type: "slots", acquire, release, pump, cancel };
     acquire = [];
     release = [];
     pump = [];
+    cancel = [];
     post(m);
   });
 }
@@ -89,8 +127,14 @@ function keptAfterTake(c: Int32Array, base: number, model: string): boolean {
   return false;
 }
 
-/** Resolves with a release function once a slot is taken or granted; the release says what the request saw (nothing counted if left out). */
-export function acquireSlot(model: string): Promise<(outcome?: SlotOutcome) => void> {
+export type SlotRelease = (outcome?: SlotOutcome) => void;
+
+/**
+ * Resolves with a release function once a slot is taken or granted (the
+ * release says what the request saw; nothing counted if left out), or with
+ * null when the wait was cancelled (cancelAsks).
+ */
+export function acquireSlot(model: string): Promise<SlotRelease | null> {
   const base = baseOf(model);
   // Not while batches are held to a peak share (CAPPED): the cap is kept on the main thread.
   if (cells && held && base >= 0 && Atomics.load(cells, base + WAITING) === 0 && Atomics.load(cells, base + CAPPED) === 0 && tryTakeSlot(cells, base) && keptAfterTake(cells, base, model)) {
@@ -117,7 +161,8 @@ export function acquireSlot(model: string): Promise<(outcome?: SlotOutcome) => v
   const reqId = nextId++;
   const c = cells;
   return new Promise((resolve) => {
-    waiting.set(reqId, () => {
+    waiting.set(reqId, (granted) => {
+      if (!granted) return resolve(null);
       const since = performance.now();
       resolve((outcome?: SlotOutcome) => {
         if (c && base >= 0) noteRelease(c, base, since, outcome);

@@ -21,6 +21,7 @@ import { ApiError } from "../../errors";
 import { AdaptiveLimit } from "./adaptive";
 import type { ModelEntry } from "../registry";
 import { BatchQueue, type BatchKey } from "../../batches/order";
+import { partInTurn } from "../../nodes/parts";
 
 interface Waiter {
   grant: () => void;
@@ -112,6 +113,8 @@ class ModelLane {
     private readonly shared: { cells: Int32Array; base: number } | null,
     /** For max_concurrency "auto": the controller that sets `limit`. */
     readonly adaptive: AdaptiveLimit | null = null,
+    /** A fixed max_concurrency: the cluster's limit, of which `limit` is this node's part. Null for "auto" or unlimited. */
+    readonly clusterLimit: number | null = null,
   ) {
     if (shared && limit !== null) Atomics.store(shared.cells, shared.base + LIMIT, limit);
     this.meter = shared ?? (limit !== null ? { cells: new Int32Array(CELLS), base: 0 } : null);
@@ -162,10 +165,36 @@ class ModelLane {
     this.pump();
   }
 
-  /** Slots capped batches may hold now: ceil(share × limit), at least 1; null when nothing is capped. */
-  get cap(): number | null {
-    return this.share < 1 && this.limit !== null ? Math.max(1, Math.ceil(this.share * this.limit)) : null;
+  /**
+   * Slots capped batches may hold now in the whole cluster: ceil(share × the
+   * model's limit), at least 1; null when nothing is capped. The limit is
+   * the cluster's: max_concurrency for a fixed one, this node's limit times
+   * the live nodes for "auto" (each node's controller finds its own).
+   */
+  get clusterCap(): number | null {
+    if (this.share >= 1 || this.limit === null) return null;
+    const total = this.clusterLimit ?? this.limit * this.place.count;
+    return Math.max(1, Math.ceil(this.share * total));
   }
+
+  /**
+   * This node's part of the cluster's cap: split evenly over the live nodes
+   * in whole parts that add up to it (so 3 nodes with a limit of 8 at 25%
+   * hold 2 in all, not a rounded-up 1 each). The odd parts go to the nodes
+   * in turn (`place.turn`, a minute's number, the same on every node), so a
+   * capped batch whose shards all run on a node without a part this minute
+   * waits at most the minutes it takes the turn to come round. Alone, this
+   * node's part is the whole cap.
+   */
+  get cap(): number | null {
+    const all = this.clusterCap;
+    if (all === null) return null;
+    const { index, count, turn } = this.place;
+    return partInTurn(all, index, count, turn);
+  }
+
+  /** This node among the live ones (Scheduler.setPlace). */
+  place = { index: 0, count: 1, turn: 0 };
 
   setShare(share: number): void {
     this.share = share;
@@ -320,8 +349,9 @@ export class Scheduler {
     if (!l) {
       const shared = model.maxConcurrency !== null && this.sharedUsed < SHARED_MODELS ? { cells: this.sharedCells, base: CELLS * this.sharedUsed++ } : null;
       const ctl = model.adaptive && model.maxConcurrency !== null ? new AdaptiveLimit({ max: model.maxConcurrency }) : null;
-      l = new ModelLane(ctl ? ctl.limit : model.maxConcurrency, model.queueSize, shared, ctl);
+      l = new ModelLane(ctl ? ctl.limit : model.maxConcurrency, model.queueSize, shared, ctl, ctl ? null : model.maxConcurrency);
       this.lanes.set(model.id, l);
+      l.place = this.place;
       if (this.peakShare !== 1) l.setShare(this.peakShare);
       if (ctl) {
         this.meters.set(l, new WindowMeter(l, ctl, performance.now()));
@@ -381,8 +411,8 @@ export class Scheduler {
 
   /**
    * Off-peak hours (SPEC §18): capped batches may hold `share` (0–1) of each
-   * limited model's slots; 1 lifts the cap. On a cluster the limit is this
-   * node's part of the model's, so the cap is too.
+   * limited model's slots; 1 lifts the cap. On a cluster it is a share of
+   * the cluster's limit, and each node holds its part of it (setPlace).
    */
   setPeakShare(share: number): void {
     for (const lane of this.lanes.values()) if (lane.share !== share) lane.setShare(share);
@@ -391,6 +421,24 @@ export class Scheduler {
 
   /** The share capped batches get now (1: no cap). */
   peakShare = 1;
+
+  /** This node among the live ones, and the turn of the peak cap's odd parts (ModelLane.cap). */
+  private place = { index: 0, count: 1, turn: 0 };
+
+  /**
+   * On a cluster (nodes/membership.ts, at every heartbeat): this node's
+   * place among the live nodes and the turn (a number every node computes
+   * alike: the minute). The peak cap is the cluster's, split by them.
+   */
+  setPlace(index: number, count: number, turn: number): void {
+    const p = this.place;
+    if (p.index === index && p.count === count && p.turn === turn) return;
+    this.place = { index: Math.max(0, index), count: Math.max(1, count), turn };
+    for (const lane of this.lanes.values()) {
+      lane.place = this.place;
+      if (lane.share < 1) lane.setShare(lane.share);
+    }
+  }
 
   /** A batch's key changed (it is no longer capped): waiters may be served now. */
   pumpAll(): void {
@@ -511,7 +559,8 @@ export class Scheduler {
     };
   }
 
-  stats(modelId: string): { inFlight: number; queued: number; batchInFlight: number; batchQueued: number; batchCap: number | null; cappedQueued: number } {
+  /** `batchCap`: the capped batches' slots on this node now; `clusterBatchCap`: in the whole cluster. */
+  stats(modelId: string): { inFlight: number; queued: number; batchInFlight: number; batchQueued: number; batchCap: number | null; clusterBatchCap: number | null; cappedQueued: number } {
     const l = this.lanes.get(modelId);
     const inFlight = l?.inFlight ?? 0;
     return {
@@ -520,6 +569,7 @@ export class Scheduler {
       batchInFlight: Math.max(0, inFlight - (l?.interactiveInFlight ?? 0)),
       batchQueued: l?.batch.length ?? 0,
       batchCap: l?.cap ?? null,
+      clusterBatchCap: l?.clusterCap ?? null,
       cappedQueued: l ? l.batch.cappedWaiting() : 0,
     };
   }
