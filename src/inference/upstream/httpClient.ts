@@ -28,7 +28,7 @@
 // Worker's event loop, as the main thread's do on its own.
 import type { Socket } from "bun";
 import type { AbortListener, CallAbort } from "./deadline";
-import { OwnAnswer } from "./answer";
+import { OwnAnswer, type HeaderReader } from "./answer";
 import { processEnv, type Env } from "../../env";
 
 /** Idle connections older than this are closed instead of reused: uvicorn (vLLM) drops them after 5 s, and a request written as the server closes is lost. */
@@ -41,14 +41,19 @@ const MAX_HEAD_BYTES = 64 * 1024;
 const MAX_LINE_BYTES = 4096;
 /** A status line and headers that began to arrive must be whole within this (SPEC §17: never wait long on a head it cannot parse). */
 const HEAD_DEADLINE_MS = 5_000;
-/** The longest Content-Length taken (15 digits, under 2^53): llhttp refuses lengths that overflow; an absurd one would wait for bytes that never come. */
-const LENGTH = /^\d{1,15}$/;
-/** A header name: an RFC 9110 token. "Content-Length : 5" (space before the colon) is not one. */
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
-/** A control character other than HTAB, a lone CR or a bare LF: llhttp refuses these in a status line or header (no lenient flags). */
+/** The most digits a Content-Length may have (15, under 2^53): llhttp refuses lengths that overflow; an absurd one would wait for bytes that never come. */
+const MAX_LENGTH_DIGITS = 15;
+/**
+ * The bytes of an RFC 9110 token (a header name), by byte value (1: a token
+ * byte). "Content-Length : 5" (space before the colon) is not a token, nor
+ * is a folded line (it starts with a space or tab).
+ */
+const TOKEN_BYTE = new Uint8Array(256);
+for (const c of "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") TOKEN_BYTE[c.charCodeAt(0)] = 1;
+/** What ends a head: found as bytes (a string needle is encoded again on every search). */
+const HEAD_END = Buffer.from("\r\n\r\n");
+/** A control character other than HTAB, a lone CR or a bare LF: llhttp refuses these in a status line or header (no lenient flags); chunk lines are judged by it. */
 const CONTROL = /[\x00-\x08\x0a-\x1f\x7f]/;
-/** The status line llhttp takes: HTTP/1.0 or 1.1, three digits, an optional reason of visible characters, spaces and tabs. */
-const STATUS_LINE = /^HTTP\/1\.([01]) (\d{3})(?: [^]*)?$/;
 
 /**
  * Whether calls to `baseUrl` go through this client: plain http and no
@@ -212,11 +217,139 @@ function release(conn: Conn): void {
   idle.push(conn);
 }
 
-const latin1 = new TextDecoder("latin1");
+/** Buffer's own decoders (Node's and Bun's, untyped in @types/node): a range as text with no view made of it. */
+type SliceBuffer = Buffer & { latin1Slice(start: number, end: number): string; utf8Slice(start: number, end: number): string };
 
 /** Bytes [from, to) of `b` as a plain Uint8Array view: Buffer#subarray builds a Buffer through its species constructor (3.5% of the main thread in the chat pass-through). */
 function view(b: Uint8Array, from: number, to: number): Uint8Array {
   return from === 0 && to === b.length ? b : new Uint8Array(b.buffer, b.byteOffset + from, to - from);
+}
+
+/**
+ * Where the head line starting at `from` ends (its CR) in `buf`, whose head
+ * ends at `end` (the CR of the blank line): every byte on the way is
+ * judged as llhttp judges it. A control character other than HTAB (NUL,
+ * DEL, ...) is refused, and so are a bare LF and a CR not followed by LF
+ * (the only CR taken is a line's end).
+ */
+function lineEnd(buf: Buffer, from: number, end: number): number {
+  for (let i = from; i < end; i++) {
+    const c = buf[i]!;
+    if (c >= 32) {
+      if (c === 127) throw new Error("upstream sent a control character in its status line or a header");
+      continue;
+    }
+    if (c === 9) continue;
+    if (c === 13 && buf[i + 1] === 10) return i; // never at end - 1: buf[end] is the blank line's CR
+    throw new Error(c === 10 || c === 13 ? "upstream sent a lone CR or a bare LF in its status line or a header" : "upstream sent a control character in its status line or a header");
+  }
+  return end;
+}
+
+/**
+ * Whether the header name `buf[from, to)` (a token) is `lower` (a lower-case
+ * name of letters and "-") in any case: a token byte ORed with 0x20 is one
+ * of those only if it is that letter in either case, or "-".
+ */
+function isName(buf: Buffer, from: number, to: number, lower: string): boolean {
+  if (to - from !== lower.length) return false;
+  for (let i = 0; i < lower.length; i++) if ((buf[from + i]! | 32) !== lower.charCodeAt(i)) return false;
+  return true;
+}
+
+/** The headers at `kept` (name from, to; value from, to, each in `buf`) as pairs, names lower-cased. */
+function pairsOf(buf: Buffer, kept: readonly number[]): [string, string][] {
+  const pairs: [string, string][] = [];
+  for (let i = 0; i < kept.length; i += 4)
+    pairs.push([(buf as SliceBuffer).latin1Slice(kept[i]!, kept[i + 1]!).toLowerCase(), (buf as SliceBuffer).latin1Slice(kept[i + 2]!, kept[i + 3]!)]);
+  return pairs;
+}
+
+/**
+ * The status of the status line `buf[0, to)` (its bytes judged already by
+ * lineEnd), or -1 if it is not one llhttp takes: HTTP/1.0 or 1.1, a space,
+ * three digits, then nothing or a space and a reason.
+ */
+function statusOf(buf: Buffer, to: number): number {
+  if (to < 12 || buf[0] !== 72 || buf[1] !== 84 || buf[2] !== 84 || buf[3] !== 80 || buf[4] !== 47 || buf[5] !== 49 || buf[6] !== 46) return -1; // "HTTP/1."
+  if ((buf[7] !== 48 && buf[7] !== 49) || buf[8] !== 32) return -1;
+  let status = 0;
+  for (let i = 9; i < 12; i++) {
+    const d = buf[i]! - 48;
+    if (d < 0 || d > 9) return -1;
+    status = status * 10 + d;
+  }
+  return to === 12 || buf[12] === 32 ? status : -1;
+}
+
+/**
+ * An answer whose body came whole with its head (the usual JSON answer): its
+ * text is decoded straight from the packet's bytes. A view of them (what
+ * OwnAnswer takes) costs more than the decoding: `buffer` on the packet's
+ * Buffer makes the engine build an ArrayBuffer for it (1.3% of the main
+ * thread in the chat pass-through), and Buffer#subarray goes through its
+ * species constructor. The view is made only if the body is read as a stream.
+ */
+class WholeAnswer extends OwnAnswer {
+  private bytes: Buffer | null;
+  private taken: ReadableStream<Uint8Array> | null = null;
+  /** Filled from the head on the first look at the headers. */
+  private readonly pairsLater: [string, string][];
+  private head: Buffer | null;
+
+  constructor(
+    status: number,
+    head: Buffer,
+    private readonly kept: readonly number[],
+    bytes: Buffer,
+    private readonly from: number,
+    private readonly to: number,
+  ) {
+    const pairs: [string, string][] = [];
+    super(status, pairs, null, null);
+    this.pairsLater = pairs;
+    this.head = kept.length > 0 ? head : null;
+    this.bytes = bytes;
+  }
+
+  override get headers(): HeaderReader {
+    const head = this.head;
+    if (head) {
+      this.head = null;
+      this.pairsLater.push(...pairsOf(head, this.kept));
+    }
+    return super.headers;
+  }
+
+  override get body(): ReadableStream<Uint8Array> | null {
+    const bytes = this.bytes;
+    if (bytes) {
+      this.bytes = null;
+      const whole = view(bytes, this.from, this.to);
+      this.taken = new ReadableStream<Uint8Array>({
+        start(c) {
+          if (whole.length > 0) c.enqueue(whole);
+          c.close();
+        },
+      });
+    }
+    return this.taken;
+  }
+
+  override text(): Promise<string> {
+    const bytes = this.bytes;
+    if (bytes) {
+      this.bytes = null;
+      // As TextDecoder (OwnAnswer's) reads it: a leading byte order mark is dropped.
+      const from = bytes[this.from] === 0xef && bytes[this.from + 1] === 0xbb && bytes[this.from + 2] === 0xbf && this.to - this.from >= 3 ? this.from + 3 : this.from;
+      return Promise.resolve((bytes as SliceBuffer).utf8Slice(from, this.to));
+    }
+    // Read as a stream already (or read): what OwnAnswer does then.
+    const taken = this.taken;
+    if (!taken) return Promise.resolve("");
+    this.taken = null;
+    return new Response(taken).text();
+  }
 }
 
 /** One request and its answer, on one connection (or two: see connectionClosed). */
@@ -330,7 +463,7 @@ class Exchange implements AbortListener {
         case State.Trailer: {
           const nl = bytes.indexOf(10, at);
           const end = nl < 0 ? bytes.length : nl;
-          this.line += latin1.decode(view(bytes, at, end));
+          this.line += (bytes as SliceBuffer).latin1Slice(at, end);
           if (this.line.length > MAX_LINE_BYTES) throw new Error("upstream sent a malformed chunked body (a line too long)");
           at = nl < 0 ? bytes.length : nl + 1;
           if (nl >= 0) {
@@ -374,7 +507,7 @@ class Exchange implements AbortListener {
       from = Math.max(0, this.head.length - 3);
       buf = Buffer.concat([this.head, bytes]);
     }
-    const end = buf.indexOf("\r\n\r\n", from);
+    const end = buf.indexOf(HEAD_END, from);
     if (end < 0) {
       if (buf.length > MAX_HEAD_BYTES) throw new Error(`upstream sent a status line and headers longer than ${MAX_HEAD_BYTES} bytes`);
       // What can be judged already is judged now, not at the head deadline.
@@ -391,50 +524,65 @@ class Exchange implements AbortListener {
       this.headTimer = null;
     }
     const bodyAt = end + 4 - (buf.length - bytes.length); // where the body starts in `bytes`
-    const lines = buf.toString("latin1", 0, end).split("\r\n");
     // The checks llhttp makes without lenient flags (Node's http client): a
     // lone CR, a bare LF, NUL or another control character anywhere in the
     // head; a folded line; a header name that is not a token (a space before
     // the colon); Content-Length that is not digits, too long, or twice;
     // Content-Length beside Transfer-Encoding; a Transfer-Encoding other than
     // chunked. Any of them makes the answer a 502, never a 500 or a hang.
-    const statusLine = lines[0]!;
-    const m = STATUS_LINE.exec(statusLine);
-    if (!m || CONTROL.test(statusLine)) throw new Error("upstream did not answer with a valid HTTP/1.x status line");
-    const status = Number(m[2]);
+    // Read straight from the bytes, one pass over each line (no split, no
+    // regular expression per line): this runs for every upstream answer.
+    const statusEnd = lineEnd(buf, 0, end);
+    const status = statusOf(buf, statusEnd);
+    if (status < 0) throw new Error("upstream did not answer with a valid HTTP/1.x status line");
     if (status >= 100 && status < 200) {
       // 100 Continue, 103 Early Hints: a final answer follows.
       if (bodyAt >= bytes.length) return -1;
       const next = this.readHead(bytes.subarray(bodyAt));
       return next < 0 ? -1 : bodyAt + next;
     }
-    const headers: [string, string][] = [];
+    // Where each header passed on lies in `buf` (name from, to; value from,
+    // to): made into strings only if someone reads the headers, which nobody
+    // does for most 2xx answers.
+    const kept: number[] = [];
     let length = -1;
     let chunked = false;
     let transferEncoding = false;
     let encoding = "";
-    this.keepAlive = m[1] === "1";
-    for (let i = 1; i < lines.length; i++) {
-      const l = lines[i]!;
-      if (CONTROL.test(l)) throw new Error("upstream sent a control character, a lone CR or a bare LF in a header");
-      const colon = l.indexOf(":");
-      const rawName = colon > 0 ? l.slice(0, colon) : "";
-      // A line starting with a space or tab is a folded one (obs-fold): not a token either.
-      if (!TOKEN.test(rawName)) throw new Error("upstream sent a malformed header line");
-      const name = rawName.toLowerCase();
-      const value = l.slice(colon + 1).trim();
-      if (name === "content-length") {
-        if (!LENGTH.test(value) || length >= 0) throw new Error("upstream sent an invalid Content-Length");
-        length = Number(value);
-      } else if (name === "transfer-encoding") {
+    this.keepAlive = buf[7] === 49; // HTTP/1.1 ("1"); HTTP/1.0 closes unless it says keep-alive
+    for (let at = statusEnd + 2; at < end; ) {
+      const eol = lineEnd(buf, at, end);
+      // The name: a token up to the colon. A line starting with a space or
+      // tab is a folded one (obs-fold): not a token either.
+      let i = at;
+      while (i < eol && TOKEN_BYTE[buf[i]!] === 1) i++;
+      if (i === at || i === eol || buf[i] !== 58) throw new Error("upstream sent a malformed header line");
+      // The value without the spaces and tabs around it (OWS).
+      let from = i + 1;
+      let to = eol;
+      while (from < to && (buf[from] === 32 || buf[from] === 9)) from++;
+      while (to > from && (buf[to - 1] === 32 || buf[to - 1] === 9)) to--;
+      const nameFrom = at;
+      at = eol + 2;
+      if (isName(buf, nameFrom, i, "content-length")) {
+        if (length >= 0 || to - from > MAX_LENGTH_DIGITS || to === from) throw new Error("upstream sent an invalid Content-Length");
+        let n = 0;
+        for (let k = from; k < to; k++) {
+          const d = buf[k]! - 48;
+          if (d < 0 || d > 9) throw new Error("upstream sent an invalid Content-Length");
+          n = n * 10 + d;
+        }
+        length = n;
+      } else if (isName(buf, nameFrom, i, "transfer-encoding")) {
+        const value = (buf as SliceBuffer).latin1Slice(from, to);
         if (transferEncoding || value.toLowerCase() !== "chunked") throw new Error(`upstream sent Transfer-Encoding ${value.slice(0, 40)}, which offpeak does not take`);
         transferEncoding = chunked = true;
-      } else if (name === "connection") {
-        const v = value.toLowerCase();
+      } else if (isName(buf, nameFrom, i, "connection")) {
+        const v = (buf as SliceBuffer).latin1Slice(from, to).toLowerCase();
         if (v.includes("close")) this.keepAlive = false;
         else if (v.includes("keep-alive")) this.keepAlive = true;
-      } else if (name === "content-encoding") encoding = value.toLowerCase();
-      else if (name !== "keep-alive") headers.push([name, value]);
+      } else if (isName(buf, nameFrom, i, "content-encoding")) encoding = (buf as SliceBuffer).latin1Slice(from, to).toLowerCase();
+      else if (!isName(buf, nameFrom, i, "keep-alive")) kept.push(nameFrom, i, from, to);
     }
     if (chunked && length >= 0) throw new Error("upstream sent both Content-Length and Transfer-Encoding");
     if (encoding && encoding !== "identity" && encoding !== "gzip" && encoding !== "deflate")
@@ -451,13 +599,13 @@ class Exchange implements AbortListener {
     }
     this.answered = true;
     if (noBody || (this.state === State.Length && length === 0)) {
-      this.resolve(new OwnAnswer(status, headers, null, null));
+      this.resolve(new OwnAnswer(status, pairsOf(buf, kept), null, null));
       this.complete();
       return bytes.length;
     }
     // The whole body is here already (the usual case for a JSON answer): no stream needed.
     if (!encoding && this.state === State.Length && bytes.length - bodyAt >= length) {
-      this.resolve(new OwnAnswer(status, headers, view(bytes, bodyAt, bodyAt + length), null));
+      this.resolve(new WholeAnswer(status, buf, kept, bytes, bodyAt, bodyAt + length));
       this.complete();
       return bodyAt + length;
     }
@@ -484,7 +632,7 @@ class Exchange implements AbortListener {
       { highWaterMark: 4 },
     );
     const body = encoding && encoding !== "identity" ? raw.pipeThrough(new DecompressionStream(encoding as "gzip" | "deflate") as unknown as ReadableWritablePair<Uint8Array, Uint8Array>) : raw;
-    this.resolve(new OwnAnswer(status, headers, null, body));
+    this.resolve(new OwnAnswer(status, pairsOf(buf, kept), null, body));
     return bodyAt;
   }
 

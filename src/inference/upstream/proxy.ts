@@ -6,6 +6,7 @@
 // before the first byte, a stream event by event as it arrives (a client
 // disconnect cancels the upstream request). Output tokens count against the
 // key's tpm, read the way the endpoint's module says.
+import { requestIdOf } from "../../app";
 import { streamHold } from "../../auth/revocations";
 import type { Principal } from "../../auth/verify";
 import type { AppContext } from "../../context";
@@ -55,7 +56,7 @@ export async function proxyUpstream(ctx: AppContext, principal: Principal, { mod
       // the slot, and the upstream answer is dropped (its connection closed).
       let answerHeaders: Headers;
       try {
-        answerHeaders = new Headers({ "content-type": res.headers.get("content-type") ?? "text/event-stream", "cache-control": "no-cache", ...headers });
+        answerHeaders = new Headers({ "content-type": res.headers.get("content-type") ?? "text/event-stream", "cache-control": "no-cache", ...headers, "x-request-id": requestIdOf(request) });
       } catch (e) {
         await res.body.cancel().catch(() => {});
         throw e;
@@ -75,7 +76,10 @@ export async function proxyUpstream(ctx: AppContext, principal: Principal, { mod
       kind.readUsage(parsed?.usage, counts);
       if (counts.output) ctx.rateLimiter.charge(principal.keyId, counts.output);
     } else checkLooksLikeJson(model, text);
-    return new Response(text, { headers: { "content-type": "application/json", ...headers } });
+    // The request id goes on with the other headers (withRequestId, app.ts,
+    // then finds it there): setting it on the Response afterwards costs a
+    // native Headers call a request.
+    return new Response(text, { headers: { "content-type": "application/json", ...headers, "x-request-id": requestIdOf(request) } });
   } finally {
     if (!handedOff) release(outcome);
   }
