@@ -11,6 +11,8 @@ import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { eq } from "drizzle-orm";
 import { pgMigrations, sqliteMigrations, type Migration } from "../src/db/migrations.gen";
+import type { AppContext } from "../src/context";
+import { WebhookSender } from "../src/webhooks/sender";
 
 interface Received {
   body: string;
@@ -343,5 +345,29 @@ test("a migration turns the created_at of events stored in ms (before it) into s
   } finally {
     await s?.stop();
     rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
+test("a database error while a delivery reads its endpoint is logged, not a crash; the event stays leased for a later try", async () => {
+  const ep = await json(await createEndpoint(t, { url: rx.url }));
+  const e = t.server.ctx.db.t.webhookEvents;
+  const id = "evt_" + "d".repeat(24);
+  await t.server.ctx.db.insert(e).values({ id, endpointId: ep.id, type: "batch.completed", payload: "{}", status: "pending", attempts: 0, nextAttemptAt: Date.now(), createdAt: Math.floor(Date.now() / 1000) });
+  // A second sender on the same database, whose read of the endpoint fails (the database away).
+  const errors: string[] = [];
+  const log = { ...t.server.ctx.log, error: (msg: string) => void errors.push(msg), warn: () => {}, info: () => {} };
+  const sender = new WebhookSender({ ...t.server.ctx, log } as AppContext);
+  (sender as unknown as { q: { endpoint: { execute: () => Promise<never> } } }).q.endpoint.execute = () => Promise.reject(new Error("connection refused"));
+  sender.start();
+  try {
+    // Without a handler the rejection would end the process (Bun exits on an unhandled one).
+    await eventually(() => errors.some((m) => /webhook delivery failed before it was sent/.test(m)), "the failure logged", 5_000, 20);
+    const [row] = await t.server.ctx.db.select().from(e).where(eq(e.id, id));
+    expect(row).toMatchObject({ status: "pending", attempts: 0 });
+    expect(row!.nextAttemptAt).toBeGreaterThan(Date.now() + 30_000); // leased: tried again after the lease
+    expect(sender.running).toBe(0);
+  } finally {
+    await sender.stop();
+    await t.server.ctx.db.delete(e).where(eq(e.id, id));
   }
 });

@@ -195,7 +195,10 @@ export class WebhookSender {
       });
       for (const row of leased) {
         this.take(row);
-        void this.deliver(row).finally(() => this.release(row));
+        // A failure here (the database away while the endpoint is read) leaves the row leased: it is sent again after the lease.
+        void this.deliver(row)
+          .catch((e) => this.ctx.log.error("webhook delivery failed before it was sent or recorded", { event_id: row.id, error: String(e) }))
+          .finally(() => this.release(row));
       }
     } catch (e) {
       this.ctx.log.error("webhook sender tick failed", { error: String(e) });

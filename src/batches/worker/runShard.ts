@@ -20,6 +20,7 @@ import { recoverParts } from "./partFiles";
 import { endpointKind } from "../../endpoints";
 import { addUsage } from "./usage";
 import { acquireSlot, limitNow, setSlotBatch, type SlotRelease } from "./slots";
+import { stopStateOf } from "./lineSteps";
 import { countLine, takeWorkerMetrics } from "../../metrics/worker";
 import { bucketOf } from "../../storage/bucket";
 import { openLocator } from "../../storage/locator";
@@ -340,8 +341,12 @@ async function executeAsync(req: BatchRequest, model: PricedModel, task: RunTask
   // A built-in with simulated latency occupies a scheduler slot like an upstream would.
   let release: SlotRelease | null = null;
   if (model.limited) {
-    // The wait was cancelled (the shard pauses or stops): paused, the line stays undone; stopped, it is not run.
-    if (!(release = await acquireSlot(model.id))) return control.stopCode ? stoppedLine(req.custom_id, control.stopCode) : null;
+    // Paused or stopped before its slot (the asks already waiting were cancelled; this line may
+    // come after, from the wait for room under the shard's bound), or its wait cancelled: paused,
+    // the line stays undone; stopped, it is not run.
+    const stopped = () => (control.stopCode ? stoppedLine(req.custom_id, control.stopCode) : null);
+    if (stopStateOf(control) !== null) return stopped();
+    if (!(release = await acquireSlot(model.id))) return stopped();
   }
   try {
     await new Promise((r) => setTimeout(r, model.latencyMs));

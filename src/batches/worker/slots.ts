@@ -23,8 +23,7 @@ import type { FromWorker } from "../types";
 
 /** Asks sent (or about to be) and not yet granted: each resumes its line, with a slot (true) or without (false: cancelled). */
 const waiting = new Map<number, (granted: boolean) => void>();
-/** Asks cancelled after they were sent: a grant for one may still come, and its slot goes straight back. */
-const cancelled = new Set<number>();
+
 let nextId = 1;
 let post: (m: FromWorker) => void = () => {};
 let cells: Int32Array | null = null;
@@ -36,10 +35,6 @@ let currentBatch = "";
 
 export function setSlotBatch(batchId: string): void {
   currentBatch = batchId;
-  // Every grant for an ask of the shard before came before this shard's task (one channel, in
-  // order: the main thread read the cancel, and posted any grant before it, before the report
-  // that gave this Worker its next task).
-  cancelled.clear();
 }
 let release: number[] = [];
 let cancel: number[] = [];
@@ -68,8 +63,10 @@ export function onGrants(reqIds: number[]): void {
     if (resume) {
       waiting.delete(id);
       resume(true);
-    } else if (cancelled.delete(id)) {
-      // Granted before the cancel was read there: given back at once.
+    } else {
+      // Ids are never reused: a grant for one nobody waits for is for an ask cancelled after it
+      // was sent (the main thread granted it before it read the cancel, maybe after this Worker's
+      // next task had begun). Its slot goes straight back.
       release.push(id);
       flushSoon();
     }
@@ -88,10 +85,7 @@ export function cancelAsks(): void {
   const unsent = new Set(acquire.map((a) => a[0]));
   acquire = [];
   for (const [id, resume] of waiting) {
-    if (!unsent.has(id)) {
-      cancelled.add(id);
-      cancel.push(id);
-    }
+    if (!unsent.has(id)) cancel.push(id);
     resume(false);
   }
   waiting.clear();
