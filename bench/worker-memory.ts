@@ -33,6 +33,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PURGE_DELAY_MS } from "../src/allocator";
 import { BATCH_WORKER_OPTIONS } from "../src/batches/pool";
+import { workerThreadSettings } from "../src/config";
 import { defaultBatchWorkers, newTurnHolder, newTurns, usableCores } from "../src/batches/turns";
 import { shardBoundaries } from "../src/batches/shards";
 import type { FromWorker, PricedModel, RunTask, ToWorker, ValidateTask } from "../src/batches/types";
@@ -98,7 +99,7 @@ if (opt("child")) {
   const turns = newTurns(Math.min(n, Number(opt("turns") ?? defaultBatchWorkers(usableCores()))));
   const workers = Array.from({ length: n }, () => new Worker(new URL("./worker-probe.ts", import.meta.url), options));
   for (const w of workers)
-    w.postMessage({ type: "init", models: [model], slots, held: new Int32Array(new SharedArrayBuffer(4 * SHARED_MODELS)), health, turns, turn: newTurnHolder() } satisfies ToWorker);
+    w.postMessage({ type: "init", models: [model], slots, held: new Int32Array(new SharedArrayBuffer(4 * SHARED_MODELS)), health, turns, turn: newTurnHolder(), thread: workerThreadSettings() } satisfies ToWorker);
   // Up and idle: every Worker has answered a probe.
   const probeAll = () =>
     Promise.all(

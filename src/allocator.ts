@@ -32,10 +32,13 @@
 //
 // Not for client commands (short-lived), nor when the environment already
 // sets MIMALLOC_PURGE_DELAY (any value: an operator's choice wins), nor with
-// OFFPEAK_NO_REEXEC=1 (src/env.ts reexecAllowed).
+// OFFPEAK_NO_REEXEC=1 (reexecAllowed).
 
 import { readFileSync } from "node:fs";
-import { processEnv, reexecAllowed, type Env } from "./env";
+import { processEnv, type Env } from "./config";
+
+/** Whether `serve` may re-execute itself: not when the operator set MIMALLOC_PURGE_DELAY (any value: their choice wins) or OFFPEAK_NO_REEXEC=1. */
+export const reexecAllowed = (env: Env): boolean => env.MIMALLOC_PURGE_DELAY === undefined && env.OFFPEAK_NO_REEXEC !== "1";
 
 /** mimalloc's purge delay for `serve` (see above). */
 export const PURGE_DELAY_MS = 20;

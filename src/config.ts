@@ -1,10 +1,12 @@
 // Configuration is resolved exactly once, at start, in the order
 // flag > environment > config file > default, and then passed down as a plain
 // object. Nothing reads the environment at request time, and nothing but
-// src/env.ts reads process.env: it holds the few settings needed where no
-// Config reaches (batch Workers, the allocator's re-exec before anything
-// loads), and this module re-exports them. Flags are read by src/flags.ts,
-// the client commands' parser too.
+// this module reads process.env (test/config-flags.test.ts). The few
+// settings needed where no Config reaches are handed on from here: the main
+// thread's durability switch and test hooks are set when this module loads,
+// a batch Worker's come in its init message (src/threadSettings.ts), and
+// the allocator's re-exec reads processEnv() before anything else runs.
+// Flags are read by src/flags.ts, the client commands' parser too.
 import { Type, type Static } from "@sinclair/typebox";
 import { Value } from "@sinclair/typebox/value";
 import { readFileSync } from "node:fs";
@@ -16,10 +18,19 @@ import { parseAllowedHosts } from "./webhooks/egress";
 import { PeakCalendar, type PeakWindow } from "./batches/order";
 import { defaultBatchWorkers, usableCores } from "./batches/turns";
 import { defaultValidationWorkers } from "./jsonl/validationWorkers";
-import { processEnv, type Env } from "./env";
+import { setThreadSettings, threadSettingsOf, type ThreadSettings } from "./threadSettings";
 import { parseFlags, type FlagSpec, type ParsedFlags } from "./flags";
 
-export { processEnv, threadSettings, type Env, type ThreadSettings } from "./env";
+export type Env = Record<string, string | undefined>;
+
+/** This process's environment: the one place it is read. */
+export const processEnv = (): Env => process.env;
+
+// The main thread's own settings (flushes, test hooks), from the environment, once.
+if (Bun.isMainThread) setThreadSettings(threadSettingsOf(process.env, true));
+
+/** What a batch Worker is to hold for itself (its init message carries it: batches/pool.ts). */
+export const workerThreadSettings = (env: Env = processEnv()): ThreadSettings => threadSettingsOf(env, false);
 
 const Pricing = Type.Object(
   {

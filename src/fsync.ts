@@ -11,8 +11,9 @@
 // that fails means the kernel may have dropped the dirty pages: the caller
 // must not acknowledge, so every function here rejects with the error.
 //
-// Two settings, read once per thread (src/env.ts: batch Workers get no
-// Config object, and all threads must agree):
+// Two settings each thread holds (src/threadSettings.ts: config.ts sets the
+// main thread's, a batch Worker gets its own in its init message; all
+// threads agree):
 //
 // - OFFPEAK_UNSAFE_NO_FSYNC=1 — skip every flush offpeak makes (SQLite keeps
 //   its own, at checkpoints). **For benchmarks only**
@@ -30,22 +31,25 @@
 // batch Worker, and node:worker_threads and node:fs/promises cost each Worker
 // 0.4 and 0.2 MB more (SPEC §20; docs/OPERATING.md "Batch Workers").
 import { appendFileSync, close, closeSync, fdatasync, fsync, fsyncSync, open, openSync } from "node:fs";
-import { threadSettings } from "./env";
+import { threadSettings } from "./threadSettings";
 
 const isMainThread = Bun.isMainThread;
 
-export const FSYNC_ENABLED = threadSettings.fsync;
-const TEST_LOG = threadSettings.testFsyncLog;
-const TEST_DELAY_MS = threadSettings.testFsyncDelayMs;
+/** Whether offpeak flushes (false only with OFFPEAK_UNSAFE_NO_FSYNC=1): this thread's setting (src/threadSettings.ts). */
+export const fsyncEnabled = (): boolean => threadSettings().fsync;
 
 /** Test seam: records a completed flush (or a step around one, e.g. a rename) when OFFPEAK_TEST_FSYNC_LOG is set. */
 export function noteDurable(op: "file" | "dir" | "rename" | "db", path: string, extra: Record<string, unknown> = {}): void {
-  if (!TEST_LOG) return;
-  appendFileSync(TEST_LOG, JSON.stringify({ op, path, ...extra, thread: isMainThread ? "main" : "worker", t: performance.timeOrigin + performance.now() }) + "\n");
+  const log = threadSettings().testFsyncLog;
+  if (!log) return;
+  appendFileSync(log, JSON.stringify({ op, path, ...extra, thread: isMainThread ? "main" : "worker", t: performance.timeOrigin + performance.now() }) + "\n");
 }
 
 /** Test seam: the wait OFFPEAK_TEST_FSYNC_DELAY_MS asks for before each flush (none otherwise). */
-export const flushDelayForTests = () => (TEST_DELAY_MS > 0 ? new Promise((r) => setTimeout(r, TEST_DELAY_MS)) : null);
+export const flushDelayForTests = () => {
+  const ms = threadSettings().testFsyncDelayMs;
+  return ms > 0 ? new Promise((r) => setTimeout(r, ms)) : null;
+};
 
 /**
  * fdatasync(fd) on the thread pool. `path` and `bytes` only label the test
@@ -53,7 +57,7 @@ export const flushDelayForTests = () => (TEST_DELAY_MS > 0 ? new Promise((r) => 
  * descriptor number would be flushed instead).
  */
 export async function syncFd(fd: number, path: string, bytes?: number): Promise<void> {
-  if (!FSYNC_ENABLED) return;
+  if (!fsyncEnabled()) return;
   await flushDelayForTests();
   await new Promise<void>((resolve, reject) => fdatasync(fd, (e) => (e ? reject(e) : resolve())));
   noteDurable("file", path, bytes === undefined ? {} : { bytes });
@@ -61,7 +65,7 @@ export async function syncFd(fd: number, path: string, bytes?: number): Promise<
 
 /** fsync of a directory (its entries: files created, renamed or removed in it), on the thread pool. */
 export async function syncDir(path: string): Promise<void> {
-  if (!FSYNC_ENABLED) return;
+  if (!fsyncEnabled()) return;
   await flushDelayForTests();
   const fd = await new Promise<number>((resolve, reject) => open(path, "r", (e, fd) => (e ? reject(e) : resolve(fd))));
   try {
@@ -74,7 +78,7 @@ export async function syncDir(path: string): Promise<void> {
 
 /** The same, blocking: only for start-up (once, before serving) and short CLI runs. */
 export function syncDirNow(path: string): void {
-  if (!FSYNC_ENABLED) return;
+  if (!fsyncEnabled()) return;
   const fd = openSync(path, "r");
   try {
     fsyncSync(fd);

@@ -1,10 +1,10 @@
 // One flag parser for the server and the client commands (src/flags.ts), and
-// the environment read in one place (src/env.ts, re-exported by config.ts).
+// the environment read in one place (src/config.ts).
 import { describe, expect, test } from "bun:test";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { clientEnv, ConfigError, KEYS_FLAGS, resolveConfig, SERVER_FLAGS } from "../src/config";
-import { threadSettingsOf } from "../src/env";
+import { threadSettingsOf } from "../src/threadSettings";
 import { commandWords, parseFlags, type FlagSpec } from "../src/flags";
 import { CliError } from "../src/cli";
 import { parseVerb } from "../src/cli/args";
@@ -113,13 +113,13 @@ describe("the environment", () => {
     expect(resolveConfig(["--data-dir", "/tmp/x"], { OFFPEAK_PG_POOL: "junk" }).database.kind).toBe("sqlite");
   });
 
-  test("process.env is read in src/env.ts and nowhere else in src/", () => {
+  test("process.env is read in src/config.ts and nowhere else in src/", () => {
     const readers: string[] = [];
     const walk = (dir: string) => {
       for (const e of readdirSync(join(ROOT, dir), { withFileTypes: true })) {
         const rel = `${dir}/${e.name}`;
         if (e.isDirectory()) walk(rel);
-        else if (/\.tsx?$/.test(e.name) && rel !== "src/env.ts") {
+        else if (/\.tsx?$/.test(e.name) && rel !== "src/config.ts") {
           const code = readFileSync(join(ROOT, rel), "utf8")
             .split("\n")
             .filter((l) => !/^\s*(\/\/|\*|\/\*)/.test(l));

@@ -17,7 +17,7 @@ import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { eq, inArray } from "drizzle-orm";
 import type { AppContext } from "../context";
-import { threadSettings } from "../config";
+import { threadSettings } from "../threadSettings";
 import { derivedId, nowSeconds } from "../ids";
 import type { BlobPart } from "../storage/blobStore";
 import { trashIn } from "../storage/trash";
@@ -27,21 +27,22 @@ import { recordBatchEvent } from "../webhooks/outbox";
 
 /**
  * TEST HOOK, never set in production: OFFPEAK_TEST_FINALIZE_PAUSE_MS=N
- * (src/env.ts) makes finalize log each step ("batch finalize step", at info)
+ * (src/threadSettings.ts) makes finalize log each step ("batch finalize step", at info)
  * and then wait N ms, so a test can SIGKILL the server at a known step and
  * check that a restart finishes the batch correctly
  * (test/batches-compose-crash.test.ts).
  */
-const TEST_PAUSE_MS = threadSettings.testFinalizePauseMs;
+const testPauseMs = () => threadSettings().testFinalizePauseMs;
 
 async function step(ctx: AppContext, batchId: string, name: string, fields: Record<string, unknown> = {}): Promise<void> {
-  if (TEST_PAUSE_MS <= 0) return;
+  const ms = testPauseMs();
+  if (ms <= 0) return;
   ctx.log.info("batch finalize step", { batch_id: batchId, step: name, ...fields });
-  await new Promise((r) => setTimeout(r, TEST_PAUSE_MS));
+  await new Promise((r) => setTimeout(r, ms));
 }
 
 /** Part moves in flight at once (each is a stat and a rename on the thread pool); one at a time under the test hook, so steps are in a known order. */
-const ADOPT_CONCURRENCY = TEST_PAUSE_MS > 0 ? 1 : 8;
+const adoptConcurrency = () => (testPauseMs() > 0 ? 1 : 8);
 
 /** `shards`: those whose part of this kind has lines (a shard's totals count its part files' lines exactly), with the run that ended each. */
 async function adoptParts(ctx: AppContext, batchId: string, fileId: string, kind: "out" | "err", shards: { idx: number; claims: number }[]): Promise<{ idx: number; part: BlobPart }[]> {
@@ -60,7 +61,7 @@ async function adoptParts(ctx: AppContext, batchId: string, fileId: string, kind
       }
     }
   };
-  await Promise.all(Array.from({ length: Math.min(ADOPT_CONCURRENCY, idxs.length) }, lane));
+  await Promise.all(Array.from({ length: Math.min(adoptConcurrency(), idxs.length) }, lane));
   return adopted.filter((a) => a !== null);
 }
 

@@ -11,6 +11,7 @@
 // yields its Worker instead, runner/yields.ts.)
 import { SHARED_MODELS } from "../inference/admission/scheduler";
 import { BATCH_WORKER } from "../workers";
+import { workerThreadSettings } from "../config";
 import type { FromWorker, PricedModel, RunTask, ToWorker, ValidateTask, WorkerTask } from "./types";
 import type { HealthMemory } from "../inference/upstream/health";
 import { defaultBatchWorkers, newTurnHolder, newTurns, reclaimTurn, usableCores } from "./turns";
@@ -86,7 +87,7 @@ export class WorkerPool {
   }
 
   private init(slot: Slot): void {
-    slot.worker.postMessage({ type: "init", models: this.models(), slots: this.slotCells, held: slot.held, health: this.health, turns: this.turns, turn: slot.turn } satisfies ToWorker);
+    slot.worker.postMessage({ type: "init", models: this.models(), slots: this.slotCells, held: slot.held, health: this.health, turns: this.turns, turn: slot.turn, thread: workerThreadSettings() } satisfies ToWorker);
   }
 
   /** Workers with no task: a shard may be claimed for each. */

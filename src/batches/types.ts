@@ -4,6 +4,7 @@ import type { WorkerMetricsDelta } from "../metrics/worker";
 import type { HealthMemory } from "../inference/upstream/health";
 import type { BlobLocator } from "../storage/locator";
 import type { PartTarget } from "../storage/blobStore";
+import type { ThreadSettings } from "../threadSettings";
 
 export interface PricedModel extends ModelSpec {
   inputPerMillion: number;
@@ -91,7 +92,8 @@ export type FromWorker =
 export type ToWorker =
   /** `slots`: the scheduler's shared slot cells; `held`: this Worker's own count of slots it took itself, per model (read after a crash). */
   /** `turns`: the pool's turns at the CPU, `turn`: this Worker's own cells for them (./turns.ts). */
-  | { type: "init"; models: PricedModel[]; slots: Int32Array; held: Int32Array; health: HealthMemory; turns: Int32Array; turn: Int32Array }
+  /** `thread`: the settings the Worker holds for itself (src/threadSettings.ts), from the main thread's environment. */
+  | { type: "init"; models: PricedModel[]; slots: Int32Array; held: Int32Array; health: HealthMemory; turns: Int32Array; turn: Int32Array; thread: ThreadSettings }
   | WorkerTask
   /** Stop executing: drain the rest as errors with `code`. */
   | { type: "stop"; batchId: string; code: "batch_cancelled" | "batch_expired" }

@@ -6,7 +6,7 @@ import { drizzle } from "drizzle-orm/bun-sqlite";
 import { mkdirSync } from "node:fs";
 import { open } from "node:fs/promises";
 import { dirname } from "node:path";
-import { FSYNC_ENABLED, flushDelayForTests, noteDurable } from "../fsync";
+import { fsyncEnabled, flushDelayForTests, noteDurable } from "../fsync";
 import * as schema from "./schema/sqlite";
 import { sqliteTables } from "./schema";
 import { sqliteMigrations } from "./migrations.gen";
@@ -63,7 +63,7 @@ export function openSqlite(path: string, opts: { synchronous?: "NORMAL" | "FULL"
     sql: dialectSql("sqlite"),
     transaction,
     grouped: <T>(body: () => Promise<T>) => transaction(() => body()),
-    syncCommits: () => (FSYNC_ENABLED ? syncer.sync() : Promise.resolve()),
+    syncCommits: () => (fsyncEnabled() ? syncer.sync() : Promise.resolve()),
     keysVersion: () => dataVersion.get()!.data_version,
     // One machine, one file: another process's revocation (the keys CLI) is
     // a commit by another connection, which moves data_version. A pragma

@@ -1,6 +1,6 @@
 // The model registry: built-ins plus the models of configured upstreams.
 // Shared by the interactive routes and the batch runner.
-import type { Config, ModelConfig, UpstreamConfig } from "../config";
+import { processEnv, type Config, type ModelConfig, type UpstreamConfig } from "../config";
 import type { Logger } from "../log";
 import { ECHO_MODEL } from "./builtin/echo";
 import { EMBED_MODEL } from "./builtin/embed";
@@ -94,7 +94,7 @@ export class ModelRegistry {
       pricing: { inputPerMillion: mc.pricing?.input_per_million ?? 0, outputPerMillion: mc.pricing?.output_per_million ?? 0 },
       upstreamIdx,
       health: upstream ? health : null,
-      ownClient: upstream !== null && ownClientFor(upstream.base_url, this.config.upstreamClient),
+      ownClient: upstream !== null && ownClientFor(upstream.base_url, this.config.upstreamClient, processEnv()),
       get healthy() {
         return !health.isDown(upstreamIdx);
       },

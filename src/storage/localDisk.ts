@@ -1,7 +1,7 @@
 import { closeSync, mkdirSync, openSync, readdirSync, rmSync, statSync, statfsSync, writeSync } from "node:fs";
 import { rename } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { FSYNC_ENABLED, noteDurable, syncDir, syncDirNow, syncFd } from "../fsync";
+import { fsyncEnabled, noteDurable, syncDir, syncDirNow, syncFd } from "../fsync";
 import type { BlobLocator, BlobPart, BlobStore, BlobWriter } from "./blobStore";
 import { mkdir as mkdirAsync, rename as renameAsync, stat as statAsync } from "node:fs/promises";
 import { readParts } from "./composed";
@@ -80,14 +80,14 @@ export class LocalDiskStore implements BlobStore {
         let off = 0;
         while (off < chunk.length) off += writeSync(fd!, chunk, off, chunk.length - off);
         bytes += chunk.length;
-        if (bytes >= nextSyncAt && flushing === null && FSYNC_ENABLED) {
+        if (bytes >= nextSyncAt && flushing === null && fsyncEnabled()) {
           nextSyncAt = bytes + SYNC_EVERY;
           startFlush(fd!);
         }
       },
       finish() {
         finished = true;
-        if (fd !== null && flushing === null && FSYNC_ENABLED && flushedUpTo < bytes) startFlush(fd);
+        if (fd !== null && flushing === null && fsyncEnabled() && flushedUpTo < bytes) startFlush(fd);
       },
       readBack() {
         return Bun.file(tmpPath).stream();

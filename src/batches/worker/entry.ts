@@ -13,6 +13,7 @@ import { initGate } from "./upstreamGate";
 import { giveTurn, initTurns } from "./turns";
 import { countStorageRetry, takeWorkerMetrics } from "../../metrics/worker";
 import { setRetryCounter } from "../../storage/retry";
+import { setThreadSettings } from "../../threadSettings";
 
 declare const self: Worker;
 
@@ -43,6 +44,7 @@ self.onmessage = (event: MessageEvent<ToWorker>) => {
   const msg = event.data;
   switch (msg.type) {
     case "init":
+      setThreadSettings(msg.thread);
       models = new Map(msg.models.map((m) => [m.id, m]));
       setSharedSlots(msg.slots, msg.held, (model) => models.get(model)?.sharedBase ?? -1);
       initGate(msg.health, post);

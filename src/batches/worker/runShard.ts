@@ -12,7 +12,7 @@
 // them, and the main thread never moves their bytes.
 import { closeSync, fstatSync, openSync, statSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
-import { FSYNC_ENABLED, syncDir, syncFd } from "../../fsync";
+import { fsyncEnabled, syncDir, syncFd } from "../../fsync";
 import { readLines } from "../../jsonl/lineReader";
 import type { FromWorker, PricedModel, RunTask, ShardTotals } from "../types";
 import { runBuiltin, runUpstream, stoppedLine, type BatchRequest, type LineResult, type ShardControl } from "./execute";
@@ -107,7 +107,7 @@ class PartWriter {
   }
 
   private afterWrite(): void {
-    if (this.size >= this.nextSyncAt && this.syncing === null && FSYNC_ENABLED) {
+    if (this.size >= this.nextSyncAt && this.syncing === null && fsyncEnabled()) {
       this.nextSyncAt = this.size + SYNC_BYTES;
       this.syncing = syncFd(this.fd, this.path, this.size)
         .catch((e) => void (this.syncError ??= e))

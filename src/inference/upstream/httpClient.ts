@@ -29,7 +29,7 @@
 import type { Socket } from "bun";
 import type { AbortListener, CallAbort } from "./deadline";
 import { OwnAnswer, type HeaderReader } from "./answer";
-import { processEnv, type Env } from "../../env";
+import type { Env } from "../../config";
 
 /** Idle connections older than this are closed instead of reused: uvicorn (vLLM) drops them after 5 s, and a request written as the server closes is lost. */
 const IDLE_MS = 2_000;
@@ -60,7 +60,7 @@ const CONTROL = /[\x00-\x08\x0a-\x1f\x7f]/;
  * proxy set in the environment (Bun's fetch honours HTTP_PROXY; this client
  * does not speak to proxies).
  */
-export function canUseOwnClient(baseUrl: string, env: Env = processEnv()): boolean {
+export function canUseOwnClient(baseUrl: string, env: Env): boolean {
   if (env.HTTP_PROXY || env.http_proxy) return false;
   try {
     const u = new URL(baseUrl);

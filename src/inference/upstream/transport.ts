@@ -24,7 +24,7 @@ export interface UpstreamTarget {
 }
 
 /** Whether calls to `baseUrl` go through offpeak's own client: the `upstream_client` setting, and plain http without a proxy. */
-export function ownClientFor(baseUrl: string, setting: UpstreamClientSetting, env?: Record<string, string | undefined>): boolean {
+export function ownClientFor(baseUrl: string, setting: UpstreamClientSetting, env: Record<string, string | undefined>): boolean {
   return setting === "builtin" && canUseOwnClient(baseUrl, env);
 }
 
