@@ -16,6 +16,7 @@ import { DOWN, FAIL_THRESHOLD, SUSPECT, UP, markDown, markUp, newHealthMemory, p
 import { UpstreamConnectionError } from "../src/inference/upstream/httpClient";
 import type { FromWorker } from "../src/batches/types";
 import { closedPort, plans, startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
+import { eventually } from "./helpers/inference";
 
 const U = 5;
 let mem: HealthMemory;
@@ -421,22 +422,23 @@ describe("runUpstream: the steps together", () => {
       const c = control();
       const m = model({ baseUrl: up.baseUrl, limited: true });
       const lines = [runUpstream(req("wait-1"), m, task(), c), runUpstream(req("wait-2"), m, task(), c)];
-      await Bun.sleep(30);
-      const asked = sent.flatMap((x) => x.acquire.map(([id]) => id));
+      const askedNow = () => sent.flatMap((x) => x.acquire.map(([id]) => id));
+      await eventually(() => askedNow().length === 2, "two asks");
+      const asked = askedNow();
       expect(asked).toHaveLength(2);
       // The pause: without the cancel these two would wait for grants that never come.
       c.pausing = true;
       cancelAsks();
-      const ended = await Promise.race([Promise.all(lines), Bun.sleep(1000).then(() => "still waiting")]);
+      const ended = await Promise.race([Promise.all(lines), Bun.sleep(5000).then(() => "still waiting")]);
       expect(ended).toEqual([null, null]);
       expect(up.counts.get("wait-1")).toBeUndefined();
-      await Bun.sleep(30);
+      await eventually(() => sent.flatMap((x) => x.cancel).length === 2, "the cancel sent");
       expect(sent.flatMap((x) => x.cancel).sort()).toEqual([...asked].sort());
       // The main thread had granted the first before it read the cancel, and the grant came after
       // this Worker's next shard began: the slot is given back, unused.
       setSlotBatch("the-next-shard");
       onGrants([asked[0]!]);
-      await Bun.sleep(30);
+      await eventually(() => sent.some((x) => x.release.includes(asked[0]!)), "the crossed grant given back");
       // (Only these two: a release left from the test before may come in the same messages.)
       const released = sent.flatMap((x) => x.release).filter((id) => asked.includes(id));
       expect(released).toEqual([asked[0]!]);

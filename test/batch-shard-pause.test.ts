@@ -15,6 +15,7 @@ import { cancelAsks, initSlots, onGrants, setSharedSlots, setSlotBatch } from ".
 import { initTurns } from "../src/batches/worker/turns";
 import { initGate } from "../src/batches/worker/upstreamGate";
 import { newHealthMemory } from "../src/inference/upstream/health";
+import { eventually } from "./helpers/inference";
 
 const dir = mkdtempSync(join(tmpdir(), "offpeak-shard-pause-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -38,24 +39,25 @@ test("paused with lines queued for slots: the shard ends at once, asks nothing m
     const task = { type: "run", batchId: "b1", idx: 0, input: { path: input }, start: 0, end: 1 << 20, endpoint: "/v1/chat/completions", outPath: join(dir, "o"), errPath: join(dir, "e"), partTargets: null, claim: 1, stopCode: null, deadline: Date.now() + 1e6, maxAttempts: 3, retryBaseMs: 100, concurrency: 2 } as unknown as RunTask;
     const control = { stopCode: null, pausing: false };
     const run = runShard(task, new Map([["bi", model]]), control as never, post);
-    await Bun.sleep(50);
     // Two lines ask (the shard's bound is 2); the others wait for room under it.
-    const asked = slots.flatMap((m) => m.acquire.map((a) => a[0]));
+    const askedNow = () => slots.flatMap((m) => m.acquire.map((a) => a[0]));
+    await eventually(() => askedNow().length === 2, "two asks");
+    await Bun.sleep(20);
+    const asked = askedNow();
     expect(asked).toHaveLength(2);
     const before = slots.length;
     control.pausing = true;
     cancelAsks();
-    expect(await Promise.race([run.then(() => "ended"), Bun.sleep(1000).then(() => "still running")])).toBe("ended");
+    expect(await Promise.race([run.then(() => "ended"), Bun.sleep(5000).then(() => "still running")])).toBe("ended");
     expect(reports).toContain("paused");
-    await Bun.sleep(10);
+    await eventually(() => slots.flatMap((m) => m.cancel).length === 2, "the cancel sent");
     // The lines that were waiting for room asked for nothing once the shard was pausing.
     expect(slots.slice(before).flatMap((m) => m.acquire)).toEqual([]);
     expect(slots.flatMap((m) => m.cancel).sort()).toEqual([...asked].sort());
     // The next task began before the main thread read the cancel; a grant it had made comes now.
     setSlotBatch("b2");
     onGrants([asked[0]!]);
-    await Bun.sleep(10);
-    expect(slots.flatMap((m) => m.release)).toContain(asked[0]!);
+    await eventually(() => slots.flatMap((m) => m.release).includes(asked[0]!), "the crossed grant given back");
   } finally {
     initSlots(() => {});
     setSharedSlots(new Int32Array(0), new Int32Array(0), () => -1);
