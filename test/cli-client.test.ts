@@ -563,7 +563,7 @@ describe("resuming a batch (SPEC §19)", () => {
     const running = /interrupted: batch (batch_[0-9A-Za-z]{24}) keeps running on the server/.exec(stderr)?.[1];
     const downloading = /interrupted: the download of batch (batch_[0-9A-Za-z]{24})'s results stopped/.exec(stderr)?.[1];
     const id = running ?? downloading;
-    expect(id).toBeDefined();
+    if (!id) throw new Error(`no "interrupted" message on stderr:\n${stderr}`);
     expect(["validating", "in_progress", "finalizing", "completed"]).toContain((await t.sdk().batches.retrieve(id!)).status);
     const resume = running ? printedCommand(stderr, "to follow it and download the results when it ends") : printedCommand(stderr, "to download them");
     expect(resume).toBe(`${ROOT}/bin/offpeak batches wait ${id} --out ${out} --errors ${errs}`);

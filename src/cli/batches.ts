@@ -1,5 +1,6 @@
 // offpeak batches create|get|list|cancel|wait, and the wait loop that
 // `batch run` shares.
+import { writeSync } from "node:fs";
 import { CliError, connection, dispatchVerb, helped, keyValues, numberFlag, parseVerb, positionals, usageError, type Parsed } from "./args";
 import { printJson, table, timeText } from "./format";
 import { Client, type Batch, type List } from "./http";
@@ -243,7 +244,8 @@ export async function waitForBatch(client: Client, id: string, { intervalMs, tim
   };
   const onInterrupt = () => {
     progress.finishLine();
-    process.stderr.write(`\ninterrupted: batch ${id} keeps running on the server\n${stillRunningHint(id, results)}`);
+    // Written at once (process.exit drops what a pipe has not taken yet): the resume command is the point.
+    writeSync(2, `\ninterrupted: batch ${id} keeps running on the server\n${stillRunningHint(id, results)}`);
     process.exit(130);
   };
   process.on("SIGINT", onInterrupt);

@@ -1,7 +1,7 @@
 // A finished batch's results on disk: its output file to --out and its
 // error file to --errors, streamed (shared by `batch run` and `batches wait
 // --out`), and the command that resumes a wait that was cut short.
-import { accessSync, constants, existsSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { accessSync, constants, existsSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 import { usageError } from "./args";
 import type { Batch, Client } from "./http";
@@ -42,7 +42,8 @@ export async function downloadResults(client: Client, b: Batch, paths: ResultPat
   const onInterrupt = () => {
     progress.finishLine();
     if (current) rmSync(`${current}.part`, { force: true });
-    process.stderr.write(`\ninterrupted: the download of batch ${b.id}'s results stopped (the batch is ${b.status})\n  to download them: ${waitCommand(b.id, paths)}\n`);
+    // Written at once (process.exit drops what a pipe has not taken yet).
+    writeSync(2, `\ninterrupted: the download of batch ${b.id}'s results stopped (the batch is ${b.status})\n  to download them: ${waitCommand(b.id, paths)}\n`);
     process.exit(130);
   };
   process.on("SIGINT", onInterrupt);
