@@ -331,8 +331,8 @@ describe("queued", () => {
     await expectEndedClean(await raw(b.id));
     const doneA = await waitBatch(client, a.id, undefined, 60_000);
     expect(doneA.request_counts).toEqual({ total: 1200, completed: 1200, failed: 0 });
-    // The long batch ran first: the queued one ended after it.
-    expect(doneB.completed_at!).toBeGreaterThanOrEqual(doneA.completed_at! - 1);
+    // Which ends first is the order's business, not this test's: B may take the Worker between A's
+    // two shards (a claim made while A's first shard still counts as running sees A holding one).
     await expectEndedClean(await raw(a.id));
   }, 90_000);
 });
