@@ -12,6 +12,7 @@ import { DuplicateFinder, IdBatcher, MAX_SUSPECTS, type DuplicateReport } from "
 import { firstConfirmedDuplicate } from "../src/jsonl/duplicates";
 import { DuplicateConfirmer } from "../src/jsonl/confirm";
 import { chatLine, startTestServer, uploadRaw, type TestServer } from "./helpers/server";
+import { rng } from "./helpers/random";
 
 const enc = new TextEncoder();
 /** The smallest bound: 1024 slots, 716 ids in memory, then the spill. */
@@ -48,15 +49,6 @@ let runs = 0;
 const spilled = (ids: (string | null)[], memoryBytes = TINY) => check(ids, new DuplicateFinder({ memoryBytes, spillPath: join(dir, `t${runs++}`) }));
 const linesOf = (r: DuplicateReport) => r.suspects.map((s) => s.line);
 
-/** A seeded PRNG (mulberry32), so failures replay. */
-function rng(seed: number) {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 describe("DuplicateFinder with a spill", () => {
   test("unique ids: no suspect; the spill happened and its files are gone", () => {

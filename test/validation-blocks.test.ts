@@ -12,18 +12,10 @@ import { DuplicateFinder, IdBatcher } from "../src/jsonl/duplicateFinder";
 import { LineBlocks } from "../src/jsonl/lineBlocks";
 import { BlockSequencer, type ScannedBlock } from "../src/jsonl/sequencer";
 import { ValidatorClient, validatorWorkers } from "../src/jsonl/validatorClient";
+import { rng } from "./helpers/random";
 
 const enc = new TextEncoder();
 
-/** A seeded PRNG (mulberry32), so failures replay. */
-function rng(seed: number) {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const line = (id: string, extra = "") => `{"custom_id":${JSON.stringify(id)},"method":"POST","url":"/v1/chat/completions","body":{"model":"m"${extra}}}`;
 

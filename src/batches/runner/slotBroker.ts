@@ -20,8 +20,8 @@ export class SlotBroker {
   private readonly slots = new Map<Worker, Map<number, Release>>();
   /** Grants not yet sent, by worker: sent together at the end of the turn. */
   private readonly pendingGrants = new Map<Worker, number[]>();
-  /** Asks waiting in the scheduler, by worker then request id: a pause or stop there withdraws them. */
-  private readonly asks = new Map<Worker, Map<number, AbortController>>();
+  /** Asks waiting in the scheduler, by worker then request id, each with what withdraws it: a pause or stop there does. */
+  private readonly asks = new Map<Worker, Map<number, () => void>>();
   /** Workers whose slots were given back: a late message from one must not take new ones. */
   private readonly released = new WeakSet<Worker>();
 
@@ -51,10 +51,8 @@ export class SlotBroker {
     for (const [reqId, modelId, batchId] of m.acquire) {
       const model = this.registry.get(modelId);
       if (!model) continue;
-      const ask = new AbortController();
-      asks!.set(reqId, ask);
       // Served in the batch order: the key of the batch this Worker runs.
-      this.scheduler.acquireBatch(model, ask.signal, this.keyFor(batchId)).then(
+      this.scheduler.acquireBatch(model, (withdraw) => asks!.set(reqId, withdraw), this.keyFor(batchId)).then(
         (release) => {
           asks!.delete(reqId);
           // The Worker died meanwhile (its slots were given back): give this one back too.
@@ -67,7 +65,7 @@ export class SlotBroker {
       );
     }
     // Withdrawn asks leave the queue; one granted already has its grant on the way, and the Worker gives it back.
-    for (const reqId of m.cancel) asks?.get(reqId)?.abort();
+    for (const reqId of m.cancel) asks?.get(reqId)?.();
     for (const reqId of m.release) {
       held.get(reqId)?.();
       held.delete(reqId);
@@ -90,7 +88,7 @@ export class SlotBroker {
   /** A Worker that died or was stopped gives back every slot it held; `took`: its count of slots it took itself, per model. */
   releaseAll(worker: Worker, took: Int32Array): void {
     this.released.add(worker);
-    for (const ask of this.asks.get(worker)?.values() ?? []) ask.abort();
+    for (const withdraw of this.asks.get(worker)?.values() ?? []) withdraw();
     this.asks.delete(worker);
     for (const release of this.slots.get(worker)?.values() ?? []) release();
     this.slots.delete(worker);

@@ -196,6 +196,12 @@ class ModelLane {
   /** This node among the live ones (Scheduler.setPlace). */
   place = { index: 0, count: 1, turn: 0 };
 
+  /** A new place or turn: while capped, this node's part of the cap may have grown, so waiters may go. */
+  setPlace(place: { index: number; count: number; turn: number }): void {
+    this.place = place;
+    if (this.share < 1) this.pump();
+  }
+
   setShare(share: number): void {
     this.share = share;
     if (this.shared) Atomics.store(this.shared.cells, this.shared.base + CAPPED, this.cap === null ? 0 : 1);
@@ -398,14 +404,14 @@ export class Scheduler {
    * a slot, and its batch's turn comes (`key`: its place in the batch order;
    * a capped key also waits for the peak cap).
    */
-  async acquireBatch(model: ModelEntry, signal?: AbortSignal, key?: BatchKey): Promise<Release> {
+  async acquireBatch(model: ModelEntry, onQueued?: (cancel: () => void) => void, key?: BatchKey): Promise<Release> {
     const lane = this.lane(model);
     const w0 = { key } as Waiter;
     if (lane.interactive.length === 0 && lane.batch.length === 0 && lane.mayGrant(w0) && lane.tryTake()) {
       if (key?.capped) lane.cappedInFlight++;
       return this.releaser(lane, true, key?.capped);
     }
-    const w = await this.wait(lane, lane.batch, signal && (() => signal), key);
+    const w = await this.wait(lane, lane.batch, undefined, key, onQueued);
     return this.releaser(lane, true, w.capped);
   }
 
@@ -434,10 +440,7 @@ export class Scheduler {
     const p = this.place;
     if (p.index === index && p.count === count && p.turn === turn) return;
     this.place = { index: Math.max(0, index), count: Math.max(1, count), turn };
-    for (const lane of this.lanes.values()) {
-      lane.place = this.place;
-      if (lane.share < 1) lane.setShare(lane.share);
-    }
+    for (const lane of this.lanes.values()) lane.setPlace(this.place);
   }
 
   /** A batch's key changed (it is no longer capped): waiters may be served now. */
@@ -502,7 +505,13 @@ export class Scheduler {
     lane.pump();
   }
 
-  private wait(lane: ModelLane, queue: Waiter[] | BatchQueue<Waiter>, signalOf?: () => AbortSignal, key?: BatchKey): Promise<Waiter> {
+  /**
+   * Queues a waiter until a slot is granted. It leaves the queue (and the
+   * promise rejects) when `signalOf`'s signal aborts, or when the function
+   * handed to `onQueued` is called (a batch line's ask withdrawn: no
+   * AbortController and listener per ask on that path).
+   */
+  private wait(lane: ModelLane, queue: Waiter[] | BatchQueue<Waiter>, signalOf?: () => AbortSignal, key?: BatchKey, onQueued?: (cancel: () => void) => void): Promise<Waiter> {
     const signal = signalOf?.();
     // The limit holds this request back (not a peak cap, not its turn): the controller may try more.
     if (lane.limit !== null && lane.inFlight >= lane.limit) lane.pressure++;
@@ -519,24 +528,22 @@ export class Scheduler {
       };
       queue.push(w);
       lane.publish();
-      signal?.addEventListener(
-        "abort",
-        () => {
-          if (w.cancelled || granted) return;
-          w.cancelled = true;
-          // Leave the queue at once: a client that gave up and kept its
-          // place would hold `queued` (GET /status) up and make the bounded
-          // queue answer 529 although nobody waits.
-          if (queue instanceof BatchQueue) queue.remove(w);
-          else {
-            const i = queue.indexOf(w);
-            if (i !== -1) queue.splice(i, 1);
-          }
-          lane.publish();
-          reject(signal.reason ?? new Error("aborted"));
-        },
-        { once: true },
-      );
+      const cancel = (reason?: unknown) => {
+        if (w.cancelled || granted) return;
+        w.cancelled = true;
+        // Leave the queue at once: a client that gave up and kept its
+        // place would hold `queued` (GET /status) up and make the bounded
+        // queue answer 529 although nobody waits.
+        if (queue instanceof BatchQueue) queue.remove(w);
+        else {
+          const i = queue.indexOf(w);
+          if (i !== -1) queue.splice(i, 1);
+        }
+        lane.publish();
+        reject(reason ?? new Error("aborted"));
+      };
+      signal?.addEventListener("abort", () => cancel(signal.reason), { once: true });
+      onQueued?.(cancel);
       // A slot may have come free between the failed take and the push.
       lane.pump();
     });
