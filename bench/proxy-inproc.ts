@@ -42,7 +42,7 @@ const { mkdtempSync, writeFileSync } = await import("node:fs");
 const { resolveConfig } = await import(`${tree}/src/config.ts`);
 const { startServer } = await import(`${tree}/src/server.ts`);
 const { buildHandler, withRequestId } = await import(`${tree}/src/app.ts`);
-const { observeRequests } = await import(`${tree}/src/metrics/http.ts`);
+const { observeRequests, requestObserver } = await import(`${tree}/src/metrics/http.ts`);
 const KEY = "sk-op-bench-admin-key-000000000000000000000";
 const dir = mkdtempSync(`${(await import("node:os")).tmpdir()}/offpeak-inproc-`);
 const upBody = JSON.stringify({ id: "chatcmpl-fake", object: "chat.completion", created: 0, model: "fake-model", choices: [{ index: 0, message: { role: "assistant", content: "Say hello to the benchmark." }, finish_reason: "stop", logprobs: null }], usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 } });
@@ -58,7 +58,8 @@ writeFileSync(`${dir}/c.json`, JSON.stringify({ upstreams: [{ name: "fake", base
 const config = resolveConfig(["--port", "0", "--data-dir", dir, "--config", `${dir}/c.json`], { OFFPEAK_ADMIN_KEY: KEY, OFFPEAK_LOG_LEVEL: process.env.LEVEL ?? "info", OFFPEAK_BATCH_WORKERS: "1", OFFPEAK_UPSTREAM_CLIENT: "fetch" });
 const server = await startServer(config, { quiet: true });
 const app = buildHandler(server.ctx);
-const observed = observeRequests(server.ctx, app, withRequestId);
+// Trees from before requestObserver took the context and the app.
+const observed = requestObserver ? observeRequests(requestObserver(server.ctx, app.routes), app.fetch, withRequestId) : observeRequests(server.ctx, app, withRequestId);
 const naive = async (req: Request) => {
   const res = await fetch("http://127.0.0.1:9/v1/chat/completions", { method: "POST", headers: { "content-type": "application/json" }, body: await req.text() });
   return new Response(await res.text(), { status: res.status, headers: { "content-type": "application/json" } });

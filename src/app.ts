@@ -8,7 +8,7 @@ import { createVerifier, type Verify } from "./auth/verify";
 import type { Scope } from "./auth/scopes";
 import type { AppContext } from "./context";
 import { attached } from "./attached";
-import { ApiError, databaseUnavailableError, errorResponse } from "./errors";
+import { ApiError, databaseUnavailableError, errorResponse, schemaFailure, type SchemaValueError } from "./errors";
 import { databaseUnavailable, unavailableLogger } from "./db/unavailable";
 import { newId } from "./ids";
 import { pathOf, routable } from "./http/path";
@@ -22,7 +22,7 @@ import { chatRoute, chatRoutes } from "./chatCompletions/routes";
 import { embeddingsRoute, embeddingsRoutes } from "./embeddings/routes";
 import { responsesRoute, responsesRoutes } from "./responses/routes";
 import { completionsRoute, completionsRoutes } from "./completions/routes";
-import { directInference } from "./http/direct";
+import { directInference, type DirectHooks } from "./http/direct";
 import { modelsRoutes } from "./models/routes";
 import { chatsRoutes } from "./chatSessions/routes";
 import { statusRoutes } from "./status/routes";
@@ -66,21 +66,20 @@ const apiRoutes = (ctx: AppContext, prefix: string) =>
  * dispatch of exact POSTs to the inference routes (src/http/direct.ts),
  * which share its verifier, its request opening and its error answers.
  */
-export function buildHandler(ctx: AppContext, publicRoute: PublicRoute = isPublic): { routes: readonly { method: string; path: string }[]; fetch: (request: Request) => Response | Promise<Response> } {
+export function buildHandler(
+  ctx: AppContext,
+  publicRoute: PublicRoute = isPublic,
+): { routes: readonly { method: string; path: string }[]; fetch: (request: Request) => Response | Promise<Response>; hooks: DirectHooks } {
   const verify = createVerifier(ctx.db, ctx.config.adminKey);
   const app = buildApp(ctx, verify, publicRoute);
-  const fetch = directInference(
-    ctx,
-    [chatRoute, embeddingsRoute, responsesRoute, completionsRoute],
-    API_BASES,
-    {
-      open: (request, path, scope) => openRequest(request, verify, publicRoute, path, scope),
-      answerError: (code, error, request) => toErrorResponse(ctx, code, error, request),
-    },
-    (request) => app.fetch(request),
-  );
+  // Also what the main thread runs for the requests front threads ask about (src/http/front/desk.ts).
+  const hooks: DirectHooks = {
+    open: (request, path, scope) => openRequest(request, verify, publicRoute, path, scope),
+    answerError: (code, error, request) => toErrorResponse(ctx, code, error, request),
+  };
+  const fetch = directInference(ctx, [chatRoute, embeddingsRoute, responsesRoute, completionsRoute], API_BASES, hooks, (request) => app.fetch(request));
   // Every request is read in the one form in which the router and the key check see the same path.
-  return { routes: app.routes, fetch: (request) => fetch(routable(request)) };
+  return { routes: app.routes, fetch: (request) => fetch(routable(request)), hooks };
 }
 
 /**
@@ -196,12 +195,8 @@ function toErrorResponse(ctx: AppContext, code: string | number, error: unknown,
   const answer = (e: ApiError) => errorResponse(withRateLimitHeaders(ctx, request, e), requestId);
   if (error instanceof ApiError) return answer(error);
   switch (code) {
-    case "VALIDATION": {
-      const ve = (error as { valueError?: { path?: string; message?: string } }).valueError;
-      const param = ve?.path ? ve.path.replace(/^\//, "").replace(/\//g, ".") : null;
-      const msg = ve ? `${param ? param + ": " : ""}${ve.message}` : "invalid request";
-      return answer(new ApiError("invalid_value", msg, { param }));
-    }
+    case "VALIDATION":
+      return answer(schemaFailure((error as { valueError?: SchemaValueError }).valueError));
     case "PARSE": {
       // Elysia wraps what a route's parse hook throws; our own error says more.
       const cause = (error as { cause?: unknown }).cause;

@@ -20,8 +20,19 @@ import { defaultBatchWorkers, usableCores } from "./batches/turns";
 import { defaultValidationWorkers } from "./jsonl/validationWorkers";
 import { setThreadSettings, threadSettingsOf, type ThreadSettings } from "./threadSettings";
 import { parseFlags, type FlagSpec, type ParsedFlags } from "./flags";
+import { DEFAULT_MAX_JSON_BYTES } from "./http/jsonBody";
 
 export type Env = Record<string, string | undefined>;
+
+/**
+ * Front threads for `cores` usable cores: on 2 cores the main thread alone
+ * holds the chat pass-through above a naive proxy (BENCHMARKS.md) and a
+ * second thread would compete with it for the same cores; from 8 cores, one
+ * per 4 cores, at most 4, leaving most cores to batch Workers.
+ */
+export function defaultHttpThreads(cores: number): number {
+  return cores < 8 ? 0 : Math.min(4, Math.floor(cores / 4));
+}
 
 /** This process's environment: the one place it is read. */
 export const processEnv = (): Env => process.env;
@@ -81,6 +92,7 @@ export const ConfigFile = Type.Object(
           log_level: Type.Optional(Type.Union([Type.Literal("debug"), Type.Literal("info"), Type.Literal("warn"), Type.Literal("error")])),
           log_client_address: Type.Optional(Type.Union([Type.Literal("unauthenticated"), Type.Literal("always")])),
           upstream_client: Type.Optional(Type.Union([Type.Literal("builtin"), Type.Literal("fetch")])),
+          http_threads: Type.Optional(Type.Integer({ minimum: 0, maximum: 32 })),
           sse_keepalive_ms: Type.Optional(Type.Integer({ minimum: 100, maximum: 300_000 })),
         },
         { additionalProperties: false },
@@ -174,6 +186,13 @@ export interface Config {
    * fetch. https upstreams, and any when HTTP_PROXY is set, always use fetch.
    */
   upstreamClient: "builtin" | "fetch";
+  /**
+   * Front threads: threads besides the main one that serve HTTP on the same
+   * port and do chat completions' pass-through work (src/http/front).
+   * Default: none below 8 usable cores, else one per 4 cores, at most 4
+   * (defaultHttpThreads; docs/OPERATING.md "HTTP threads").
+   */
+  httpThreads: number;
   /** Quiet time after which a chat-session SSE stream sends a `: keep-alive` comment (proxies drop idle streams). */
   sseKeepAliveMs: number;
   /** Exact admin key from OFFPEAK_ADMIN_KEY, if set. */
@@ -325,7 +344,6 @@ function webhookAllowedHostsOf(raw: string | string[] | undefined): string[] {
 }
 
 /** 32 MiB: far above any real chat or embeddings request, far below what a hostile body could make the server hold. */
-export const DEFAULT_MAX_JSON_BYTES = 32 << 20;
 
 const DEFAULTS = {
   port: 8080,
@@ -414,6 +432,7 @@ export function resolveConfig(argv: readonly string[], env: Env = processEnv(), 
     logLevel,
     logClientAddress,
     upstreamClient,
+    httpThreads: pick(intOf("OFFPEAK_HTTP_THREADS", env.OFFPEAK_HTTP_THREADS, 0, 32), file.server?.http_threads) ?? defaultHttpThreads(usableCores()),
     sseKeepAliveMs: pick(intOf("OFFPEAK_SSE_KEEPALIVE_MS", env.OFFPEAK_SSE_KEEPALIVE_MS, 100, 300_000), file.server?.sse_keepalive_ms) ?? 15_000,
     adminKey: env.OFFPEAK_ADMIN_KEY || null,
     defaultRpm: pick(intOf("OFFPEAK_RPM", env.OFFPEAK_RPM, 1), file.limits?.rpm) ?? null,

@@ -83,6 +83,19 @@ export const databaseUnavailableError = () =>
 
 export const invalid = (param: string | null, message: string) => new ApiError("invalid_value", message, { param });
 
+/** The first error a body schema check found (TypeBox's ValueError, as Elysia hands it over). */
+export interface SchemaValueError {
+  path?: string;
+  message?: string;
+}
+
+/** A body that fails its route's schema: invalid_value, its param the failing field's path ("a.b"). */
+export function schemaFailure(ve: SchemaValueError | undefined): ApiError {
+  const param = ve?.path ? ve.path.replace(/^\//, "").replace(/\//g, ".") : null;
+  const msg = ve ? `${param ? param + ": " : ""}${ve.message}` : "invalid request";
+  return new ApiError("invalid_value", msg, { param });
+}
+
 export function errorResponse(err: ApiError, requestId: string): Response {
   const headers: Record<string, string> = { "content-type": "application/json", "x-request-id": requestId, ...err.headers };
   if (err.status === 401) headers["www-authenticate"] = 'Bearer realm="offpeak"';

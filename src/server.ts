@@ -1,7 +1,8 @@
 // Starts offpeak on a resolved Config: opens the database, bootstraps the
 // first key, serves HTTP, runs background sweeps, and shuts down cleanly.
-import { buildHandler, withRequestId } from "./app";
-import { observeRequests } from "./metrics/http";
+import { API_BASES, buildHandler, withRequestId } from "./app";
+import { observeRequests, requestObserver } from "./metrics/http";
+import { startFrontThreads } from "./http/front/desk";
 import type { Config } from "./config";
 import type { AppContext } from "./context";
 import { openDb } from "./db/client";
@@ -103,16 +104,29 @@ export async function startServer(
   }
 
   const app = buildHandler(ctx);
-  const server = listenOrShowKey(bootstrapKey, opts.quiet, () => Bun.serve({
-    port: config.port,
-    hostname: config.host,
-    // Uploads are bounded by max_file_bytes in the handler, not here.
-    maxRequestBodySize: Number.MAX_SAFE_INTEGER,
-    idleTimeout: 255,
-    // Request metrics and the request log see every answer, also those made
-    // before routing (401); every answer carries its x-request-id.
-    fetch: observeRequests(ctx, app, withRequestId),
-  }));
+  // Request metrics and the request log see every answer, also those made
+  // before routing (401); every answer carries its x-request-id.
+  const observe = requestObserver(ctx, app.routes);
+  const handler = { fetch: observeRequests(observe, app.fetch, withRequestId) };
+  const threads = config.httpThreads;
+  // Uploads are bounded by max_file_bytes in the handler, not by Bun.serve's body size.
+  const listen = () => Bun.serve({ port: config.port, hostname: config.host, maxRequestBodySize: Number.MAX_SAFE_INTEGER, idleTimeout: 255, fetch: handler.fetch });
+  // With front threads (SPEC §20) they are the listeners, on a port they
+  // share (SO_REUSEPORT), and this thread serves only what they relay. The
+  // port is bound here first, plainly, and let go: so a taken port fails as
+  // it would without them (a shared one would let a second offpeak start
+  // on it), and port 0 becomes the port they take.
+  const server = listenOrShowKey(bootstrapKey, opts.quiet, () => {
+    if (threads === 0) return listen();
+    const probe = listen();
+    const port = probe.port!;
+    probe.stop(true);
+    return { port, stop: async (_closeActive?: boolean) => {} };
+  });
+  const fronts =
+    threads > 0
+      ? await startFrontThreads(ctx, { count: threads, port: server.port!, hostname: config.host, handler, hooks: app.hooks, observe, fastPaths: API_BASES.map((b) => b + "/chat/completions") })
+      : null;
   const sweep = setInterval(() => {
     sweepExpiredFiles(ctx).catch((e) => log.error("expired-file sweep failed", { error: String(e) }));
     // Upstream health and model lists; a failure marks the upstream's models unhealthy.
@@ -154,6 +168,7 @@ export async function startServer(
       batchEventsOf(ctx).close();
       await webhooks.stop();
       // Stop taking requests, then checkpoint batch work before closing the database.
+      await fronts?.stop();
       const closing = server.stop(true);
       await runner!.stop();
       await closing;

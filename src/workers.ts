@@ -7,3 +7,4 @@ export const VALIDATE_WORKER = new URL("./jsonl/validate.worker.ts", import.meta
 export const BATCH_WORKER = new URL("./batches/worker/entry.ts", import.meta.url);
 export const RETRY_WORKER = new URL("./batches/retry.worker.ts", import.meta.url);
 export const CHECKPOINT_WORKER = new URL("./db/checkpoint.worker.ts", import.meta.url);
+export const FRONT_WORKER = new URL("./http/front/entry.ts", import.meta.url);

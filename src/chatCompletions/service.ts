@@ -3,7 +3,7 @@
 import { streamHold } from "../auth/revocations";
 import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
-import { ApiError } from "../errors";
+import { checkMessages, checkStreamFields } from "./fields";
 import { newId, nowSeconds } from "../ids";
 import { admit, resolveModel } from "../inference/admission/admit";
 import { echoCompletion, echoUsage, planEcho } from "../inference/builtin/echo";
@@ -16,29 +16,9 @@ import { chatCompletions as chatCompletionsKind } from "../endpoints/chatComplet
 const json = (body: unknown, headers: Record<string, string>) => new Response(JSON.stringify(body), { headers: { "content-type": "application/json", ...headers } });
 
 
-/**
- * offpeak itself reads `stream` and `stream_options` (for every model), so it
- * checks their types: a `stream: "yes"` read as false would be answered with
- * plain JSON while an upstream it is sent on to might stream. null = not given.
- * stream_options without stream:true is refused, as OpenAI refuses it.
- */
-export function checkStreamFields(body: Record<string, unknown>): boolean {
-  const { stream, stream_options: opts } = body;
-  if (stream !== undefined && stream !== null && typeof stream !== "boolean") throw new ApiError("invalid_value", "stream must be a boolean", { param: "stream" });
-  if (opts !== undefined && opts !== null) {
-    if (typeof opts !== "object" || Array.isArray(opts)) throw new ApiError("invalid_value", "stream_options must be an object", { param: "stream_options" });
-    const include = (opts as { include_usage?: unknown }).include_usage;
-    if (include !== undefined && include !== null && typeof include !== "boolean")
-      throw new ApiError("invalid_value", "stream_options.include_usage must be a boolean", { param: "stream_options.include_usage" });
-    // As OpenAI does: the options of a stream that is not asked for are a client mistake.
-    if (stream !== true) throw new ApiError("invalid_value", "stream_options is only allowed when stream is true", { param: "stream_options" });
-  }
-  return stream === true;
-}
-
 export async function chatCompletions(ctx: AppContext, principal: Principal, body: Record<string, unknown>, request: Request): Promise<Response> {
   const model = resolveModel(ctx, body.model, chatCompletionsKind);
-  if (!Array.isArray(body.messages) || body.messages.length === 0) throw new ApiError("invalid_value", "messages must be a non-empty array", { param: "messages" });
+  checkMessages(body);
   const stream = checkStreamFields(body);
   if (model.kind === "echo") {
     const plan = planEcho(body); // validates before admission: a bad request costs no quota

@@ -12,7 +12,8 @@ import { planEcho } from "../inference/builtin/echo";
 import { echoChunks } from "../inference/builtin/echoStream";
 import { InBandError, SseDataReader, sseResponse } from "../http/sse";
 import { countTokens, promptTokensOf } from "../inference/builtin/tokens";
-import { callUpstream, streamDeadline, streamFailure, upstreamFailure } from "../inference/upstream/interactive";
+import { callUpstream } from "../inference/upstream/call";
+import { streamDeadline, streamFailure, upstreamFailure } from "../inference/upstream/interactive";
 import { addMessage, chatExists, getChat, history } from "./service";
 
 interface Delta {

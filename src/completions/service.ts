@@ -11,7 +11,7 @@ import { completionChunks, completionUsage, echoTextCompletion, planCompletion, 
 import { pacedWait } from "../inference/builtin/echoStream";
 import { proxyUpstream } from "../inference/upstream/proxy";
 import { sseResponse } from "../http/sse";
-import { checkStreamFields } from "../chatCompletions/service";
+import { checkStreamFields } from "../chatCompletions/fields";
 
 const json = (body: unknown, headers: Record<string, string>) => new Response(JSON.stringify(body), { headers: { "content-type": "application/json", ...headers } });
 

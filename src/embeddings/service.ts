@@ -4,7 +4,8 @@ import { ApiError } from "../errors";
 import { admit, resolveModel } from "../inference/admission/admit";
 import { embeddingInputs, embeddingsResponse, planEmbeddings } from "../inference/builtin/embed";
 import { countTokens } from "../inference/builtin/tokens";
-import { callUpstream, checkLooksLikeJson, upstreamFailure, upstreamText } from "../inference/upstream/interactive";
+import { callUpstream } from "../inference/upstream/call";
+import { checkLooksLikeJson, upstreamFailure, upstreamText } from "../inference/upstream/interactive";
 import { embeddings } from "../endpoints/embeddings";
 import { rawBodyOf } from "../http/jsonBody";
 

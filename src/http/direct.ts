@@ -21,7 +21,7 @@ import { principalOf } from "../auth/plugin";
 import { routeScope } from "../auth/routeScopes";
 import type { Scope } from "../auth/scopes";
 import type { AppContext } from "../context";
-import { requireModel } from "../inference/admission/admit";
+import { requireModel } from "../inference/modelField";
 import type { InferenceRoute } from "../inference/route";
 import { jsonOnly, limitJsonBody } from "./jsonBody";
 import { pathOf } from "./path";

@@ -12,8 +12,10 @@
 // max_json_bytes (SPEC §16): request.text() held whatever came, and one
 // 400 MB POST to /chat/completions took the server from 119 to 908 MB.
 import { attached } from "../attached";
-import { DEFAULT_MAX_JSON_BYTES } from "../config";
 import { ApiError } from "../errors";
+
+/** limits.max_json_bytes unless configured (SPEC §16). Here, not in config.ts: HTTP front threads read bodies without loading the config. */
+export const DEFAULT_MAX_JSON_BYTES = 32 << 20;
 
 /** The body as the client sent it, for requests that forward it (a proxied call re-sends it as is when it can). */
 const rawBodies = attached<string>("rawBody");

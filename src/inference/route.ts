@@ -12,7 +12,7 @@ import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
 import type { EndpointKind } from "../endpoints/kind";
 import { jsonOnly } from "../http/jsonBody";
-import { requireModel } from "./admission/admit";
+import { requireModel } from "./modelField";
 
 export interface InferenceRoute {
   kind: EndpointKind;

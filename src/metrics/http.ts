@@ -65,7 +65,7 @@ export function routeMatcher(routes: readonly { method: string; path: string }[]
   return (method, path) => find(root, segmentsOf(path), 0, method) ?? "unmatched";
 }
 
-type Fetch = (request: Request, server?: { requestIP(r: Request): { address: string } | null }) => Response | Promise<Response>;
+type Fetch = (request: Request, server?: PeerAddress) => Response | Promise<Response>;
 
 type Level = "debug" | "info" | "warn";
 
@@ -95,18 +95,18 @@ interface RouteSeen {
   members: string | undefined;
 }
 
+export type PeerAddress = { requestIP(r: Request): { address: string } | null };
+
+/** Counts one answered request and writes its log line. */
+export type RequestObserver = (request: Request, server: PeerAddress | undefined, status: number, seconds: number) => void;
+
 /**
- * Wraps `app.fetch` with request metrics and the request log. `finish`, if
- * given, decorates each answer first (the request id): in this one async
- * layer rather than another around it.
+ * The request metrics and the request log for the app's routes: what
+ * observeRequests calls for every answer, and what the main thread calls
+ * for the requests front threads answered (src/http/front).
  */
-export function observeRequests(
-  ctx: AppContext,
-  app: { fetch: (request: Request) => Response | Promise<Response>; routes: readonly { method: string; path: string }[] },
-  finish: (request: Request, res: Response) => Response = (_, res) => res,
-): Fetch {
-  const route = routeMatcher(app.routes);
-  const inner = app.fetch;
+export function requestObserver(ctx: AppContext, routes: readonly { method: string; path: string }[]): RequestObserver {
+  const route = routeMatcher(routes);
   const log = ctx.log;
   const everyClient = ctx.config.logClientAddress === "always";
   // Most traffic is a few method-and-path pairs: one lookup each finds the
@@ -122,6 +122,35 @@ export function observeRequests(
     }
     return s;
   };
+  return (request, server, status, seconds) => {
+    const method = request.method;
+    const path = pathOf(request.url);
+    const s = seenOf(method, path);
+    const pattern = s.pattern;
+    let record = s.byStatus.get(status);
+    if (!record) s.byStatus.set(status, (record = recorderOf(method, pattern, status)));
+    record(seconds);
+    // Liveness probes would drown everything else; overload (529) is expected backpressure.
+    const level: Level = pattern === "/healthz" ? "debug" : status >= 500 && status !== 529 ? "warn" : "info";
+    // Build the line only if it is written: at high request rates this is measurable.
+    if (log.enabled(level)) {
+      const members = (s.members ??= routeMembers(method, pattern, path));
+      log.members(level, "request", requestMembers(request, server, pattern, path, status, seconds, everyClient, members));
+    }
+  };
+}
+
+/**
+ * Wraps the app's fetch with request metrics and the request log
+ * (`observe`, from requestObserver). `finish`, if given, decorates each
+ * answer first (the request id): in this one async layer rather than
+ * another around it.
+ */
+export function observeRequests(
+  observe: RequestObserver,
+  inner: (request: Request) => Response | Promise<Response>,
+  finish: (request: Request, res: Response) => Response = (_, res) => res,
+): Fetch {
   return async (request, server) => {
     const t0 = performance.now();
     let status = 500;
@@ -130,21 +159,7 @@ export function observeRequests(
       status = res.status;
       return res;
     } finally {
-      const seconds = (performance.now() - t0) / 1000;
-      const method = request.method;
-      const path = pathOf(request.url);
-      const s = seenOf(method, path);
-      const pattern = s.pattern;
-      let record = s.byStatus.get(status);
-      if (!record) s.byStatus.set(status, (record = recorderOf(method, pattern, status)));
-      record(seconds);
-      // Liveness probes would drown everything else; overload (529) is expected backpressure.
-      const level: Level = pattern === "/healthz" ? "debug" : status >= 500 && status !== 529 ? "warn" : "info";
-      // Build the line only if it is written: at high request rates this is measurable.
-      if (log.enabled(level)) {
-        const members = (s.members ??= routeMembers(method, pattern, path));
-        log.members(level, "request", requestMembers(request, server, pattern, path, status, seconds, everyClient, members));
-      }
+      observe(request, server, status, (performance.now() - t0) / 1000);
     }
   };
 }

@@ -22,6 +22,11 @@ export const m = {
     ["method", "route"],
     LATENCY_BUCKETS,
   ),
+  frontRequests: registry.counter(
+    "offpeak_http_front_requests_total",
+    "Chat completions answered by a front thread (server.http_threads; every other request they relay to the main thread), by thread.",
+    ["thread"],
+  ),
   dbQueries: registry.counter(
     "offpeak_db_queries_total",
     "Statements sent to the database by the query builder, by database (sqlite, postgres): the interactive hot path sends none for a known key (SPEC §14).",

@@ -10,7 +10,7 @@ import { echoResponseJson, planResponse, responseEvents, responseIds, responseIn
 import { pacedWait } from "../inference/builtin/echoStream";
 import { proxyUpstream } from "../inference/upstream/proxy";
 import { sseResponse } from "../http/sse";
-import { checkStreamFields } from "../chatCompletions/service";
+import { checkStreamFields } from "../chatCompletions/fields";
 
 const ids = new IdStream();
 

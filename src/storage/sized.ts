@@ -40,7 +40,13 @@ const swept = new Set<string>();
  * Content-Length: a Blob as it is, a stream read into memory or a spool
  * file. Throws if the stream is not `bytes` long.
  */
-export async function withLength(body: Blob | ReadableStream<Uint8Array>, bytes: number, dataDir: string): Promise<Blob | Uint8Array<ArrayBuffer>> {
+export async function withLength(
+  body: Blob | ReadableStream<Uint8Array>,
+  bytes: number,
+  dataDir: string,
+  /** The spool's folder under dataDir: one per thread that spools (each sweeps its own at first use). */
+  spool = "downloads",
+): Promise<Blob | Uint8Array<ArrayBuffer>> {
   if (body instanceof Blob) return body;
   if (bytes <= IN_MEMORY_BYTES) {
     const out = new Uint8Array(bytes);
@@ -53,7 +59,7 @@ export async function withLength(body: Blob | ReadableStream<Uint8Array>, bytes:
     if (at !== bytes) throw new Error(`a stored body is shorter than recorded (${at} of ${bytes} bytes)`);
     return out;
   }
-  const dir = join(dataDir, "downloads");
+  const dir = join(dataDir, spool);
   const trash = trashIn(dataDir);
   if (!swept.has(dir)) {
     swept.add(dir);

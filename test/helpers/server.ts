@@ -88,6 +88,8 @@ export async function startTestServer(
   const config = resolveConfig(["--port", "0", "--data-dir", dataDir, ...(storage ? ["--storage-url", storage.url] : []), ...dbArgs, ...(opts.argv ?? [])], {
     OFFPEAK_ADMIN_KEY: ADMIN_KEY,
     OFFPEAK_LOG_LEVEL: "error",
+    // OFFPEAK_TEST_HTTP_THREADS=N: every server behind N front threads (src/http/front), to run a suite through them.
+    ...(process.env.OFFPEAK_TEST_HTTP_THREADS ? { OFFPEAK_HTTP_THREADS: process.env.OFFPEAK_TEST_HTTP_THREADS } : {}),
     ...storage?.env,
     ...opts.env,
   });

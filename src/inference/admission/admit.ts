@@ -16,16 +16,6 @@ export function resolveModel(ctx: AppContext, id: unknown, kind: EndpointKind): 
   return model;
 }
 
-/**
- * Runs before the schema (a transform hook), whose generic answer to a
- * missing model is invalid_value: an absent (or null, SPEC §1) model is
- * missing_field, as the error table says. Used by every inference route that takes a body.
- */
-export function requireModel({ body }: { body: unknown }): void {
-  if (body && typeof body === "object" && !Array.isArray(body) && (body as { model?: unknown }).model == null)
-    throw new ApiError("missing_field", "model is required", { param: "model" });
-}
-
 export interface Admitted {
   /** x-ratelimit-* headers for the response. */
   headers: Record<string, string>;

@@ -1,76 +1,30 @@
-// Calls to OpenAI-compatible upstreams for interactive requests, over the
-// one transport (./transport.ts) and judged by the one classifier
-// (./fate.ts). Streams are passed through as they arrive (pull-based:
-// nothing is buffered whole); a client disconnect aborts the upstream
-// request; errors become OpenAI error bodies: upstream 4xx pass through with
+// Reading what an OpenAI-compatible upstream answered an interactive
+// request. The call itself is ./call.ts on the main thread and
+// src/http/front/fast.ts on front threads; nothing here counts metrics or
+// health, so front threads load it too. Streams are passed through as they
+// arrive (pull-based: nothing is buffered whole); a client disconnect aborts
+// the upstream request; errors become OpenAI error bodies: upstream 4xx pass through with
 // their body, 5xx → 502, timeouts → 504, unreachable → 502.
 import { attached } from "../../attached";
 import type { StreamHold } from "../../auth/revocations";
 import { ApiError } from "../../errors";
-import { countUpstreamError, countUpstreamRequest } from "../../metrics";
-import { Deadline } from "./deadline";
+import type { Deadline } from "./deadline";
 import type { UpstreamAnswer } from "./answer";
-import { CallFailure, classify, failureLabel } from "./fate";
-import { postJson } from "./transport";
 import type { ModelEntry } from "../registry";
 import { SseDataReader } from "../../http/sse";
-import type { EndpointPath, StreamTally } from "../../endpoints/kind";
+import type { StreamTally } from "../../endpoints/kind";
 import { readChatStreamEvent } from "../../endpoints/chatCompletions";
 
-export interface UpstreamCall {
-  model: ModelEntry;
-  /** The endpoint module's path (under the upstream's base_url). */
-  path: EndpointPath;
-  body: Record<string, unknown>;
-  /**
-   * The text `body` was parsed from, unchanged since: sent as is when the
-   * model's name needs no mapping (spreading and stringifying the body again
-   * was ≈2% of the main thread in the chat pass-through).
-   */
-  raw?: string;
-  /** The client's signal, aborted when it goes away; read only when needed (see Deadline). */
-  clientSignal: () => AbortSignal;
-}
-
 /** The deadline of each upstream answer: reading its body clears it, and can tell a timeout from other failures. */
-const deadlines = attached<{ model: ModelEntry; deadline: Deadline }>("deadline");
+const deadlines = attached<{ model: UpstreamNamed; deadline: Deadline }>("deadline");
 
-const timeoutError = (model: ModelEntry) => new ApiError("upstream_timeout", `Upstream ${model.upstreamName} did not answer within ${model.timeoutMs} ms`);
+/** What the helpers here say of a model in their errors: its upstream's name and timeout. */
+export type UpstreamNamed = Pick<ModelEntry, "upstreamName" | "timeoutMs">;
 
-export async function callUpstream({ model, path, body, raw, clientSignal }: UpstreamCall): Promise<UpstreamAnswer> {
-  const health = model.health;
-  const u = model.upstreamIdx;
-  // SPEC §11: while the upstream is down, answer at once instead of waiting
-  // out a connection timeout; retry-after says when the next probe runs.
-  if (health?.isDown(u)) throw unavailable(model, health.retryAfterSeconds(u));
-  const deadline = new Deadline(model.timeoutMs, clientSignal);
-  const upstreamModel = model.upstreamModel ?? model.id;
-  const payload = raw !== undefined && body.model === upstreamModel ? raw : JSON.stringify({ ...body, model: upstreamModel });
-  countUpstreamRequest(model.id);
-  try {
-    const res = await postJson(model, path, payload, deadline);
-    deadlines.set(res, { model, deadline });
-    health?.noteFate(u, classify(res), path, model.timeoutMs);
-    return res;
-  } catch (e) {
-    const failure = new CallFailure(e, deadline.timedOut, deadline.clientGone());
-    deadline.clear();
-    // The client left: rethrow the abort (answered 499, not counted as an upstream fault).
-    if (failure.clientGone) throw e;
-    const fate = classify(failure);
-    countUpstreamError(model.id, failureLabel(fate) ?? "connection");
-    health?.noteFate(u, fate, path, model.timeoutMs);
-    if (failure.timedOut) throw timeoutError(model);
-    // This failure may be the one that turned the upstream down.
-    if (health?.isDown(u)) throw unavailable(model, health.retryAfterSeconds(u));
-    throw new ApiError("upstream_error", `Upstream ${model.upstreamName} is unreachable`);
-  }
-}
+/** Ties an upstream answer to the call's deadline (for upstreamText, streamDeadline, streamFailure). */
+export const attachDeadline = (res: UpstreamAnswer, model: UpstreamNamed, deadline: Deadline): void => deadlines.set(res, { model, deadline });
 
-const unavailable = (model: ModelEntry, retryAfter: number) =>
-  new ApiError("upstream_unavailable", `Upstream ${model.upstreamName} is unavailable (down since its last failures); retry after ${retryAfter} s.`, {
-    headers: { "retry-after": String(retryAfter) },
-  });
+export const timeoutError = (model: UpstreamNamed) => new ApiError("upstream_timeout", `Upstream ${model.upstreamName} did not answer within ${model.timeoutMs} ms`);
 
 /**
  * Reads a whole (non-streamed) upstream body. The timeout covers the body
@@ -105,20 +59,19 @@ export function streamDeadline(res: UpstreamAnswer): { onChunk: () => void; onEn
  * (an HTML page from a proxy in front of the engine) without parsing a
  * large answer (embeddings) a second time.
  */
-export function checkLooksLikeJson(model: ModelEntry, text: string, headers?: Record<string, string>): void {
+export function checkLooksLikeJson(model: UpstreamNamed, text: string, headers?: Record<string, string>): void {
   if (!/^\s*\{/.test(text)) throw notJson(model, headers);
 }
 
-export const notJson = (model: ModelEntry, headers?: Record<string, string>) =>
+export const notJson = (model: UpstreamNamed, headers?: Record<string, string>) =>
   new ApiError("upstream_error", `Upstream ${model.upstreamName} answered with invalid JSON`, { headers });
 
 /**
  * Turns a non-2xx upstream answer into our error: 4xx verbatim, 5xx as 502.
  * `headers` (x-ratelimit-*) go on either: every inference response carries
- * them, passed-through errors included.
+ * them, passed-through errors included. (The call counted it: ./call.ts.)
  */
-export async function upstreamFailure(model: ModelEntry, res: UpstreamAnswer, headers: Record<string, string> = {}): Promise<Response | ApiError> {
-  countUpstreamError(model.id, res.status);
+export async function upstreamFailure(model: UpstreamNamed, res: UpstreamAnswer, headers: Record<string, string> = {}): Promise<Response | ApiError> {
   const text = await upstreamText(res);
   if (res.status >= 400 && res.status < 500) {
     let body = text;

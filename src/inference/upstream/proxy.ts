@@ -16,7 +16,8 @@ import { rawBodyOf } from "../../http/jsonBody";
 import { admit } from "../admission/admit";
 import { ANSWERED, UNMEASURED, slotOutcome, type SlotOutcome } from "../admission/scheduler";
 import type { ModelEntry } from "../registry";
-import { StreamUsage, callUpstream, checkLooksLikeJson, notJson, passThrough, upstreamFailure, upstreamText } from "./interactive";
+import { callUpstream } from "./call";
+import { StreamUsage, checkLooksLikeJson, notJson, passThrough, upstreamFailure, upstreamText } from "./interactive";
 
 export interface ProxyRequest {
   model: ModelEntry;

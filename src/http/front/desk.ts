@@ -1,0 +1,294 @@
+// The main thread's side of the front threads (./protocol.ts says who does
+// what): starts them on the public port, answers their asks with the same
+// functions its own dispatch runs (the key check, the model, admission, the
+// upstream's health), keeps each admitted request's slot until the front
+// thread says it ended, and writes their request lines and metrics. Also
+// the relay socket, where front threads send every other request.
+//
+// Why: on a many-core machine one thread doing every request's socket and
+// byte work is what limits the chat pass-through (SPEC §20: 0.52–0.60× a
+// naive proxy on 16 cores, whose fetch runs on a second thread). Front
+// threads take that work; the main thread keeps only the state.
+import { unlinkSync } from "node:fs";
+import { join } from "node:path";
+import type { Server } from "bun";
+import { requestIdOf } from "../../app";
+import type { DirectHooks } from "../direct";
+import { principalOf } from "../../auth/plugin";
+import { streamHold } from "../../auth/revocations";
+import { routeScope } from "../../auth/routeScopes";
+import type { Principal } from "../../auth/verify";
+import type { AppContext } from "../../context";
+import { chatCompletions as chatKind } from "../../endpoints/chatCompletions";
+import { ApiError, type ErrorCode } from "../../errors";
+import { admit, resolveModel } from "../../inference/admission/admit";
+import { ANSWERED, UNMEASURED, slotOutcome, type Release } from "../../inference/admission/scheduler";
+import type { ModelEntry } from "../../inference/registry";
+import { unavailable } from "../../inference/upstream/call";
+import { ANSWER, failureLabel } from "../../inference/upstream/fate";
+import { timeoutError } from "../../inference/upstream/interactive";
+import { countUpstreamError, countUpstreamRequest, m } from "../../metrics";
+import type { PeerAddress, RequestObserver } from "../../metrics/http";
+import { FRONT_WORKER } from "../../workers";
+import { pathOf } from "../path";
+import { PEER_HEADER, type Answer, type Ask, type Done, type Failed, type FrontInit, type FrontMessage, type MainMessage } from "./protocol";
+
+export interface FrontThreads {
+  /** Stops the front threads' listeners (answers under way are cut, as the main thread's stop cuts its own) and the relay socket. */
+  stop(): Promise<void>;
+}
+
+interface Handler {
+  fetch(request: Request, server: PeerAddress): Response | Promise<Response>;
+}
+
+/** A request a front thread asked about, until it ended there. */
+interface Held {
+  request: Request;
+  /** Aborts `request.signal`: the client left (a wait for a slot ends). */
+  gone: AbortController;
+  peer: string | null;
+  model?: ModelEntry;
+  principal?: Principal;
+  release?: Release;
+  /** Ends the key's hold on the request's stream. */
+  unhold?: () => void;
+}
+
+/** Where the relay socket is: in the data directory (0700) when its path fits a socket address, else an abstract socket. */
+function relaySocketPath(dataDir: string): string {
+  const path = join(dataDir, "relay.sock");
+  return Buffer.byteLength(path) < 100 ? path : `\0offpeak-relay-${process.pid}-${Math.random().toString(36).slice(2)}`;
+}
+
+/** The relay socket's requests carry the client's address in PEER_HEADER (set by a front thread; nobody else can reach the socket). */
+const relayPeer: PeerAddress = {
+  requestIP(r) {
+    const address = r.headers.get(PEER_HEADER);
+    return address ? { address } : null;
+  },
+};
+
+export async function startFrontThreads(
+  ctx: AppContext,
+  opts: { count: number; port: number; hostname: string; handler: Handler; hooks: DirectHooks; observe: RequestObserver; fastPaths: string[] },
+): Promise<FrontThreads> {
+  const socket = relaySocketPath(ctx.config.dataDir);
+  if (!socket.startsWith("\0")) {
+    try {
+      unlinkSync(socket); // left by a process that did not stop
+    } catch {}
+  }
+  const relayServer: Server<undefined> = Bun.serve({
+    unix: socket,
+    maxRequestBodySize: Number.MAX_SAFE_INTEGER,
+    // As the public listener's: Bun's default (10 s) would cut an SSE stream between keep-alives. (Bun takes it on a Unix socket too; its types do not say so.)
+    ...({ idleTimeout: 255 } as {}),
+    fetch: (request) => opts.handler.fetch(request, relayPeer),
+  });
+  const desks: FrontDesk[] = [];
+  for (let i = 0; i < opts.count; i++) desks.push(new FrontDesk(ctx, opts, i));
+  const init = (index: number): FrontInit => ({ index, port: opts.port, hostname: opts.hostname, relay: socket, dataDir: ctx.config.dataDir, maxJsonBytes: ctx.config.maxJsonBytes, fastPaths: opts.fastPaths });
+  await Promise.all(desks.map((d, i) => d.start(init(i))));
+  return {
+    async stop() {
+      await Promise.all(desks.map((d) => d.stop()));
+      relayServer.stop(true);
+      if (!socket.startsWith("\0")) {
+        try {
+          unlinkSync(socket);
+        } catch {}
+      }
+    },
+  };
+}
+
+const SCOPE = routeScope("POST", chatKind.path);
+
+class FrontDesk {
+  private readonly worker = new Worker(FRONT_WORKER);
+  private readonly held = new Map<number, Held>();
+  private readonly answered: () => void;
+
+  constructor(
+    private readonly ctx: AppContext,
+    private readonly opts: { hooks: DirectHooks; observe: RequestObserver },
+    private readonly index: number,
+  ) {
+    this.answered = m.frontRequests.bind([String(index)]);
+  }
+
+  start(init: FrontInit): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.worker.onerror = (e) => {
+        this.ctx.log.error("front thread failed", { thread: this.index, error: String(e.message ?? e) });
+        this.releaseAll();
+        reject(new Error(`front thread ${this.index} failed: ${e.message}`));
+      };
+      this.worker.onmessage = (e: MessageEvent) => {
+        const m = e.data as FrontMessage | { t: "ready" };
+        if (m.t === "ready") return resolve();
+        this.onMessage(m);
+      };
+      this.worker.postMessage(init);
+    });
+  }
+
+  async stop(): Promise<void> {
+    const stopped = new Promise<void>((resolve) => {
+      this.worker.onmessage = (e: MessageEvent) => {
+        if ((e.data as { t: string }).t === "stopped") resolve();
+        else this.onMessage(e.data as FrontMessage);
+      };
+      setTimeout(resolve, 2000).unref?.();
+    });
+    this.send({ t: "stop" });
+    await stopped;
+    this.worker.terminate();
+    this.releaseAll();
+  }
+
+  private send(m: MainMessage): void {
+    this.worker.postMessage(m);
+  }
+
+  private onMessage(m: FrontMessage): void {
+    switch (m.t) {
+      case "ask":
+        void this.ask(m);
+        return;
+      case "gone":
+        this.held.get(m.id)?.gone.abort();
+        return;
+      case "failed":
+        void this.failed(m);
+        return;
+      case "done":
+        this.done(m);
+        return;
+      case "end":
+        this.end(m.id, m.tokens);
+        return;
+    }
+  }
+
+  private async answer(id: number, held: Held, error: unknown): Promise<void> {
+    const res = this.opts.hooks.answerError("UNKNOWN", error, held.request);
+    const answer: Answer = { status: res.status, headers: [...res.headers], body: await res.text() };
+    this.send({ t: "reply", id, answer });
+  }
+
+  /** As the main thread's dispatch does for its own requests (src/http/direct.ts, chatCompletions/service.ts, upstream/proxy.ts and call.ts), in that order. */
+  private async ask(a: Ask): Promise<void> {
+    const gone = new AbortController();
+    const request = new Request(a.url, { method: "POST", headers: a.auth === null ? undefined : { authorization: a.auth }, signal: gone.signal });
+    const held: Held = { request, gone, peer: a.peer };
+    this.held.set(a.id, held);
+    try {
+      const opened = this.opts.hooks.open(request, pathOf(a.url), SCOPE);
+      if (opened) await opened;
+      const early = a.early;
+      if (early?.code === "client_gone") {
+        gone.abort();
+        throw new DOMException("The client went away", "AbortError");
+      }
+      if (early?.code === "internal") throw new Error(early.message);
+      const failure = early && new ApiError(early.code as ErrorCode, early.message, { param: early.param, headers: early.headers });
+      if (failure && early.stage === "body") throw failure;
+      const model = resolveModel(this.ctx, a.model, chatKind);
+      if (failure) throw failure;
+      if (model.kind !== "upstream") {
+        // The built-ins run on the main thread: the front thread relays the request.
+        this.held.delete(a.id);
+        this.send({ t: "reply", id: a.id, relay: true });
+        return;
+      }
+      const principal = principalOf(request);
+      const admitted = await admit(this.ctx, principal, model, a.promptTokens, () => request.signal);
+      held.release = admitted.release;
+      const health = model.health;
+      const u = model.upstreamIdx;
+      if (health?.isDown(u)) throw unavailable(model, health.retryAfterSeconds(u));
+      countUpstreamRequest(model.id);
+      held.model = model;
+      held.principal = principal;
+      if (a.stream) held.unhold = streamHold(this.ctx.db, principal.keyId)(() => this.send({ t: "revoke", id: a.id }));
+      this.send({
+        t: "reply",
+        id: a.id,
+        go: {
+          requestId: requestIdOf(request),
+          headers: admitted.headers,
+          baseUrl: model.baseUrl!,
+          apiKey: model.apiKey,
+          ownClient: model.ownClient ?? false,
+          upstreamModel: model.upstreamModel ?? model.id,
+          upstreamName: model.upstreamName ?? "(unknown)",
+          timeoutMs: model.timeoutMs,
+          metersTokens: admitted.metersTokens,
+        },
+      });
+    } catch (e) {
+      held.release?.(UNMEASURED);
+      held.release = undefined;
+      await this.answer(a.id, held, e);
+    }
+  }
+
+  /** The call threw: told to the upstream's health, answered as callUpstream answers (upstream/call.ts). */
+  private async failed(f: Failed): Promise<void> {
+    const held = this.held.get(f.id);
+    if (!held?.model) return;
+    const model = held.model;
+    const health = model.health;
+    const u = model.upstreamIdx;
+    countUpstreamError(model.id, failureLabel(f.fate) ?? "connection");
+    health?.noteFate(u, f.fate, chatKind.path, model.timeoutMs);
+    held.release?.(UNMEASURED);
+    held.release = undefined;
+    const error = f.timedOut
+      ? timeoutError(model)
+      : health?.isDown(u)
+        ? unavailable(model, health.retryAfterSeconds(u))
+        : new ApiError("upstream_error", `Upstream ${model.upstreamName} is unreachable`);
+    await this.answer(f.id, held, error);
+  }
+
+  private done(d: Done): void {
+    const held = this.held.get(d.id);
+    if (!held) return;
+    const { model, principal } = held;
+    if (model && d.upstreamStatus !== null) {
+      model.health?.noteFate(model.upstreamIdx, d.fate ?? ANSWER, chatKind.path, model.timeoutMs);
+      if (d.upstreamStatus < 200 || d.upstreamStatus > 299) countUpstreamError(model.id, d.upstreamStatus);
+    }
+    if (d.tokens && principal) this.ctx.rateLimiter.charge(principal.keyId, d.tokens);
+    if (d.error) this.ctx.log.error("unhandled error", { request_id: requestIdOf(held.request), method: "POST", path: pathOf(held.request.url).slice(0, 200), error: d.error });
+    this.answered();
+    const peer = held.peer;
+    this.opts.observe(held.request, { requestIP: () => (peer ? { address: peer } : null) }, d.status, d.seconds);
+    if (d.streaming) return;
+    held.release?.(d.upstreamStatus === null ? UNMEASURED : slotOutcome(d.upstreamStatus));
+    held.unhold?.();
+    this.held.delete(d.id);
+  }
+
+  private end(id: number, tokens: number): void {
+    const held = this.held.get(id);
+    if (!held) return;
+    held.release?.(ANSWERED);
+    held.unhold?.();
+    if (tokens && held.principal) this.ctx.rateLimiter.charge(held.principal.keyId, tokens);
+    this.held.delete(id);
+  }
+
+  /** The thread is gone: its requests' slots and holds are let go. */
+  private releaseAll(): void {
+    for (const held of this.held.values()) {
+      held.gone.abort();
+      held.release?.(UNMEASURED);
+      held.unhold?.();
+    }
+    this.held.clear();
+  }
+}

@@ -1,0 +1,104 @@
+// A front thread (a Worker; ./protocol.ts says who does what): serves HTTP
+// on the main thread's port (SO_REUSEPORT), answers chat completions for
+// upstream models itself and relays every other request to the main
+// thread. It loads only what that needs: no config, no database.
+import type { Server } from "bun";
+import { ApiError, errorResponse } from "../../errors";
+import { classify, type CallFailure } from "../../inference/upstream/fate";
+import { pathOf, routable } from "../path";
+import { serveChat, type MainDesk } from "./fast";
+import type { Answer, FrontInit, FrontMessage, MainMessage, Reply } from "./protocol";
+import { relay } from "./relay";
+
+declare const self: Worker;
+
+const post = (m: FrontMessage) => self.postMessage(m);
+
+let lastId = 0;
+/** Asks waiting for the main thread's reply, by id. */
+const waiting = new Map<number, (reply: Reply) => void>();
+/** Streams that end when their key is revoked, by id; and revocations that came before their stream began. */
+const revokers = new Map<number, () => void>();
+const revokedEarly = new Set<number>();
+
+const desk: MainDesk = {
+  nextId: () => ++lastId,
+  ask(ask, id, clientSignal) {
+    return new Promise<Reply>((resolve) => {
+      const gone = () => post({ t: "gone", id });
+      clientSignal.addEventListener("abort", gone, { once: true });
+      waiting.set(id, (reply) => {
+        clientSignal.removeEventListener("abort", gone);
+        resolve(reply);
+      });
+      post({ t: "ask", id, ...ask });
+    });
+  },
+  failed(id, failure: CallFailure) {
+    return new Promise<Answer>((resolve) => {
+      waiting.set(id, (reply) => resolve("answer" in reply ? reply.answer : { status: 500, headers: [], body: "" }));
+      // Classified here: the failure's error object does not cross threads.
+      post({ t: "failed", id, fate: classify(failure), timedOut: failure.timedOut });
+    });
+  },
+  done: (done) => post({ t: "done", ...done }),
+  end(id, tokens) {
+    revokers.delete(id);
+    revokedEarly.delete(id);
+    post({ t: "end", id, tokens });
+  },
+  hold: (id) => (end) => {
+    if (revokedEarly.delete(id)) queueMicrotask(end);
+    else revokers.set(id, end);
+    return () => revokers.delete(id);
+  },
+};
+
+let server: Server<undefined> | null = null;
+
+self.onmessage = (event: MessageEvent) => {
+  const m = event.data as MainMessage | FrontInit;
+  if ("port" in m) return start(m);
+  switch (m.t) {
+    case "reply": {
+      const resolve = waiting.get(m.id);
+      waiting.delete(m.id);
+      resolve?.(m);
+      return;
+    }
+    case "revoke": {
+      const end = revokers.get(m.id);
+      if (end) end();
+      else revokedEarly.add(m.id);
+      return;
+    }
+    case "stop":
+      // Stop taking connections; answers under way finish (the main thread waits for their ENDs no longer than its own stop).
+      void server?.stop(false);
+      server = null;
+      self.postMessage({ t: "stopped" });
+      return;
+  }
+};
+
+function start(init: FrontInit): void {
+  const fast = new Set(init.fastPaths);
+  const to = { socket: init.relay, dataDir: init.dataDir, spool: `downloads-front-${init.index}` };
+  server = Bun.serve({
+    port: init.port,
+    hostname: init.hostname,
+    reusePort: true,
+    maxRequestBodySize: Number.MAX_SAFE_INTEGER,
+    idleTimeout: 255,
+    fetch(request, srv) {
+      const peer = srv.requestIP(request)?.address ?? null;
+      // An odd request (a Host the router would misread) is relayed: the main thread puts it right (src/http/path.ts).
+      if (request.method === "POST" && routable(request) === request && fast.has(pathOf(request.url)))
+        return serveChat(request, peer, desk, init.maxJsonBytes, (body) => relay(request, to, peer, body)).catch((e) =>
+          request.signal.aborted ? new Response(null, { status: 499 }) : errorResponse(new ApiError("internal_error", `Internal server error (${(e as Error)?.message ?? e})`), "req_unknown"),
+        );
+      return relay(request, to, peer);
+    },
+  });
+  self.postMessage({ t: "ready" });
+}

@@ -1,0 +1,129 @@
+// What front threads (./entry.ts) and the main thread (./desk.ts) say to
+// each other. With `server.http_threads` > 0 the front threads are the
+// listeners, on one port (SO_REUSEPORT: the kernel spreads connections
+// over them), and the main thread keeps the state. A front thread does a
+// chat completion's socket and byte work itself: reading and checking the
+// body, the call to the upstream, the answer; it asks the main thread once
+// per request (the key, the model, rate limits and a slot: ASK, answered by
+// REPLY) and tells it once when the answer went out (DONE: the request log
+// and metrics, the slot, tokens against tpm, the upstream's health) and,
+// for a stream, once more when it ended (END). Every other request is
+// relayed whole to the main thread's own handler over a Unix socket
+// (./relay.ts), so it is answered exactly as without front threads.
+//
+// Imports nothing: both sides load it.
+import type { Fate } from "../../inference/upstream/fate";
+
+/** The relay socket's header that carries the client's address (for the request log). Set by the front thread, read only on the relay socket. */
+export const PEER_HEADER = "x-offpeak-peer";
+
+/** Sent to a front thread when it starts. */
+export interface FrontInit {
+  port: number;
+  hostname: string;
+  /** Which front thread (0…): its spool folder and metrics label. */
+  index: number;
+  /** The main thread's relay socket (a path, or "\0name" for an abstract socket). */
+  relay: string;
+  /** The data directory (a spool folder for downloads passed on: ./relay.ts). */
+  dataDir: string;
+  maxJsonBytes: number;
+  /** The main thread's paths of the routes front threads answer themselves (chat completions under each API base). */
+  fastPaths: string[];
+}
+
+/** A body check that failed on the front thread: answered after the key check, in the order the main thread's dispatch checks. */
+export interface EarlyFailure {
+  code: string;
+  message: string;
+  param: string | null;
+  /** The error's own headers (a 413 closes the connection: its body was never read). */
+  headers: Record<string, string>;
+  /** "body": before the model is looked up (JSON, schema); "fields": after (messages, stream). */
+  stage: "body" | "fields";
+}
+
+export interface Ask {
+  t: "ask";
+  id: number;
+  url: string;
+  /** The Authorization header, or null. */
+  auth: string | null;
+  /** The client's address. */
+  peer: string | null;
+  early: EarlyFailure | null;
+  model: unknown;
+  stream: boolean;
+  promptTokens: number;
+}
+
+/** The client left while its ask was waiting (for a slot): the main thread gives up the wait. */
+export interface Gone {
+  t: "gone";
+  id: number;
+}
+
+/** The upstream call threw (`fate`); the main thread tells its health and answers with the error to send. */
+export interface Failed {
+  t: "failed";
+  id: number;
+  fate: Fate;
+  timedOut: boolean;
+}
+
+/** The answer went out with `status`. `streaming`: an END follows when the stream ends. */
+export interface Done {
+  t: "done";
+  id: number;
+  status: number;
+  seconds: number;
+  /** The upstream answer's head as the classifier read it (null: an answer, or no call was made). */
+  fate: Fate | null;
+  /** Whether the upstream was called and answered (a status to count and to measure the slot by). */
+  upstreamStatus: number | null;
+  /** Completion tokens to charge against tpm (whole answers). */
+  tokens: number;
+  streaming: boolean;
+  /** A fault of ours on the front thread (the main thread logs it, as its own error mapping does). */
+  error?: string;
+}
+
+export interface End {
+  t: "end";
+  id: number;
+  tokens: number;
+}
+
+export type FrontMessage = Ask | Gone | Failed | Done | End;
+
+/** An answer made on the main thread (errors), sent as is. */
+export interface Answer {
+  status: number;
+  headers: [string, string][];
+  body: string;
+}
+
+/** What to call: the model's upstream, as the main thread admitted it. */
+export interface Go {
+  requestId: string;
+  /** x-ratelimit-* for the answer. */
+  headers: Record<string, string>;
+  baseUrl: string;
+  apiKey: string | null;
+  ownClient: boolean;
+  upstreamModel: string;
+  upstreamName: string;
+  timeoutMs: number;
+  /** Whether completion tokens count against a tpm limit (read usage from the answer). */
+  metersTokens: boolean;
+}
+
+export type Reply = { t: "reply"; id: number; answer: Answer } | { t: "reply"; id: number; go: Go } | { t: "reply"; id: number; relay: true };
+
+/** The key of request `id` was revoked: its stream ends. */
+export interface Revoke {
+  t: "revoke";
+  id: number;
+}
+
+export type MainMessage = Reply | Revoke | { t: "stop" };

@@ -1,0 +1,68 @@
+// Front thread → main thread: a request the front thread does not answer
+// itself, sent whole, as it came, to the main thread's handler over its
+// relay socket (Unix). Method, path, headers (Host included: the main
+// thread decides on the path as it would for the client, src/http/path.ts)
+// and body stream through unchanged; the answer streams back unchanged
+// (SSE, downloads). The client's address goes in PEER_HEADER, for the log.
+import { errorResponse, ApiError } from "../../errors";
+import { withLength } from "../../storage/sized";
+import { routable } from "../path";
+import { PEER_HEADER } from "./protocol";
+
+/** Headers about the client's connection, not the request: the relay connection has its own. */
+const HOP_BY_HOP = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "upgrade"];
+
+/** The request target from the path on, as the main thread's router and key check will read it. */
+function targetOf(request: Request): string {
+  const url = routable(request).url;
+  const scheme = url.indexOf("://");
+  const slash = url.indexOf("/", scheme + 3);
+  return slash === -1 ? "/" : url.slice(slash);
+}
+
+/** Where a front thread spools answers it must pass on with their Content-Length. */
+export interface RelayTarget {
+  socket: string;
+  dataDir: string;
+  /** The spool folder under dataDir, this thread's own. */
+  spool: string;
+}
+
+/** `body`: the body when the front thread has read it already (a pass-through the main thread answers after all). */
+export async function relay(request: Request, to: RelayTarget, peer: string | null, body?: string): Promise<Response> {
+  const headers = new Headers(request.headers);
+  for (const h of HOP_BY_HOP) headers.delete(h);
+  if (peer) headers.set(PEER_HEADER, peer);
+  else headers.delete(PEER_HEADER);
+  const method = request.method;
+  if (body !== undefined) headers.delete("content-length");
+  let res: Response;
+  try {
+    res = await fetch("http://offpeak.invalid" + targetOf(request), {
+      unix: to.socket,
+      method,
+      headers,
+      body: body ?? (method === "GET" || method === "HEAD" ? undefined : request.body),
+      redirect: "manual",
+      signal: request.signal,
+      decompress: false,
+      timeout: false,
+      duplex: "half",
+    });
+  } catch (e) {
+    if (request.signal.aborted) return new Response(null, { status: 499 });
+    // The main thread's socket did not answer (it is stopping).
+    return errorResponse(new ApiError("internal_error", `Internal server error (relay: ${(e as Error)?.message ?? e})`), "req_unknown");
+  }
+  const length = res.headers.get("content-length");
+  if (length === null || method === "HEAD" || !res.body) return res;
+  // Bun drops the Content-Length of a body it streams (src/storage/sized.ts),
+  // and a download must keep it (SPEC §17): the answer is held whole here,
+  // as the main thread held it, in memory or in this thread's spool.
+  try {
+    return new Response(await withLength(res.body, Number(length), to.dataDir, to.spool), { status: res.status, statusText: res.statusText, headers: res.headers });
+  } catch (e) {
+    if (request.signal.aborted) return new Response(null, { status: 499 });
+    return errorResponse(new ApiError("internal_error", `Internal server error (relay: ${(e as Error)?.message ?? e})`), res.headers.get("x-request-id") ?? "req_unknown");
+  }
+}

@@ -1,0 +1,66 @@
+// An interactive request's call to its model's upstream, on the main
+// thread: over the one transport (./transport.ts), judged by the one
+// classifier (./fate.ts), told to the upstream's health and the metrics.
+// (Front threads, src/http/front, make the same call and tell the main
+// thread what happened.)
+import { ApiError } from "../../errors";
+import { countUpstreamError, countUpstreamRequest } from "../../metrics";
+import type { EndpointPath } from "../../endpoints/kind";
+import type { ModelEntry } from "../registry";
+import type { UpstreamAnswer } from "./answer";
+import { Deadline } from "./deadline";
+import { CallFailure, classify, failureLabel } from "./fate";
+import { attachDeadline, timeoutError } from "./interactive";
+import { postJson } from "./transport";
+
+export interface UpstreamCall {
+  model: ModelEntry;
+  /** The endpoint module's path (under the upstream's base_url). */
+  path: EndpointPath;
+  body: Record<string, unknown>;
+  /**
+   * The text `body` was parsed from, unchanged since: sent as is when the
+   * model's name needs no mapping (spreading and stringifying the body again
+   * was ≈2% of the main thread in the chat pass-through).
+   */
+  raw?: string;
+  /** The client's signal, aborted when it goes away; read only when needed (see Deadline). */
+  clientSignal: () => AbortSignal;
+}
+
+export async function callUpstream({ model, path, body, raw, clientSignal }: UpstreamCall): Promise<UpstreamAnswer> {
+  const health = model.health;
+  const u = model.upstreamIdx;
+  // SPEC §11: while the upstream is down, answer at once instead of waiting
+  // out a connection timeout; retry-after says when the next probe runs.
+  if (health?.isDown(u)) throw unavailable(model, health.retryAfterSeconds(u));
+  const deadline = new Deadline(model.timeoutMs, clientSignal);
+  const upstreamModel = model.upstreamModel ?? model.id;
+  const payload = raw !== undefined && body.model === upstreamModel ? raw : JSON.stringify({ ...body, model: upstreamModel });
+  countUpstreamRequest(model.id);
+  try {
+    const res = await postJson(model, path, payload, deadline);
+    attachDeadline(res, model, deadline);
+    if (!res.ok) countUpstreamError(model.id, res.status);
+    health?.noteFate(u, classify(res), path, model.timeoutMs);
+    return res;
+  } catch (e) {
+    const failure = new CallFailure(e, deadline.timedOut, deadline.clientGone());
+    deadline.clear();
+    // The client left: rethrow the abort (answered 499, not counted as an upstream fault).
+    if (failure.clientGone) throw e;
+    const fate = classify(failure);
+    countUpstreamError(model.id, failureLabel(fate) ?? "connection");
+    health?.noteFate(u, fate, path, model.timeoutMs);
+    if (failure.timedOut) throw timeoutError(model);
+    // This failure may be the one that turned the upstream down.
+    if (health?.isDown(u)) throw unavailable(model, health.retryAfterSeconds(u));
+    throw new ApiError("upstream_error", `Upstream ${model.upstreamName} is unreachable`);
+  }
+}
+
+export const unavailable = (model: ModelEntry, retryAfter: number) =>
+  new ApiError("upstream_unavailable", `Upstream ${model.upstreamName} is unavailable (down since its last failures); retry after ${retryAfter} s.`, {
+    headers: { "retry-after": String(retryAfter) },
+  });
+

@@ -1,0 +1,318 @@
+// Front threads (server.http_threads, src/http/front; SPEC §20): the
+// listeners of a server that has them, answering chat completions for
+// upstream models themselves and relaying everything else to the main
+// thread. A client must not be able to tell: every question here is asked
+// of a server with two front threads and of one without, and the answers
+// compared. Then what only front threads have: the asks' slots and holds
+// (a client that leaves while queued, a revoked key's stream), the request
+// log's client address through the relay, the port, and the stop.
+// (The whole suite also runs through them: OFFPEAK_TEST_HTTP_THREADS.)
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { connect } from "node:net";
+import OpenAI from "openai";
+import type { Server } from "bun";
+import { ADMIN_KEY, startTestServer, type TestServer } from "./helpers/server";
+
+/** An upstream that answers by the last message's content: "fail500", "fail400", "hang", "slow" (streams a chunk per 100 ms), else at once. */
+function startUpstream(): Server<undefined> {
+  const enc = new TextEncoder();
+  return Bun.serve({
+    port: 0,
+    hostname: "127.0.0.1",
+    async fetch(req) {
+      const path = new URL(req.url).pathname;
+      if (req.method === "GET" && path === "/v1/models") return Response.json({ object: "list", data: [{ id: "up-chat", object: "model", created: 0, owned_by: "t" }] });
+      const body = (await req.json()) as { model: string; stream?: boolean; messages: { content: string }[] };
+      const content = body.messages.at(-1)!.content;
+      if (content === "fail500") return Response.json({ error: { message: "engine fell over" } }, { status: 500 });
+      if (content === "fail400") return Response.json({ error: { message: "bad thing", type: "invalid_request_error", param: "x", code: "bad" } }, { status: 400 });
+      if (content === "hang") return new Promise<Response>(() => {});
+      if (body.stream) {
+        const n = content === "slow" ? 100 : 3;
+        return new Response(
+          new ReadableStream({
+            async start(c) {
+              for (let i = 0; i < n; i++) {
+                c.enqueue(enc.encode(`data: ${JSON.stringify({ id: "c1", object: "chat.completion.chunk", created: 1, model: body.model, choices: [{ index: 0, delta: { content: `w${i} ` }, finish_reason: null }] })}\n\n`));
+                if (content === "slow") await Bun.sleep(100);
+              }
+              c.enqueue(enc.encode("data: [DONE]\n\n"));
+              c.close();
+            },
+          }),
+          { headers: { "content-type": "text/event-stream" } },
+        );
+      }
+      return Response.json({
+        id: "chatcmpl-1",
+        object: "chat.completion",
+        created: 1,
+        model: body.model,
+        choices: [{ index: 0, message: { role: "assistant", content: `you said ${content}` }, finish_reason: "stop" }],
+        usage: { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 },
+      });
+    },
+  });
+}
+
+let upstream: Server<undefined>;
+let fronted: TestServer;
+let plain: TestServer;
+const dir = mkdtempSync(join(tmpdir(), "offpeak-front-"));
+
+function configFile(): string {
+  const path = join(dir, "upstreams.json");
+  writeFileSync(
+    path,
+    JSON.stringify({
+      upstreams: [
+        { name: "up", base_url: `http://127.0.0.1:${upstream.port}/v1`, models: ["up-chat"], timeout_s: 1 },
+        { name: "one", base_url: `http://127.0.0.1:${upstream.port}/v1`, models: ["one-chat"], model_map: { "one-chat": "up-chat" }, max_concurrency: 1, queue_size: 4 },
+      ],
+    }),
+  );
+  return path;
+}
+
+beforeAll(async () => {
+  upstream = startUpstream();
+  const config = configFile();
+  [fronted, plain] = await Promise.all([
+    startTestServer({ argv: ["--config", config], env: { OFFPEAK_HTTP_THREADS: "2" } }),
+    startTestServer({ argv: ["--config", config], env: { OFFPEAK_HTTP_THREADS: "0" } }),
+  ]);
+});
+
+afterAll(async () => {
+  await Promise.all([fronted?.stop(), plain?.stop()]);
+  upstream?.stop(true);
+});
+
+const chatBody = (content: string, extra: Record<string, unknown> = {}) => JSON.stringify({ model: "up-chat", messages: [{ role: "user", content }], ...extra });
+
+/** A fresh connection per request: each lands on whichever front thread the kernel picks. */
+function post(t: TestServer, body: string, headers: Record<string, string> = {}, path = "/v1/chat/completions"): Promise<Response> {
+  return fetch(t.url + path, { method: "POST", headers: { authorization: `Bearer ${ADMIN_KEY}`, "content-type": "application/json", connection: "close", ...headers }, body });
+}
+
+async function frontCount(t: TestServer): Promise<number> {
+  const text = await (await t.api("/metrics")).text();
+  let n = 0;
+  for (const m of text.matchAll(/^offpeak_http_front_requests_total\{thread="\d+"\} (\d+)/gm)) n += Number(m[1]);
+  return n;
+}
+
+/** What a client can see of an answer, less what differs by nature (ids, times, rate-limit reset). */
+async function seen(res: Response) {
+  const text = await res.text();
+  let body: unknown = text;
+  try {
+    body = JSON.parse(text);
+  } catch {}
+  const headers = [...res.headers.keys()].filter((k) => !["date", "x-request-id", "content-length"].includes(k)).sort();
+  return { status: res.status, body: scrub(body), headers, requestId: /^req_/.test(res.headers.get("x-request-id") ?? "") };
+}
+
+const scrub = (v: unknown): unknown =>
+  JSON.parse(
+    JSON.stringify(v ?? null)
+      .replace(/(req|chatcmpl)[_-][A-Za-z0-9]+/g, "$1_ID")
+      .replace(/"created":\d+/g, '"created":0'),
+  );
+
+describe("answered by front threads as by the main thread", () => {
+  const cases: [string, string, Record<string, string>?, string?][] = [
+    ["an upstream answer", chatBody("hello")],
+    ["no key", chatBody("hello"), { authorization: "" }],
+    ["a wrong key and a broken body: the key is judged first", "{", { authorization: "Bearer sk-op-nope" }],
+    ["a malformed Authorization header", chatBody("hello"), { authorization: "Basic abc" }],
+    ["not JSON", "{"],
+    ["the wrong content type", chatBody("hello"), { "content-type": "text/plain" }],
+    ["no model", JSON.stringify({ messages: [{ role: "user", content: "x" }] })],
+    ["a model that is not a string", JSON.stringify({ model: 5, messages: [] })],
+    ["an unknown model with no messages: the model first", JSON.stringify({ model: "nope", messages: [] })],
+    ["no messages", JSON.stringify({ model: "up-chat", messages: [] })],
+    ["stream_options without stream", chatBody("x", { stream_options: { include_usage: true } })],
+    ["stream that is not a boolean", chatBody("x", { stream: "yes" })],
+    ["an upstream 500", chatBody("fail500")],
+    ["an upstream 400, passed through", chatBody("fail400")],
+    ["an upstream that does not answer in time", chatBody("hang")],
+    ["the built-in echo model (relayed)", JSON.stringify({ model: "offpeak-echo", messages: [{ role: "user", content: "echo me" }] })],
+    ["under /api/v1", chatBody("hello"), {}, "/api/v1/chat/completions"],
+    ["a trailing slash (Elysia's route, relayed)", chatBody("hello"), {}, "/v1/chat/completions/"],
+  ];
+  for (const [what, body, headers, path] of cases) {
+    test(what, async () => {
+      const h = { ...headers };
+      if (h.authorization === "") delete h.authorization;
+      const ask = (t: TestServer) =>
+        fetch(t.url + (path ?? "/v1/chat/completions"), {
+          method: "POST",
+          headers: { ...(h.authorization === undefined && headers?.authorization === "" ? {} : { authorization: `Bearer ${ADMIN_KEY}` }), "content-type": "application/json", connection: "close", ...h },
+          body,
+        });
+      const [a, b] = await Promise.all([ask(fronted).then(seen), ask(plain).then(seen)]);
+      expect(a).toEqual(b);
+      expect(a.requestId).toBe(true);
+    });
+  }
+
+  test("chat completions reach the front threads; other routes are relayed", async () => {
+    const before = await frontCount(fronted);
+    for (let i = 0; i < 6; i++) expect((await post(fronted, chatBody(`n${i}`))).status).toBe(200);
+    expect((await fronted.api("/models")).status).toBe(200);
+    expect((await post(fronted, JSON.stringify({ model: "offpeak-echo", messages: [{ role: "user", content: "x" }] }))).status).toBe(200);
+    // (The metrics registry is the process's: both test servers count into it, the one without front threads never.)
+    expect(await frontCount(fronted)).toBe(before + 6);
+  });
+
+  test("streams, through the official SDK: the same chunks", async () => {
+    const run = async (t: TestServer) => {
+      const client = new OpenAI({ baseURL: t.url + "/v1", apiKey: ADMIN_KEY, maxRetries: 0 });
+      const stream = await client.chat.completions.create({ model: "up-chat", messages: [{ role: "user", content: "stream" }], stream: true });
+      const parts: string[] = [];
+      for await (const c of stream) parts.push(c.choices[0]?.delta?.content ?? "");
+      return parts;
+    };
+    const [a, b] = await Promise.all([run(fronted), run(plain)]);
+    expect(a).toEqual(["w0 ", "w1 ", "w2 "]);
+    expect(a).toEqual(b);
+  });
+
+  test("rate limits are the main thread's: rpm counts requests on every front thread together", async () => {
+    const made = (await (await fronted.api("/keys", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "rpm", scopes: ["inference"], rate_limits: { rpm: 3 } }) })).json()) as { key: string };
+    const statuses: number[] = [];
+    for (let i = 0; i < 5; i++) statuses.push((await post(fronted, chatBody(`r${i}`), { authorization: `Bearer ${made.key}` })).status);
+    expect(statuses).toEqual([200, 200, 200, 429, 429]);
+  });
+
+  test("tpm counts the answers' completion tokens, whichever thread read them", async () => {
+    const remaining = async (t: TestServer) => {
+      const made = (await (await t.api("/keys", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "tpm", scopes: ["inference"], rate_limits: { tpm: 10_000 } }) })).json()) as { key: string };
+      const left: string[] = [];
+      for (const extra of [{}, { stream: true, stream_options: { include_usage: true } }, {}]) {
+        const res = await post(t, chatBody("count me", extra), { authorization: `Bearer ${made.key}` });
+        await res.text();
+        left.push(res.headers.get("x-ratelimit-remaining-tokens")!);
+      }
+      return left;
+    };
+    const [a, b] = await Promise.all([remaining(fronted), remaining(plain)]);
+    expect(a).toEqual(b);
+    expect(new Set(a).size).toBe(3);
+  });
+
+  test("a Host header the router would misread is relayed and judged by the main thread: 401 without a key", async () => {
+    for (const host of ["a", "", "a/b"]) {
+      const answer = await rawRequest(fronted.server.port, `GET /aa/api/v1/keys HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+      expect(answer.split("\r\n")[0]).toBe("HTTP/1.1 401 Unauthorized");
+    }
+  });
+
+  test("uploads and downloads stream through the relay unchanged", async () => {
+    const client = new OpenAI({ baseURL: fronted.url + "/v1", apiKey: ADMIN_KEY, maxRetries: 0 });
+    const lines = Array.from({ length: 2000 }, (_, i) => JSON.stringify({ custom_id: `c${i}`, method: "POST", url: "/v1/chat/completions", body: { model: "offpeak-echo", messages: [{ role: "user", content: `line ${i} ${"x".repeat(200)}` }] } })).join("\n") + "\n";
+    const file = await client.files.create({ file: new File([lines], "in.jsonl"), purpose: "batch" });
+    expect(file.bytes).toBe(Buffer.byteLength(lines));
+    expect(await (await client.files.content(file.id)).text()).toBe(lines);
+  });
+});
+
+function rawRequest(port: number, text: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const s = connect(port, "127.0.0.1", () => s.write(text));
+    let out = "";
+    s.on("data", (d) => (out += d.toString()));
+    s.on("end", () => resolve(out));
+    s.on("error", reject);
+  });
+}
+
+describe("what the main thread keeps for a front thread's request", () => {
+  test("a client that leaves while queued for a slot gives it up: the next request gets the slot", async () => {
+    // one-chat has one slot: a slow stream holds it, a second request waits, then leaves.
+    const client = new OpenAI({ baseURL: fronted.url + "/v1", apiKey: ADMIN_KEY, maxRetries: 0 });
+    const holder = await client.chat.completions.create({ model: "one-chat", messages: [{ role: "user", content: "slow" }], stream: true });
+    const waiting = new AbortController();
+    const queued = fetch(fronted.url + "/v1/chat/completions", {
+      method: "POST",
+      headers: { authorization: `Bearer ${ADMIN_KEY}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "one-chat", messages: [{ role: "user", content: "queued" }] }),
+      signal: waiting.signal,
+    }).catch((e) => e);
+    await Bun.sleep(200);
+    const depth = async () => Number(/offpeak_model_queue_depth\{model="one-chat",priority="interactive"\} (\d+)/.exec(await (await fronted.api("/metrics")).text())?.[1] ?? 0);
+    expect(await depth()).toBe(1);
+    waiting.abort();
+    await queued;
+    for (let i = 0; i < 50 && (await depth()) !== 0; i++) await Bun.sleep(20);
+    expect(await depth()).toBe(0);
+    holder.controller.abort();
+    // The holder's slot comes back when its stream ends: the next request runs.
+    const after = await post(fronted, JSON.stringify({ model: "one-chat", messages: [{ role: "user", content: "after" }] }));
+    expect(after.status).toBe(200);
+    const inFlight = Number(/offpeak_model_in_flight\{model="one-chat",priority="interactive"\} (\d+)/.exec(await (await fronted.api("/metrics")).text())?.[1] ?? -1);
+    expect(inFlight).toBe(0);
+  });
+
+  test("a revoked key's stream on a front thread ends within a second, with invalid_api_key", async () => {
+    const made = (await (await fronted.api("/keys", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "to-revoke", scopes: ["inference"] }) })).json()) as { id: string; key: string };
+    const res = await post(fronted, chatBody("slow", { stream: true }), { authorization: `Bearer ${made.key}` });
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    await reader.read();
+    const revokedAt = Date.now();
+    expect((await fronted.api(`/keys/${made.id}`, { method: "DELETE" })).status).toBe(200);
+    let text = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    expect(Date.now() - revokedAt).toBeLessThan(1000);
+    expect(text).toContain('"invalid_api_key"');
+  });
+
+  test("request lines: one per request with its x-request-id; the client's address through the relay, never a client's claim of it", async () => {
+    const lines: string[] = [];
+    const log = fronted.server.ctx.log;
+    const { members, enabled } = log;
+    // The test harness logs errors only: request lines are taken here instead of written.
+    log.enabled = () => true;
+    log.members = (_level, msg, text) => {
+      if (msg === "request") lines.push(text);
+    };
+    try {
+      const a = await post(fronted, chatBody("logged"));
+      const b = await post(fronted, chatBody("logged"), { authorization: "Bearer sk-op-wrong", "x-offpeak-peer": "6.6.6.6" });
+      const c = await fetch(fronted.url + "/v1/models", { headers: { "x-offpeak-peer": "6.6.6.6", connection: "close" } });
+      expect([a.status, b.status, c.status]).toEqual([200, 401, 401]);
+      const parsed = lines.map((l) => JSON.parse(`{${l}}`));
+      const byId = (res: Response) => parsed.find((p) => p.request_id === res.headers.get("x-request-id"));
+      expect(byId(a)).toMatchObject({ route: "/v1/chat/completions", status: 200, client: null });
+      expect(byId(b)).toMatchObject({ route: "/v1/chat/completions", status: 401, client: "127.0.0.1" });
+      expect(byId(c)).toMatchObject({ route: "/v1/models", status: 401, client: "127.0.0.1" });
+    } finally {
+      Object.assign(log, { members, enabled });
+    }
+  });
+});
+
+describe("the port and the stop", () => {
+  test("a port in use refuses the start, as without front threads", async () => {
+    await expect(startTestServer({ argv: ["--port", String(fronted.server.port)], env: { OFFPEAK_HTTP_THREADS: "2" } })).rejects.toThrow();
+  });
+
+  test("stop: the port is closed and the relay socket removed", async () => {
+    const t = await startTestServer({ env: { OFFPEAK_HTTP_THREADS: "1" } });
+    const sock = join(t.dataDir, "relay.sock");
+    expect(existsSync(sock)).toBe(true);
+    expect((await fetch(t.url + "/healthz")).status).toBe(200);
+    await t.stop();
+    expect(existsSync(sock)).toBe(false);
+    expect(await fetch(t.url + "/healthz").then(() => "answered", () => "refused")).toBe("refused");
+  });
+});
