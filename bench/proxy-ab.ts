@@ -1,7 +1,9 @@
 // Chat pass-through A/B: offpeak servers from any trees (and log levels)
 // side by side, alternating wrk runs in rotating order, with each server's
 // CPU per request (all threads, /proc/PID/stat: in all and in the kernel;
-// and the main thread's alone, with the share of a core it was busy) and
+// the main thread's alone, with the share of a core it was busy; and the
+// busiest thread's, whose inverse bounds the request rate on a machine with
+// cores to spare: SPEC §20's many-core question, asked on 2 cores) and
 // peak RSS. For changes
 // too small for bench/chat-proxy.ts's medians to show on a noisy machine.
 // Needs wrk.
@@ -14,7 +16,7 @@
 //           OFFPEAK_NO_REEXEC=1)
 //   CONNS=4 (default 32)
 //   e.g. bun bench/proxy-ab.ts 8 3 naive $PWD:warn $PWD:info /tmp/old:info
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { BENCH_KEY, freePort, peakRssMb } from "./server";
@@ -41,6 +43,29 @@ function cpuSeconds(pid: number, thread = false, only?: "user" | "sys"): number 
   const stat = readFileSync(thread ? `/proc/${pid}/task/${pid}/stat` : `/proc/${pid}/stat`, "utf8");
   const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   return ((only === "sys" ? 0 : Number(f[11])) + (only === "user" ? 0 : Number(f[12]))) / 100;
+}
+
+/** CPU seconds of each of the process's threads, by thread id (with its name). */
+function threadSeconds(pid: number): Map<string, { name: string; seconds: number }> {
+  const out = new Map<string, { name: string; seconds: number }>();
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
+      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      out.set(tid, { name: stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")), seconds: (Number(f[11]) + Number(f[12])) / 100 });
+    } catch {} // a thread that ended meanwhile
+  }
+  return out;
+}
+
+/** The thread that used the most CPU between two readings: its name and seconds. */
+function busiest(before: Map<string, { name: string; seconds: number }>, after: Map<string, { name: string; seconds: number }>): { name: string; seconds: number } {
+  let top = { name: "-", seconds: 0 };
+  for (const [tid, t] of after) {
+    const used = t.seconds - (before.get(tid)?.seconds ?? 0);
+    if (used > top.seconds) top = { name: `${t.name}#${tid}`, seconds: used };
+  }
+  return top;
 }
 
 async function start(spec: string) {
@@ -85,7 +110,7 @@ try {
       await Bun.sleep(50);
     }
   for (const s of servers) await wrk(s.url); // warm-up
-  const runs = servers.map(() => [] as { rps: number; p99: number; cpu: number; main: number; sys: number }[]);
+  const runs = servers.map(() => [] as { rps: number; p99: number; cpu: number; main: number; sys: number; top: number; topName: string }[]);
   for (let r = 0; r < rounds; r++) {
     for (let k = 0; k < servers.length; k++) {
       const i = (r + k) % servers.length;
@@ -93,7 +118,9 @@ try {
       const c0 = cpuSeconds(s.p.pid);
       const m0 = cpuSeconds(s.p.pid, true);
       const k0 = cpuSeconds(s.p.pid, false, "sys");
+      const t0 = threadSeconds(s.p.pid);
       const w = await wrk(s.url);
+      const top = busiest(t0, threadSeconds(s.p.pid));
       const per = (secs: number) => (secs * 1e6) / w.requests;
       runs[i]!.push({
         rps: w.rps,
@@ -101,16 +128,18 @@ try {
         cpu: per(cpuSeconds(s.p.pid) - c0),
         main: per(cpuSeconds(s.p.pid, true) - m0),
         sys: per(cpuSeconds(s.p.pid, false, "sys") - k0),
+        top: per(top.seconds),
+        topName: top.name,
       });
     }
-    console.log(`round ${r + 1}: ` + servers.map((s, i) => `${s.spec} ${Math.round(runs[i]!.at(-1)!.rps)} req/s, p99 ${runs[i]!.at(-1)!.p99.toFixed(2)} ms, ${runs[i]!.at(-1)!.cpu.toFixed(1)} µs CPU (main thread ${runs[i]!.at(-1)!.main.toFixed(1)})`).join(" | "));
+    console.log(`round ${r + 1}: ` + servers.map((s, i) => `${s.spec} ${Math.round(runs[i]!.at(-1)!.rps)} req/s, p99 ${runs[i]!.at(-1)!.p99.toFixed(2)} ms, ${runs[i]!.at(-1)!.cpu.toFixed(1)} µs CPU (main thread ${runs[i]!.at(-1)!.main.toFixed(1)}, busiest ${runs[i]!.at(-1)!.topName} ${runs[i]!.at(-1)!.top.toFixed(1)})`).join(" | "));
   }
   const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
   console.log(`medians over ${rounds} rounds of ${seconds} s, ${conns} connections (ratio: median of each round's ratio to the first server):`);
   for (let i = 0; i < servers.length; i++) {
     const x = runs[i]!;
     console.log(
-      `${servers[i]!.spec}: ${Math.round(med(x.map((v) => v.rps)))} req/s, p99 ${med(x.map((v) => v.p99)).toFixed(2)} ms, CPU ${med(x.map((v) => v.cpu)).toFixed(1)} µs/request (in the kernel ${med(x.map((v) => v.sys)).toFixed(1)}; main thread ${med(x.map((v) => v.main)).toFixed(1)}, its busy share ${med(x.map((v) => (v.main * v.rps) / 1e6)).toFixed(2)}), ` +
+      `${servers[i]!.spec}: ${Math.round(med(x.map((v) => v.rps)))} req/s, p99 ${med(x.map((v) => v.p99)).toFixed(2)} ms, CPU ${med(x.map((v) => v.cpu)).toFixed(1)} µs/request (in the kernel ${med(x.map((v) => v.sys)).toFixed(1)}; main thread ${med(x.map((v) => v.main)).toFixed(1)}, its busy share ${med(x.map((v) => (v.main * v.rps) / 1e6)).toFixed(2)}; the busiest thread ${med(x.map((v) => v.top)).toFixed(1)}, so at most ≈${Math.round(1e6 / med(x.map((v) => v.top)))} req/s with cores to spare), ` +
         `ratio ${med(x.map((v, r) => v.rps / runs[0]![r]!.rps)).toFixed(3)}, peak RSS ${peakRssMb(servers[i]!.p.pid).toFixed(0)} MB`,
     );
   }

@@ -31,7 +31,7 @@ import { countUpstreamError, countUpstreamRequest, m } from "../../metrics";
 import type { PeerAddress, RequestObserver } from "../../metrics/http";
 import { FRONT_WORKER } from "../../workers";
 import { pathOf } from "../path";
-import { PEER_HEADER, type Answer, type Ask, type Done, type Failed, type FrontInit, type FrontMessage, type MainMessage } from "./protocol";
+import { Outbox, PEER_HEADER, batchOf, type Answer, type Ask, type Done, type Failed, type FrontInit, type FrontMessage, type MainMessage, type ModelRoute } from "./protocol";
 
 export interface FrontThreads {
   /** Stops the front threads' listeners (answers under way are cut, as the main thread's stop cuts its own) and the relay socket. */
@@ -42,11 +42,47 @@ interface Handler {
   fetch(request: Request, server: PeerAddress): Response | Promise<Response>;
 }
 
+/**
+ * What the main thread's request functions (the key check, admission, the
+ * error mapping, the request line) read of a request a front thread asked
+ * about: its method, URL, Authorization header and signal. Not a Request:
+ * making one and an AbortController for its signal was 13% of the main
+ * thread's samples (bench/proxy-profile.ts); those four are all they read,
+ * and the signal is made only when something reads it (a wait for a slot).
+ */
+class AskedRequest {
+  readonly method = "POST";
+  readonly headers: { get(name: string): string | null };
+  private controller: AbortController | null = null;
+  private left = false;
+
+  constructor(
+    readonly url: string,
+    authorization: string | null,
+  ) {
+    this.headers = { get: (name) => (name.toLowerCase() === "authorization" ? authorization : null) };
+  }
+
+  get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.left) this.controller.abort();
+    }
+    return this.controller.signal;
+  }
+
+  /** The client left: a wait for a slot ends. */
+  gone(): void {
+    this.left = true;
+    this.controller?.abort();
+  }
+}
+
 /** A request a front thread asked about, until it ended there. */
 interface Held {
+  /** An AskedRequest, as the functions that take a Request see it. */
   request: Request;
-  /** Aborts `request.signal`: the client left (a wait for a slot ends). */
-  gone: AbortController;
+  asked: AskedRequest;
   peer: string | null;
   model?: ModelEntry;
   principal?: Principal;
@@ -126,30 +162,32 @@ class FrontDesk {
         reject(new Error(`front thread ${this.index} failed: ${e.message}`));
       };
       this.worker.onmessage = (e: MessageEvent) => {
-        const m = e.data as FrontMessage | { t: "ready" };
-        if (m.t === "ready") return resolve();
-        this.onMessage(m);
+        const data = e.data as string | { t: "ready" | "stopped" };
+        if (typeof data === "string") for (const m of batchOf<FrontMessage>(data)) this.onMessage(m);
+        else if (data.t === "ready") resolve();
+        else if (data.t === "stopped") this.stopped?.();
       };
       this.worker.postMessage(init);
     });
   }
 
+  private stopped: (() => void) | null = null;
+
   async stop(): Promise<void> {
     const stopped = new Promise<void>((resolve) => {
-      this.worker.onmessage = (e: MessageEvent) => {
-        if ((e.data as { t: string }).t === "stopped") resolve();
-        else this.onMessage(e.data as FrontMessage);
-      };
+      this.stopped = resolve;
       setTimeout(resolve, 2000).unref?.();
     });
-    this.send({ t: "stop" });
+    this.worker.postMessage(JSON.stringify([{ t: "stop" }]));
     await stopped;
     this.worker.terminate();
     this.releaseAll();
   }
 
+  private readonly outbox = new Outbox<MainMessage>((batch) => this.worker.postMessage(batch));
+
   private send(m: MainMessage): void {
-    this.worker.postMessage(m);
+    this.outbox.push(m);
   }
 
   private onMessage(m: FrontMessage): void {
@@ -158,7 +196,7 @@ class FrontDesk {
         void this.ask(m);
         return;
       case "gone":
-        this.held.get(m.id)?.gone.abort();
+        this.held.get(m.id)?.asked.gone();
         return;
       case "failed":
         void this.failed(m);
@@ -180,16 +218,16 @@ class FrontDesk {
 
   /** As the main thread's dispatch does for its own requests (src/http/direct.ts, chatCompletions/service.ts, upstream/proxy.ts and call.ts), in that order. */
   private async ask(a: Ask): Promise<void> {
-    const gone = new AbortController();
-    const request = new Request(a.url, { method: "POST", headers: a.auth === null ? undefined : { authorization: a.auth }, signal: gone.signal });
-    const held: Held = { request, gone, peer: a.peer };
+    const asked = new AskedRequest(a.url, a.auth);
+    const request = asked as unknown as Request;
+    const held: Held = { request, asked, peer: a.peer };
     this.held.set(a.id, held);
     try {
       const opened = this.opts.hooks.open(request, pathOf(a.url), SCOPE);
       if (opened) await opened;
       const early = a.early;
       if (early?.code === "client_gone") {
-        gone.abort();
+        asked.gone();
         throw new DOMException("The client went away", "AbortError");
       }
       if (early?.code === "internal") throw new Error(early.message);
@@ -213,26 +251,36 @@ class FrontDesk {
       held.model = model;
       held.principal = principal;
       if (a.stream) held.unhold = streamHold(this.ctx.db, principal.keyId)(() => this.send({ t: "revoke", id: a.id }));
-      this.send({
-        t: "reply",
-        id: a.id,
-        go: {
-          requestId: requestIdOf(request),
-          headers: admitted.headers,
-          baseUrl: model.baseUrl!,
-          apiKey: model.apiKey,
-          ownClient: model.ownClient ?? false,
-          upstreamModel: model.upstreamModel ?? model.id,
-          upstreamName: model.upstreamName ?? "(unknown)",
-          timeoutMs: model.timeoutMs,
-          metersTokens: admitted.metersTokens,
-        },
-      });
+      this.send({ t: "reply", id: a.id, go: { requestId: requestIdOf(request), headers: admitted.headers, model: model.id, route: this.routeToSend(model), metersTokens: admitted.metersTokens } });
     } catch (e) {
       held.release?.(UNMEASURED);
       held.release = undefined;
       await this.answer(a.id, held, e);
     }
+  }
+
+  /** Each model's route as this thread last sent it to its front thread. */
+  private readonly routes = new Map<string, ModelRoute>();
+
+  /** The model's route if the front thread does not have it as it is now, else undefined. */
+  private routeToSend(model: ModelEntry): ModelRoute | undefined {
+    const sent = this.routes.get(model.id);
+    const upstreamModel = model.upstreamModel ?? model.id;
+    const upstreamName = model.upstreamName ?? "(unknown)";
+    const ownClient = model.ownClient ?? false;
+    if (
+      sent &&
+      sent.baseUrl === model.baseUrl &&
+      sent.apiKey === model.apiKey &&
+      sent.ownClient === ownClient &&
+      sent.upstreamModel === upstreamModel &&
+      sent.upstreamName === upstreamName &&
+      sent.timeoutMs === model.timeoutMs
+    )
+      return undefined;
+    const route: ModelRoute = { baseUrl: model.baseUrl!, apiKey: model.apiKey, ownClient, upstreamModel, upstreamName, timeoutMs: model.timeoutMs };
+    this.routes.set(model.id, route);
+    return route;
   }
 
   /** The call threw: told to the upstream's health, answered as callUpstream answers (upstream/call.ts). */
@@ -285,7 +333,7 @@ class FrontDesk {
   /** The thread is gone: its requests' slots and holds are let go. */
   private releaseAll(): void {
     for (const held of this.held.values()) {
-      held.gone.abort();
+      held.asked.gone();
       held.release?.(UNMEASURED);
       held.unhold?.();
     }

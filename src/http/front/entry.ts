@@ -7,12 +7,16 @@ import { ApiError, errorResponse } from "../../errors";
 import { classify, type CallFailure } from "../../inference/upstream/fate";
 import { pathOf, routable } from "../path";
 import { serveChat, type MainDesk } from "./fast";
-import type { Answer, FrontInit, FrontMessage, MainMessage, Reply } from "./protocol";
+import { Outbox, batchOf, type Answer, type FrontInit, type FrontMessage, type MainMessage, type ModelRoute, type Reply } from "./protocol";
 import { relay } from "./relay";
 
 declare const self: Worker;
 
-const post = (m: FrontMessage) => self.postMessage(m);
+const outbox = new Outbox<FrontMessage>((batch) => self.postMessage(batch));
+const post = (m: FrontMessage) => outbox.push(m);
+
+/** Each model's route, as the main thread last sent it. */
+const routes = new Map<string, ModelRoute>();
 
 let lastId = 0;
 /** Asks waiting for the main thread's reply, by id. */
@@ -57,10 +61,18 @@ const desk: MainDesk = {
 let server: Server<undefined> | null = null;
 
 self.onmessage = (event: MessageEvent) => {
-  const m = event.data as MainMessage | FrontInit;
-  if ("port" in m) return start(m);
+  const data = event.data as string | FrontInit;
+  if (typeof data !== "string") return start(data);
+  for (const m of batchOf<MainMessage>(data)) take(m);
+};
+
+function take(m: MainMessage): void {
   switch (m.t) {
     case "reply": {
+      if ("go" in m) {
+        if (m.go.route) routes.set(m.go.model, m.go.route);
+        else m.go.route = routes.get(m.go.model);
+      }
       const resolve = waiting.get(m.id);
       waiting.delete(m.id);
       resolve?.(m);
@@ -79,7 +91,7 @@ self.onmessage = (event: MessageEvent) => {
       self.postMessage({ t: "stopped" });
       return;
   }
-};
+}
 
 function start(init: FrontInit): void {
   const fast = new Set(init.fastPaths);

@@ -83,13 +83,15 @@ export async function serveChat(request: Request, peer: string | null, main: Mai
 }
 
 async function callUpstream(request: Request, id: number, body: Record<string, unknown>, stream: boolean, go: Go, main: MainDesk, seconds: () => number): Promise<Response> {
-  const named = { upstreamName: go.upstreamName, timeoutMs: go.timeoutMs };
-  const deadline = new Deadline(go.timeoutMs, () => request.signal);
+  // Filled in from the thread's routes when the main thread sent none (./entry.ts).
+  const route = go.route!;
+  const named = { upstreamName: route.upstreamName, timeoutMs: route.timeoutMs };
+  const deadline = new Deadline(route.timeoutMs, () => request.signal);
   const raw = rawBodyOf(request);
-  const payload = raw !== undefined && body.model === go.upstreamModel ? raw : JSON.stringify({ ...body, model: go.upstreamModel });
+  const payload = raw !== undefined && body.model === route.upstreamModel ? raw : JSON.stringify({ ...body, model: route.upstreamModel });
   let res: UpstreamAnswer;
   try {
-    res = await postJson(go, chatKind.path, payload, deadline);
+    res = await postJson(route, chatKind.path, payload, deadline);
   } catch (e) {
     const failure = new CallFailure(e, deadline.timedOut, deadline.clientGone());
     deadline.clear();

@@ -103,17 +103,24 @@ export interface Answer {
   body: string;
 }
 
-/** What to call: the model's upstream, as the main thread admitted it. */
-export interface Go {
-  requestId: string;
-  /** x-ratelimit-* for the answer. */
-  headers: Record<string, string>;
+/** How to reach a model's upstream: sent to a front thread with the first request for the model (and again if it changes), kept there by model id. */
+export interface ModelRoute {
   baseUrl: string;
   apiKey: string | null;
   ownClient: boolean;
   upstreamModel: string;
   upstreamName: string;
   timeoutMs: number;
+}
+
+/** Call the model's upstream: the main thread admitted the request. */
+export interface Go {
+  requestId: string;
+  /** x-ratelimit-* for the answer. */
+  headers: Record<string, string>;
+  model: string;
+  /** The model's route, when this front thread does not have it (as it is now) yet. */
+  route?: ModelRoute;
   /** Whether completion tokens count against a tpm limit (read usage from the answer). */
   metersTokens: boolean;
 }
@@ -127,3 +134,36 @@ export interface Revoke {
 }
 
 export type MainMessage = Reply | Revoke | { t: "stop" };
+
+/**
+ * Messages go out in batches, one postMessage per turn of the event loop,
+ * as JSON text: each postMessage costs both threads a wake-up and a task,
+ * and a structured clone of objects costs more than JSON text both ways
+ * (main thread, per message: 2.6–3.0 µs to send and 3.5 to receive as
+ * objects, 0.7–0.8 and 2.0 as text). postMessage was the largest single
+ * cost of a front thread's request on the main thread (24% of its samples
+ * with a message each way; bench/proxy-profile.ts).
+ */
+export class Outbox<T> {
+  private items: T[] = [];
+  private scheduled = false;
+
+  constructor(private readonly send: (batch: string) => void) {}
+
+  push(item: T): void {
+    this.items.push(item);
+    if (this.scheduled) return;
+    this.scheduled = true;
+    setImmediate(this.flush);
+  }
+
+  private readonly flush = (): void => {
+    this.scheduled = false;
+    const items = this.items;
+    this.items = [];
+    this.send(JSON.stringify(items));
+  };
+}
+
+/** A batch an Outbox sent. */
+export const batchOf = <T>(text: string): T[] => JSON.parse(text) as T[];
