@@ -8,7 +8,11 @@
 //             (test/helpers/server.ts) gets a database of its own on one
 //             Postgres per test process (test/helpers/postgres.ts)
 //   s3        OFFPEAK_TEST_STORAGE=s3: its files go to a prefix of its own in
-//             a bucket on s3rver (test/helpers/s3.ts)
+//             a bucket on s3rver (test/helpers/s3.ts); and every server is
+//             behind a front thread (OFFPEAK_TEST_HTTP_THREADS=1: chat
+//             completions answered there, every other request relayed to
+//             the main thread; src/http/front), so the whole suite checks
+//             that a client cannot tell
 //
 // Which files run in the postgres and s3 modes: those that start a server
 // through the harness (startTestServer, testDatabaseArgs, testServeArgs), less the few
@@ -42,7 +46,7 @@ type Mode = "sqlite" | "postgres" | "s3";
 const MODES: Record<Mode, Record<string, string>> = {
   sqlite: {},
   postgres: { OFFPEAK_TEST_DATABASE: "postgres" },
-  s3: { OFFPEAK_TEST_STORAGE: "s3" },
+  s3: { OFFPEAK_TEST_STORAGE: "s3", OFFPEAK_TEST_HTTP_THREADS: "1" },
 };
 
 /** Files that start servers through the harness but are left out of a mode, and why. Keep it short. */

@@ -157,3 +157,54 @@ test("the executable runs alone in an empty folder: upload, validate, download b
   const code = await Promise.race([proc.exited, Bun.sleep(10_000).then(() => "still running after 10 s")]);
   expect(code).toBe(0);
 }, 60_000);
+
+test("with front threads (server.http_threads): the executable's front Workers answer chat completions and relay the rest; SIGTERM → 0", async () => {
+  const upstream = Bun.serve({
+    port: 0,
+    hostname: "127.0.0.1",
+    async fetch(req) {
+      if (req.method === "GET") return Response.json({ object: "list", data: [{ id: "up-chat", object: "model", created: 0, owned_by: "t" }] });
+      const body = (await req.json()) as { model: string };
+      return Response.json({ id: "c", object: "chat.completion", created: 1, model: body.model, choices: [{ index: 0, message: { role: "assistant", content: "from upstream" }, finish_reason: "stop" }] });
+    },
+  });
+  const port = await freePort();
+  const dataDir = join(runDir, "data-fronts");
+  const p = Bun.spawn([binary, "--port", String(port), "--data-dir", dataDir], {
+    cwd: runDir,
+    env: cleanEnv({ OFFPEAK_ADMIN_KEY: ADMIN_KEY, OFFPEAK_HTTP_THREADS: "2", OFFPEAK_UPSTREAM_URL: `http://127.0.0.1:${upstream.port}/v1` }),
+    stdout: "pipe",
+    stderr: "pipe",
+    stdin: "ignore",
+  });
+  try {
+    const base = `http://127.0.0.1:${port}`;
+    const deadline = Date.now() + 20_000;
+    while (!(await fetch(`${base}/healthz`).then((r) => r.status === 200, () => false))) {
+      if (p.exitCode !== null) throw new Error(`binary exited with ${p.exitCode}: ${await new Response(p.stderr).text()}`);
+      if (Date.now() > deadline) throw new Error("binary did not become healthy");
+      await Bun.sleep(50);
+    }
+    const ask = (model: string) =>
+      fetch(`${base}/v1/chat/completions`, { method: "POST", headers: { ...auth, "content-type": "application/json", connection: "close" }, body: JSON.stringify({ model, messages: [{ role: "user", content: "hi" }] }) });
+    for (let i = 0; i < 4; i++) expect(((await (await ask("up-chat")).json()) as any).choices[0].message.content).toBe("from upstream");
+    expect(((await (await ask("offpeak-echo")).json()) as any).choices[0].message.content).toBe("hi");
+    const metrics = await (await fetch(`${base}/api/v1/metrics`, { headers: auth })).text();
+    const answered = [...metrics.matchAll(/^offpeak_http_front_requests_total\{thread="\d+"\} (\d+)/gm)].reduce((n, m) => n + Number(m[1]), 0);
+    expect(answered).toBe(4);
+    const form = new FormData();
+    form.append("purpose", "batch");
+    form.append("file", new Blob([chatLine("a") + "\n"]), "in.jsonl");
+    const file = await json(await fetch(`${base}/v1/files`, { method: "POST", body: form, headers: auth }));
+    const down = await fetch(`${base}/v1/files/${file.id}/content`, { headers: auth });
+    expect(down.headers.get("content-length")).toBe(String(file.bytes));
+    expect(await down.text()).toBe(chatLine("a") + "\n");
+    expect(existsSync(join(dataDir, "relay.sock"))).toBe(true);
+    p.kill("SIGTERM");
+    expect(await Promise.race([p.exited, Bun.sleep(10_000).then(() => "still running after 10 s")])).toBe(0);
+    expect(existsSync(join(dataDir, "relay.sock"))).toBe(false);
+  } finally {
+    if (p.exitCode === null) p.kill("SIGKILL");
+    upstream.stop(true);
+  }
+}, 60_000);

@@ -205,6 +205,14 @@ describe("answered by front threads as by the main thread", () => {
     expect(new Set(a).size).toBe(3);
   });
 
+  test("a key the front thread has not seen accepted is judged before the body is read: 401 with the body never sent", async () => {
+    for (const key of ["sk-op-wrong", ADMIN_KEY.slice(0, -1) + "X"]) {
+      const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n`;
+      const answer = await Promise.race([rawRequest(fronted.server.port, head, false), Bun.sleep(3000).then(() => "no answer in 3 s")]);
+      expect(answer.split("\r\n")[0]).toBe("HTTP/1.1 401 Unauthorized");
+    }
+  });
+
   test("a Host header the router would misread is relayed and judged by the main thread: 401 without a key", async () => {
     for (const host of ["a", "", "a/b"]) {
       const answer = await rawRequest(fronted.server.port, `GET /aa/api/v1/keys HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
@@ -221,11 +229,18 @@ describe("answered by front threads as by the main thread", () => {
   });
 });
 
-function rawRequest(port: number, text: string): Promise<string> {
+/** `toEnd`: resolve when the server closes; else with the first data received. */
+function rawRequest(port: number, text: string, toEnd = true): Promise<string> {
   return new Promise((resolve, reject) => {
     const s = connect(port, "127.0.0.1", () => s.write(text));
     let out = "";
-    s.on("data", (d) => (out += d.toString()));
+    s.on("data", (d) => {
+      out += d.toString();
+      if (!toEnd) {
+        resolve(out);
+        s.destroy();
+      }
+    });
     s.on("end", () => resolve(out));
     s.on("error", reject);
   });

@@ -225,6 +225,11 @@ class FrontDesk {
     try {
       const opened = this.opts.hooks.open(request, pathOf(a.url), SCOPE);
       if (opened) await opened;
+      if (a.keyOnly) {
+        this.held.delete(a.id);
+        this.send({ t: "reply", id: a.id, keyOk: true });
+        return;
+      }
       const early = a.early;
       if (early?.code === "client_gone") {
         asked.gone();

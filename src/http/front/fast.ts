@@ -34,6 +34,15 @@ export interface MainDesk {
 
 const check = TypeCompiler.Compile(chatBody);
 
+/**
+ * Authorization headers the main thread accepted here: their requests are
+ * read before they are asked about. Only that: every request's key is still
+ * checked by the main thread, so a key revoked since is refused all the same
+ * (after its body was read, at most max_json_bytes). Bounded.
+ */
+const knownKeys = new Set<string>();
+const MAX_KNOWN_KEYS = 10_000;
+
 function earlyOf(e: unknown, stage: EarlyFailure["stage"], request: Request): EarlyFailure {
   if (e instanceof ApiError) return { code: e.code, message: e.message, param: e.param, headers: e.headers, stage };
   // Not a client mistake: the client went away while sending, or a fault of ours (logged by the main thread).
@@ -50,6 +59,20 @@ export const answerOf = (a: Answer): Response => new Response(a.body, { status: 
  */
 export async function serveChat(request: Request, peer: string | null, main: MainDesk, maxJsonBytes: number, relayToMain: (body: string | undefined) => Promise<Response>): Promise<Response> {
   const t0 = performance.now();
+  const auth = request.headers.get("authorization");
+  // A key this thread has not seen accepted is checked before the body is
+  // read (SPEC §16: without a valid key nothing is read); a known one is
+  // checked again with the request, in the one ask.
+  if (auth === null || !knownKeys.has(auth)) {
+    const id = main.nextId();
+    const reply = await main.ask({ url: request.url, auth, peer, early: null, model: undefined, stream: false, promptTokens: 0, keyOnly: true }, id, request.signal);
+    if ("answer" in reply) {
+      main.done({ id, status: reply.answer.status, seconds: (performance.now() - t0) / 1000, fate: null, upstreamStatus: null, tokens: 0, streaming: false });
+      return answerOf(reply.answer);
+    }
+    if (knownKeys.size >= MAX_KNOWN_KEYS) knownKeys.clear();
+    knownKeys.add(auth!);
+  }
   const id = main.nextId();
   limitJsonBody(request, maxJsonBytes);
   let body: Record<string, unknown> | null = null;
@@ -72,13 +95,14 @@ export async function serveChat(request: Request, peer: string | null, main: Mai
       early = earlyOf(e, "fields", request);
     }
   }
-  const reply = await main.ask({ url: request.url, auth: request.headers.get("authorization"), peer, early, model: body?.model, stream, promptTokens }, id, request.signal);
+  const reply = await main.ask({ url: request.url, auth, peer, early, model: body?.model, stream, promptTokens }, id, request.signal);
   const seconds = () => (performance.now() - t0) / 1000;
   if ("relay" in reply) return relayToMain(rawBodyOf(request));
   if ("answer" in reply) {
     main.done({ id, status: reply.answer.status, seconds: seconds(), fate: null, upstreamStatus: null, tokens: 0, streaming: false });
     return answerOf(reply.answer);
   }
+  if (!("go" in reply)) throw new Error("a key-only reply to a full ask");
   return callUpstream(request, id, body!, stream, reply.go, main, seconds);
 }
 

@@ -55,6 +55,8 @@ export interface Ask {
   model: unknown;
   stream: boolean;
   promptTokens: number;
+  /** Check the key only (its body not read yet): answered with keyOk, or with the 401/403. */
+  keyOnly?: boolean;
 }
 
 /** The client left while its ask was waiting (for a slot): the main thread gives up the wait. */
@@ -125,7 +127,11 @@ export interface Go {
   metersTokens: boolean;
 }
 
-export type Reply = { t: "reply"; id: number; answer: Answer } | { t: "reply"; id: number; go: Go } | { t: "reply"; id: number; relay: true };
+export type Reply =
+  | { t: "reply"; id: number; answer: Answer }
+  | { t: "reply"; id: number; go: Go }
+  | { t: "reply"; id: number; relay: true }
+  | { t: "reply"; id: number; keyOk: true };
 
 /** The key of request `id` was revoked: its stream ends. */
 export interface Revoke {
