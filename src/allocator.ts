@@ -1,5 +1,6 @@
 // Imported first by main.ts: before anything else loads, `offpeak serve`
-// re-executes itself with MIMALLOC_PURGE_DELAY=20 (PURGE_DELAY_MS).
+// re-executes itself with MIMALLOC_PURGE_DELAY=20 (PURGE_DELAY_MS), and
+// with BUN_CONFIG_MAX_HTTP_REQUESTS raised (MAX_HTTP_REQUESTS, below).
 //
 // Why: Bun allocates native memory with mimalloc, which keeps freed pages
 // for a while before giving them back to the OS. A batch churns through
@@ -31,17 +32,33 @@
 // pipes see one process.
 //
 // Not for client commands (short-lived), nor when the environment already
-// sets MIMALLOC_PURGE_DELAY (any value: an operator's choice wins), nor with
-// OFFPEAK_NO_REEXEC=1 (reexecAllowed).
+// sets both (any value: an operator's choice wins), nor with
+// OFFPEAK_NO_REEXEC=1 (settingsToAdd).
 
 import { readFileSync } from "node:fs";
 import { processEnv, type Env } from "./config";
 
-/** Whether `serve` may re-execute itself: not when the operator set MIMALLOC_PURGE_DELAY (any value: their choice wins) or OFFPEAK_NO_REEXEC=1. */
-export const reexecAllowed = (env: Env): boolean => env.MIMALLOC_PURGE_DELAY === undefined && env.OFFPEAK_NO_REEXEC !== "1";
-
 /** mimalloc's purge delay for `serve` (see above). */
 export const PURGE_DELAY_MS = 20;
+
+/**
+ * How many requests Bun's fetch runs at once in the whole process
+ * (BUN_CONFIG_MAX_HTTP_REQUESTS, also read only when the process starts;
+ * Bun's default 256 queues the rest). With front threads every request they
+ * relay is a fetch, an SSE stream one for as long as it is open: 256
+ * clients following batch events would hold every later relayed request
+ * (measured: the 257th of 300 open streams waits). 65,535 is Bun's most.
+ */
+export const MAX_HTTP_REQUESTS = 65_535;
+
+/** What `serve` adds to its environment when it re-executes itself: each setting the operator did not set (their value wins). Empty: no re-exec, as with OFFPEAK_NO_REEXEC=1. */
+export function settingsToAdd(env: Env): Record<string, string> {
+  if (env.OFFPEAK_NO_REEXEC === "1") return {};
+  const add: Record<string, string> = {};
+  if (env.MIMALLOC_PURGE_DELAY === undefined) add.MIMALLOC_PURGE_DELAY = String(PURGE_DELAY_MS);
+  if (env.BUN_CONFIG_MAX_HTTP_REQUESTS === undefined) add.BUN_CONFIG_MAX_HTTP_REQUESTS = String(MAX_HTTP_REQUESTS);
+  return add;
+}
 
 /** Words that make the command something other than `serve` (see main.ts). */
 const NOT_SERVE = new Set(["keys", "files", "batches", "batch", "healthcheck", "webhooks", "help", "--help", "-h"]);
@@ -62,13 +79,14 @@ function selfArgs(): string[] {
 }
 
 export function returnFreedMemoryAtOnce(env: Env = processEnv(), args: string[] = process.argv.slice(2)): void {
-  if (!reexecAllowed(env)) return;
+  const add = settingsToAdd(env);
+  if (Object.keys(add).length === 0) return;
   if (args.some((a) => NOT_SERVE.has(a))) return;
   if (typeof process.execve !== "function") return;
   try {
-    process.execve(process.execPath, selfArgs(), { ...env, MIMALLOC_PURGE_DELAY: String(PURGE_DELAY_MS) });
+    process.execve(process.execPath, selfArgs(), { ...env, ...add });
   } catch {
-    // execve failed (the process goes on as it was): only the memory tuning is lost.
+    // execve failed (the process goes on as it was): only these settings are lost.
   }
 }
 

@@ -25,6 +25,8 @@ export interface ThreadSettings {
   testFsyncDelayMs: number;
   /** OFFPEAK_TEST_FINALIZE_PAUSE_MS (tests only): finalize logs each step and waits this long after it (src/batches/finalize.ts). */
   testFinalizePauseMs: number;
+  /** OFFPEAK_TEST_FRONT_CRASH_PATH (tests only): a front thread that gets a request for this path fails with an uncaught error (src/http/front). */
+  testFrontCrashPath: string | null;
 }
 
 export function threadSettingsOf(env: Record<string, string | undefined>, mainThread: boolean): ThreadSettings {
@@ -33,6 +35,7 @@ export function threadSettingsOf(env: Record<string, string | undefined>, mainTh
     testFsyncLog: env.OFFPEAK_TEST_FSYNC_LOG || null,
     testFsyncDelayMs: Number(mainThread ? env.OFFPEAK_TEST_FSYNC_DELAY_MS : env.OFFPEAK_TEST_FSYNC_WORKER_DELAY_MS) || 0,
     testFinalizePauseMs: Number(env.OFFPEAK_TEST_FINALIZE_PAUSE_MS) || 0,
+    testFrontCrashPath: env.OFFPEAK_TEST_FRONT_CRASH_PATH || null,
   };
 }
 

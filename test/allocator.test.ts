@@ -1,4 +1,5 @@
-// `offpeak serve` re-executes itself with MIMALLOC_PURGE_DELAY=20 (src/allocator.ts):
+// `offpeak serve` re-executes itself with MIMALLOC_PURGE_DELAY=20 and
+// BUN_CONFIG_MAX_HTTP_REQUESTS=65535 (src/allocator.ts):
 // the same process (id, pipes) with the variable set, unless the environment
 // already sets it or opts out.
 import { describe, expect, test } from "bun:test";
@@ -11,7 +12,7 @@ const ROOT = join(import.meta.dir, "..");
 
 function cleanEnv(extra: Record<string, string>): Record<string, string> {
   const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("OFFPEAK_") && k !== "MIMALLOC_PURGE_DELAY" && k !== "PORT") env[k] = v;
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("OFFPEAK_") && k !== "MIMALLOC_PURGE_DELAY" && k !== "BUN_CONFIG_MAX_HTTP_REQUESTS" && k !== "PORT") env[k] = v;
   return { ...env, ...extra };
 }
 
@@ -30,7 +31,8 @@ async function serveWith(env: Record<string, string>) {
   try {
     await pollUntil(() => fetch(`http://127.0.0.1:${p}/healthz`).then((r) => r.status, () => 0), (s) => s === 200, 20_000, 50, "server up");
     const environ = readFileSync(`/proc/${proc.pid}/environ`, "utf8").split("\0");
-    return { purgeDelay: environ.find((e) => e.startsWith("MIMALLOC_PURGE_DELAY="))?.slice("MIMALLOC_PURGE_DELAY=".length) ?? null, alive: proc.exitCode === null };
+    const value = (name: string) => environ.find((e) => e.startsWith(name + "="))?.slice(name.length + 1) ?? null;
+    return { purgeDelay: value("MIMALLOC_PURGE_DELAY"), maxHttpRequests: value("BUN_CONFIG_MAX_HTTP_REQUESTS"), alive: proc.exitCode === null };
   } finally {
     proc.kill("SIGTERM");
     const code = await proc.exited;
@@ -42,11 +44,12 @@ async function serveWith(env: Record<string, string>) {
 }
 
 describe.skipIf(process.platform !== "linux")("serve returns freed memory at once", () => {
-  test("the same process runs on with MIMALLOC_PURGE_DELAY=20", async () => {
-    expect(await serveWith({})).toEqual({ purgeDelay: "20", alive: true });
+  test("the same process runs on with MIMALLOC_PURGE_DELAY=20 and BUN_CONFIG_MAX_HTTP_REQUESTS=65535", async () => {
+    expect(await serveWith({})).toEqual({ purgeDelay: "20", maxHttpRequests: "65535", alive: true });
   });
-  test("a value set by the operator wins; OFFPEAK_NO_REEXEC=1 leaves the environment alone", async () => {
-    expect((await serveWith({ MIMALLOC_PURGE_DELAY: "250" })).purgeDelay).toBe("250");
-    expect((await serveWith({ OFFPEAK_NO_REEXEC: "1" })).purgeDelay).toBeNull();
+  test("a value set by the operator wins (the other is still set); OFFPEAK_NO_REEXEC=1 leaves the environment alone", async () => {
+    expect(await serveWith({ MIMALLOC_PURGE_DELAY: "250" })).toEqual({ purgeDelay: "250", maxHttpRequests: "65535", alive: true });
+    expect(await serveWith({ BUN_CONFIG_MAX_HTTP_REQUESTS: "512" })).toEqual({ purgeDelay: "20", maxHttpRequests: "512", alive: true });
+    expect(await serveWith({ OFFPEAK_NO_REEXEC: "1" })).toEqual({ purgeDelay: null, maxHttpRequests: null, alive: true });
   });
 });

@@ -99,9 +99,16 @@ describe("the environment", () => {
   });
 
   test("per-thread settings: fsync switch and test hooks, the delay by thread", () => {
-    expect(threadSettingsOf({}, true)).toEqual({ fsync: true, testFsyncLog: null, testFsyncDelayMs: 0, testFinalizePauseMs: 0 });
-    const env = { OFFPEAK_UNSAFE_NO_FSYNC: "1", OFFPEAK_TEST_FSYNC_LOG: "/tmp/l", OFFPEAK_TEST_FSYNC_DELAY_MS: "5", OFFPEAK_TEST_FSYNC_WORKER_DELAY_MS: "7", OFFPEAK_TEST_FINALIZE_PAUSE_MS: "9" };
-    expect(threadSettingsOf(env, true)).toEqual({ fsync: false, testFsyncLog: "/tmp/l", testFsyncDelayMs: 5, testFinalizePauseMs: 9 });
+    expect(threadSettingsOf({}, true)).toEqual({ fsync: true, testFsyncLog: null, testFsyncDelayMs: 0, testFinalizePauseMs: 0, testFrontCrashPath: null });
+    const env = {
+      OFFPEAK_UNSAFE_NO_FSYNC: "1",
+      OFFPEAK_TEST_FSYNC_LOG: "/tmp/l",
+      OFFPEAK_TEST_FSYNC_DELAY_MS: "5",
+      OFFPEAK_TEST_FSYNC_WORKER_DELAY_MS: "7",
+      OFFPEAK_TEST_FINALIZE_PAUSE_MS: "9",
+      OFFPEAK_TEST_FRONT_CRASH_PATH: "/x",
+    };
+    expect(threadSettingsOf(env, true)).toEqual({ fsync: false, testFsyncLog: "/tmp/l", testFsyncDelayMs: 5, testFinalizePauseMs: 9, testFrontCrashPath: "/x" });
     expect(threadSettingsOf(env, false).testFsyncDelayMs).toBe(7);
   });
 

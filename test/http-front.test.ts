@@ -316,6 +316,52 @@ describe("what the main thread keeps for a front thread's request", () => {
   });
 });
 
+describe("a front thread that fails", () => {
+  test("is replaced: the port answers again, and the slot its stream held is let go", async () => {
+    const port = await new Promise<number>((resolve) => {
+      const probe = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
+      resolve(probe.port!);
+      probe.stop(true);
+    });
+    const env: Record<string, string> = {};
+    for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("OFFPEAK_")) env[k] = v;
+    const proc = Bun.spawn([process.execPath, join(import.meta.dir, "../src/main.ts"), "serve", "--port", String(port), "--data-dir", mkdtempSync(join(dir, "crash-")), "--config", configFile()], {
+      env: { ...env, OFFPEAK_ADMIN_KEY: ADMIN_KEY, OFFPEAK_HTTP_THREADS: "1", OFFPEAK_TEST_FRONT_CRASH_PATH: "/crash-front", OFFPEAK_NO_REEXEC: "1" },
+      stdout: "ignore",
+      stderr: "pipe",
+    });
+    const stderr = new Response(proc.stderr).text();
+    const url = `http://127.0.0.1:${port}`;
+    const up = async () => {
+      for (let i = 0; i < 200; i++) {
+        if ((await fetch(`${url}/healthz`).then((r) => r.status, () => 0)) === 200) return;
+        await Bun.sleep(25);
+      }
+      throw new Error("no answer");
+    };
+    try {
+      await up();
+      const one = (content: string) =>
+        fetch(`${url}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${ADMIN_KEY}`, "content-type": "application/json" },
+          body: JSON.stringify({ model: "one-chat", messages: [{ role: "user", content }], stream: content === "slow" }),
+        });
+      const holder = await one("slow"); // holds one-chat's only slot on the front thread
+      expect(holder.status).toBe(200);
+      await fetch(`${url}/crash-front`).catch(() => {});
+      await Bun.sleep(300);
+      await up();
+      const after = await Promise.race([one("after"), Bun.sleep(5000).then(() => null)]);
+      expect(after?.status).toBe(200);
+    } finally {
+      proc.kill("SIGTERM");
+      await proc.exited;
+    }
+    expect(await stderr).toContain("front thread ended: starting another");
+  });
+});
+
 describe("the port and the stop", () => {
   test("a port in use refuses the start, as without front threads", async () => {
     await expect(startTestServer({ argv: ["--port", String(fronted.server.port)], env: { OFFPEAK_HTTP_THREADS: "2" } })).rejects.toThrow();

@@ -29,6 +29,7 @@ import { ANSWER, failureLabel } from "../../inference/upstream/fate";
 import { timeoutError } from "../../inference/upstream/interactive";
 import { countUpstreamError, countUpstreamRequest, m } from "../../metrics";
 import type { PeerAddress, RequestObserver } from "../../metrics/http";
+import { threadSettings } from "../../threadSettings";
 import { FRONT_WORKER } from "../../workers";
 import { pathOf } from "../path";
 import { Outbox, PEER_HEADER, batchOf, type Answer, type Ask, type Done, type Failed, type FrontInit, type FrontMessage, type MainMessage, type ModelRoute } from "./protocol";
@@ -124,7 +125,17 @@ export async function startFrontThreads(
   });
   const desks: FrontDesk[] = [];
   for (let i = 0; i < opts.count; i++) desks.push(new FrontDesk(ctx, opts, i));
-  const init = (index: number): FrontInit => ({ index, port: opts.port, hostname: opts.hostname, relay: socket, dataDir: ctx.config.dataDir, maxJsonBytes: ctx.config.maxJsonBytes, fastPaths: opts.fastPaths });
+  const testCrashPath = threadSettings().testFrontCrashPath;
+  const init = (index: number): FrontInit => ({
+    index,
+    port: opts.port,
+    hostname: opts.hostname,
+    relay: socket,
+    dataDir: ctx.config.dataDir,
+    maxJsonBytes: ctx.config.maxJsonBytes,
+    fastPaths: opts.fastPaths,
+    testCrashPath,
+  });
   await Promise.all(desks.map((d, i) => d.start(init(i))));
   return {
     async stop() {
@@ -142,9 +153,11 @@ export async function startFrontThreads(
 const SCOPE = routeScope("POST", chatKind.path);
 
 class FrontDesk {
-  private readonly worker = new Worker(FRONT_WORKER);
+  private worker!: Worker;
   private readonly held = new Map<number, Held>();
   private readonly answered: () => void;
+  private stopping = false;
+  private stopped: (() => void) | null = null;
 
   constructor(
     private readonly ctx: AppContext,
@@ -154,26 +167,39 @@ class FrontDesk {
     this.answered = m.frontRequests.bind([String(index)]);
   }
 
+  /** Starts the thread; if it ever ends but for stop() (an uncaught error there), its requests' slots are let go and another takes its place. */
   start(init: FrontInit): Promise<void> {
+    const worker = new Worker(FRONT_WORKER);
+    this.worker = worker;
+    this.outbox = this.newOutbox();
+    this.routes.clear(); // a new thread has none
     return new Promise((resolve, reject) => {
-      this.worker.onerror = (e) => {
+      let ready = false;
+      worker.onerror = (e) => {
         this.ctx.log.error("front thread failed", { thread: this.index, error: String(e.message ?? e) });
-        this.releaseAll();
-        reject(new Error(`front thread ${this.index} failed: ${e.message}`));
+        if (!ready) reject(new Error(`front thread ${this.index} failed: ${e.message}`));
       };
-      this.worker.onmessage = (e: MessageEvent) => {
+      worker.addEventListener("close", () => {
+        if (this.worker !== worker) return;
+        this.releaseAll();
+        if (this.stopping || !ready) return this.stopped?.();
+        this.ctx.log.error("front thread ended: starting another", { thread: this.index });
+        setTimeout(() => this.start(init).catch((e) => this.ctx.log.error("front thread did not start again", { thread: this.index, error: String(e) })), 100);
+      });
+      worker.onmessage = (e: MessageEvent) => {
         const data = e.data as string | { t: "ready" | "stopped" };
         if (typeof data === "string") for (const m of batchOf<FrontMessage>(data)) this.onMessage(m);
-        else if (data.t === "ready") resolve();
-        else if (data.t === "stopped") this.stopped?.();
+        else if (data.t === "ready") {
+          ready = true;
+          resolve();
+        } else if (data.t === "stopped") this.stopped?.();
       };
-      this.worker.postMessage(init);
+      worker.postMessage(init);
     });
   }
 
-  private stopped: (() => void) | null = null;
-
   async stop(): Promise<void> {
+    this.stopping = true;
     const stopped = new Promise<void>((resolve) => {
       this.stopped = resolve;
       setTimeout(resolve, 2000).unref?.();
@@ -184,7 +210,14 @@ class FrontDesk {
     this.releaseAll();
   }
 
-  private readonly outbox = new Outbox<MainMessage>((batch) => this.worker.postMessage(batch));
+  /** To the thread now running (a new one after a restart: what was queued for the old one is dropped with it). */
+  private newOutbox = () => {
+    const worker = this.worker;
+    return new Outbox<MainMessage>((batch) => {
+      if (this.worker === worker) worker.postMessage(batch);
+    });
+  };
+  private outbox!: Outbox<MainMessage>;
 
   private send(m: MainMessage): void {
     this.outbox.push(m);

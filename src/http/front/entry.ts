@@ -103,6 +103,10 @@ function start(init: FrontInit): void {
     maxRequestBodySize: Number.MAX_SAFE_INTEGER,
     idleTimeout: 255,
     fetch(request, srv) {
+      if (init.testCrashPath !== null && pathOf(request.url) === init.testCrashPath)
+        setTimeout(() => {
+          throw new Error("test: a front thread fails");
+        });
       const peer = srv.requestIP(request)?.address ?? null;
       // An odd request (a Host the router would misread) is relayed: the main thread puts it right (src/http/path.ts).
       if (request.method === "POST" && routable(request) === request && fast.has(pathOf(request.url)))

@@ -30,6 +30,8 @@ export interface FrontInit {
   maxJsonBytes: number;
   /** The main thread's paths of the routes front threads answer themselves (chat completions under each API base). */
   fastPaths: string[];
+  /** Tests only (threadSettings testFrontCrashPath): a request for this path makes the thread fail. */
+  testCrashPath: string | null;
 }
 
 /** A body check that failed on the front thread: answered after the key check, in the order the main thread's dispatch checks. */
