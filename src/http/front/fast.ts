@@ -8,7 +8,6 @@
 import { TypeCompiler } from "@sinclair/typebox/compiler";
 import { chatBody, checkMessages, checkStreamFields } from "../../chatCompletions/fields";
 import { chatCompletions as chatKind } from "../../endpoints/chatCompletions";
-import type { TokenCounts } from "../../endpoints/kind";
 import { ApiError, errorResponse, schemaFailure } from "../../errors";
 import { promptTokensOf } from "../../inference/builtin/tokens";
 import { requireModel } from "../../inference/modelField";
@@ -16,7 +15,7 @@ import type { StreamHold } from "../../auth/revocations";
 import type { UpstreamAnswer } from "../../inference/upstream/answer";
 import { Deadline } from "../../inference/upstream/deadline";
 import { CallFailure, classify } from "../../inference/upstream/fate";
-import { StreamUsage, attachDeadline, checkLooksLikeJson, notJson, passThrough, upstreamFailure, upstreamText } from "../../inference/upstream/interactive";
+import { StreamUsage, answerTokens, attachDeadline, passThrough, upstreamFailure, upstreamText } from "../../inference/upstream/interactive";
 import { postJson } from "../../inference/upstream/transport";
 import { jsonOnly, limitJsonBody, rawBodyOf } from "../jsonBody";
 import type { Answer, Ask, Done, EarlyFailure, Go, Reply } from "./protocol";
@@ -158,17 +157,7 @@ async function callUpstream(request: Request, id: number, body: Record<string, u
       return done(new Response(passThrough(res, end, usage ? (c) => usage.push(c) : undefined, main.hold(id)), { headers }), 0, true);
     }
     const text = await upstreamText(res);
-    let tokens = 0;
-    if (go.metersTokens) {
-      let parsed: { usage?: unknown };
-      try {
-        parsed = JSON.parse(text);
-      } catch {
-        throw notJson(named);
-      }
-      chatKind.readUsage(parsed?.usage, counts);
-      tokens = counts.output;
-    } else checkLooksLikeJson(named, text);
+    const tokens = answerTokens(named, chatKind, text, go.metersTokens);
     return done(new Response(text, { headers: { "content-type": "application/json", ...go.headers, "x-request-id": go.requestId } }), tokens);
   } catch (e) {
     if (e instanceof ApiError) {
@@ -182,6 +171,3 @@ async function callUpstream(request: Request, id: number, body: Record<string, u
     return answer;
   }
 }
-
-/** Reused: read and used at once, never across an await. */
-const counts: TokenCounts = { input: 0, output: 0, cached: 0, reasoning: 0 };

@@ -12,7 +12,7 @@ import type { Deadline } from "./deadline";
 import type { UpstreamAnswer } from "./answer";
 import type { ModelEntry } from "../registry";
 import { SseDataReader } from "../../http/sse";
-import type { StreamTally } from "../../endpoints/kind";
+import type { EndpointKind, StreamTally, TokenCounts } from "../../endpoints/kind";
 import { readChatStreamEvent } from "../../endpoints/chatCompletions";
 
 /** The deadline of each upstream answer: reading its body clears it, and can tell a timeout from other failures. */
@@ -65,6 +65,30 @@ export function checkLooksLikeJson(model: UpstreamNamed, text: string, headers?:
 
 export const notJson = (model: UpstreamNamed, headers?: Record<string, string>) =>
   new ApiError("upstream_error", `Upstream ${model.upstreamName} answered with invalid JSON`, { headers });
+
+/**
+ * A whole 2xx answer's output tokens, for a tpm limit (`metered`): its
+ * usage, read the way the endpoint kind reads it. Parsing the answer is
+ * only needed then; otherwise it is only looked at (checkLooksLikeJson)
+ * and counts 0. Not JSON: notJson.
+ */
+export function answerTokens(model: UpstreamNamed, kind: Pick<EndpointKind, "readUsage">, text: string, metered: boolean): number {
+  if (!metered) {
+    checkLooksLikeJson(model, text);
+    return 0;
+  }
+  let parsed: { usage?: unknown };
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    throw notJson(model);
+  }
+  kind.readUsage(parsed?.usage, counts);
+  return counts.output;
+}
+
+/** Reused: read and used at once, never across an await. */
+const counts: TokenCounts = { input: 0, output: 0, cached: 0, reasoning: 0 };
 
 /**
  * Turns a non-2xx upstream answer into our error: 4xx verbatim, 5xx as 502.

@@ -10,14 +10,14 @@ import { requestIdOf } from "../../app";
 import { streamHold } from "../../auth/revocations";
 import type { Principal } from "../../auth/verify";
 import type { AppContext } from "../../context";
-import type { EndpointKind, TokenCounts } from "../../endpoints/kind";
+import type { EndpointKind } from "../../endpoints/kind";
 import { ApiError } from "../../errors";
 import { rawBodyOf } from "../../http/jsonBody";
 import { admit } from "../admission/admit";
 import { ANSWERED, UNMEASURED, slotOutcome, type SlotOutcome } from "../admission/scheduler";
 import type { ModelEntry } from "../registry";
 import { callUpstream } from "./call";
-import { StreamUsage, checkLooksLikeJson, notJson, passThrough, upstreamFailure, upstreamText } from "./interactive";
+import { StreamUsage, answerTokens, passThrough, upstreamFailure, upstreamText } from "./interactive";
 
 export interface ProxyRequest {
   model: ModelEntry;
@@ -66,17 +66,8 @@ export async function proxyUpstream(ctx: AppContext, principal: Principal, { mod
       return new Response(passThrough(res, end, usage ? (c) => usage.push(c) : undefined, streamHold(ctx.db, principal.keyId)), { headers: answerHeaders });
     }
     const text = await upstreamText(res);
-    // Parsing the answer is only needed to charge its tokens.
-    if (metersTokens) {
-      let parsed: { usage?: unknown };
-      try {
-        parsed = JSON.parse(text);
-      } catch {
-        throw notJson(model);
-      }
-      kind.readUsage(parsed?.usage, counts);
-      if (counts.output) ctx.rateLimiter.charge(principal.keyId, counts.output);
-    } else checkLooksLikeJson(model, text);
+    const tokens = answerTokens(model, kind, text, metersTokens);
+    if (tokens) ctx.rateLimiter.charge(principal.keyId, tokens);
     // The request id goes on with the other headers (withRequestId, app.ts,
     // then finds it there): setting it on the Response afterwards costs a
     // native Headers call a request.
@@ -85,6 +76,3 @@ export async function proxyUpstream(ctx: AppContext, principal: Principal, { mod
     if (!handedOff) release(outcome);
   }
 }
-
-/** Reused: read and used at once, never across an await. */
-const counts: TokenCounts = { input: 0, output: 0, cached: 0, reasoning: 0 };
