@@ -9,7 +9,7 @@
 // byte work is what limits the chat pass-through (SPEC §20: 0.52–0.60× a
 // naive proxy on 16 cores, whose fetch runs on a second thread). Front
 // threads take that work; the main thread keeps only the state.
-import { unlinkSync } from "node:fs";
+import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { Server } from "bun";
 import { requestIdOf } from "../../app";
@@ -111,11 +111,8 @@ export async function startFrontThreads(
   opts: { count: number; port: number; hostname: string; handler: Handler; hooks: DirectHooks; observe: RequestObserver; fastPaths: string[] },
 ): Promise<FrontThreads> {
   const socket = relaySocketPath(ctx.config.dataDir);
-  if (!socket.startsWith("\0")) {
-    try {
-      unlinkSync(socket); // left by a process that did not stop
-    } catch {}
-  }
+  const removeSocket = () => (socket.startsWith("\0") ? Promise.resolve() : rm(socket, { force: true }));
+  await removeSocket(); // left by a process that did not stop
   const relayServer: Server<undefined> = Bun.serve({
     unix: socket,
     maxRequestBodySize: Number.MAX_SAFE_INTEGER,
@@ -141,11 +138,7 @@ export async function startFrontThreads(
     async stop() {
       await Promise.all(desks.map((d) => d.stop()));
       relayServer.stop(true);
-      if (!socket.startsWith("\0")) {
-        try {
-          unlinkSync(socket);
-        } catch {}
-      }
+      await removeSocket().catch(() => {});
     },
   };
 }
