@@ -193,6 +193,13 @@ export interface Config {
    * (defaultHttpThreads; docs/OPERATING.md "HTTP threads").
    */
   httpThreads: number;
+  /**
+   * BUN_CONFIG_MAX_HTTP_REQUESTS as this process started with it (Bun's
+   * default 256): how many fetches run at once in the process. `serve`
+   * raises it (src/allocator.ts); front threads relay every request with
+   * one, so they warn when it was left low.
+   */
+  fetchConcurrency: number;
   /** Quiet time after which a chat-session SSE stream sends a `: keep-alive` comment (proxies drop idle streams). */
   sseKeepAliveMs: number;
   /** Exact admin key from OFFPEAK_ADMIN_KEY, if set. */
@@ -343,8 +350,6 @@ function webhookAllowedHostsOf(raw: string | string[] | undefined): string[] {
   return entries;
 }
 
-/** 32 MiB: far above any real chat or embeddings request, far below what a hostile body could make the server hold. */
-
 const DEFAULTS = {
   port: 8080,
   host: "127.0.0.1",
@@ -433,6 +438,7 @@ export function resolveConfig(argv: readonly string[], env: Env = processEnv(), 
     logClientAddress,
     upstreamClient,
     httpThreads: pick(intOf("OFFPEAK_HTTP_THREADS", env.OFFPEAK_HTTP_THREADS, 0, 32), file.server?.http_threads) ?? defaultHttpThreads(usableCores()),
+    fetchConcurrency: Number(env.BUN_CONFIG_MAX_HTTP_REQUESTS) || 256,
     sseKeepAliveMs: pick(intOf("OFFPEAK_SSE_KEEPALIVE_MS", env.OFFPEAK_SSE_KEEPALIVE_MS, 100, 300_000), file.server?.sse_keepalive_ms) ?? 15_000,
     adminKey: env.OFFPEAK_ADMIN_KEY || null,
     defaultRpm: pick(intOf("OFFPEAK_RPM", env.OFFPEAK_RPM, 1), file.limits?.rpm) ?? null,

@@ -15,6 +15,7 @@ import { connect } from "node:net";
 import OpenAI from "openai";
 import type { Server } from "bun";
 import { ADMIN_KEY, startTestServer, type TestServer } from "./helpers/server";
+import { setThreadSettings, threadSettings } from "../src/threadSettings";
 
 /** An upstream that answers by the last message's content: "fail500", "fail400", "hang", "slow" (streams a chunk per 100 ms), else at once. */
 function startUpstream(): Server<undefined> {
@@ -213,6 +214,21 @@ describe("answered by front threads as by the main thread", () => {
     }
   });
 
+  test("a key revoked after the thread saw it accepted is judged before its body is read again", async () => {
+    const t = await startTestServer({ argv: ["--config", configFile()], env: { OFFPEAK_HTTP_THREADS: "1" } });
+    try {
+      const made = (await (await t.api("/keys", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "known", scopes: ["inference"] }) })).json()) as { id: string; key: string };
+      expect((await post(t, chatBody("known"), { authorization: `Bearer ${made.key}` })).status).toBe(200);
+      expect((await t.api(`/keys/${made.id}`, { method: "DELETE" })).status).toBe(200);
+      await Bun.sleep(50); // the thread hears of it (a message away)
+      const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${made.key}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n`;
+      const answer = await Promise.race([rawRequest(t.server.port, head, false), Bun.sleep(3000).then(() => "no answer in 3 s")]);
+      expect(answer.split("\r\n")[0]).toBe("HTTP/1.1 401 Unauthorized");
+    } finally {
+      await t.stop();
+    }
+  });
+
   test("a Host header the router would misread is relayed and judged by the main thread: 401 without a key", async () => {
     for (const host of ["a", "", "a/b"]) {
       const answer = await rawRequest(fronted.server.port, `GET /aa/api/v1/keys HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
@@ -359,6 +375,60 @@ describe("a front thread that fails", () => {
       await proc.exited;
     }
     expect(await stderr).toContain("front thread ended: starting another");
+  });
+});
+
+describe("a front thread that fails while the main thread works out an answer for it", () => {
+  test("the answer is dropped (never given to a request on the new thread) and the slot it took is let go", async () => {
+    const settings = threadSettings();
+    setThreadSettings({ ...settings, testFrontCrashPath: "/crash-front" });
+    const path = join(dir, "two.json");
+    writeFileSync(
+      path,
+      JSON.stringify({
+        upstreams: [
+          { name: "one", base_url: `http://127.0.0.1:${upstream.port}/v1`, models: ["one-chat"], model_map: { "one-chat": "up-chat" }, max_concurrency: 1, queue_size: 4 },
+          { name: "two", base_url: `http://127.0.0.1:${upstream.port}/v1`, models: ["two-chat"], model_map: { "two-chat": "up-two" } },
+        ],
+      }),
+    );
+    const t = await startTestServer({ argv: ["--config", path], env: { OFFPEAK_HTTP_THREADS: "1" } });
+    setThreadSettings(settings);
+    t.server.ctx.log.error = () => {}; // the failure is logged, on purpose
+    try {
+      // As a cluster node's rate limiter that asks the database (or a key lookup) would: admission takes 400 ms.
+      const limiter = t.server.ctx.rateLimiter as unknown as { admit: (...a: unknown[]) => unknown };
+      const admit = limiter.admit.bind(limiter);
+      let slow = true;
+      limiter.admit = (...a: unknown[]) => {
+        const r = admit(...a);
+        return slow ? new Promise((resolve) => setTimeout(() => resolve(r), 400)) : r;
+      };
+      const chat = (content: string, model: string) =>
+        fetch(t.url + "/v1/chat/completions", {
+          method: "POST",
+          headers: { authorization: `Bearer ${ADMIN_KEY}`, "content-type": "application/json", connection: "close" },
+          body: JSON.stringify({ model, messages: [{ role: "user", content }] }),
+        }).then(
+          async (r) => ({ status: r.status, body: await r.text() }),
+          () => ({ status: 0, body: "" }),
+        );
+      const a = chat("A", "one-chat"); // its ask waits in admission on the main thread
+      await Bun.sleep(100);
+      await fetch(t.url + "/crash-front", { headers: { connection: "close" } }).catch(() => {});
+      await Bun.sleep(250); // replaced after ≈100 ms
+      const b = await chat("B", "two-chat");
+      expect(b.status).toBe(200);
+      expect(JSON.parse(b.body)).toMatchObject({ model: "up-two", choices: [{ message: { content: "you said B" } }] });
+      expect((await a).status).not.toBe(200); // its thread (and its connection) is gone
+      slow = false;
+      const c = await Promise.race([chat("C", "one-chat"), Bun.sleep(3000).then(() => ({ status: -1, body: "no answer in 3 s" }))]);
+      expect(c.status).toBe(200);
+      const inFlight = /offpeak_model_in_flight\{model="one-chat",priority="interactive"\} (\d+)/.exec(await (await t.api("/metrics")).text())?.[1];
+      expect(inFlight).toBe("0");
+    } finally {
+      await t.stop();
+    }
   });
 });
 

@@ -17,9 +17,21 @@ export const ENV_ADMIN_KEY_ID = "key_env_admin";
 /** Bumped by in-process key changes (revocation); see keysChanged. */
 const generations = new WeakMap<object, number>();
 
-/** Call after changing api_keys through `db` in this process: verifiers drop their caches. */
+/** Told of every keysChanged, by database. */
+const watchers = new WeakMap<object, Set<() => void>>();
+
+/** Call after changing api_keys through `db` in this process: verifiers drop their caches (and watchers hear of it). */
 export function keysChanged(db: Db): void {
   generations.set(db, (generations.get(db) ?? 0) + 1);
+  for (const watch of watchers.get(db) ?? []) watch();
+}
+
+/** `watch` is called at every keysChanged(db) (a revocation here or, through revocations.ts, elsewhere). Returns the unwatch. */
+export function watchKeys(db: Db, watch: () => void): () => void {
+  let set = watchers.get(db);
+  if (!set) watchers.set(db, (set = new Set()));
+  set.add(watch);
+  return () => set.delete(watch);
 }
 
 const MAX_CACHED = 10_000;

@@ -14,7 +14,12 @@
 import { attached } from "../attached";
 import { ApiError } from "../errors";
 
-/** limits.max_json_bytes unless configured (SPEC §16). Here, not in config.ts: HTTP front threads read bodies without loading the config. */
+/**
+ * limits.max_json_bytes unless configured (SPEC §16), 32 MiB: far above any
+ * real chat or embeddings request, far below what a hostile body could make
+ * the server hold. Here, not in config.ts: front threads read bodies
+ * without loading the config.
+ */
 export const DEFAULT_MAX_JSON_BYTES = 32 << 20;
 
 /** The body as the client sent it, for requests that forward it (a proxied call re-sends it as is when it can). */

@@ -17,7 +17,7 @@ import type { DirectHooks } from "../direct";
 import { principalOf } from "../../auth/plugin";
 import { streamHold } from "../../auth/revocations";
 import { routeScope } from "../../auth/routeScopes";
-import type { Principal } from "../../auth/verify";
+import { watchKeys, type Principal } from "../../auth/verify";
 import type { AppContext } from "../../context";
 import { chatCompletions as chatKind } from "../../endpoints/chatCompletions";
 import { ApiError, type ErrorCode } from "../../errors";
@@ -110,6 +110,11 @@ export async function startFrontThreads(
   ctx: AppContext,
   opts: { count: number; port: number; hostname: string; handler: Handler; hooks: DirectHooks; observe: RequestObserver; fastPaths: string[] },
 ): Promise<FrontThreads> {
+  if (ctx.config.fetchConcurrency < MIN_FETCH_CONCURRENCY)
+    ctx.log.warn("front threads relay each request with a fetch, and this process runs at most BUN_CONFIG_MAX_HTTP_REQUESTS of those at once: open streams (batch events, chat sessions) past it hold every other relayed request", {
+      max_http_requests: ctx.config.fetchConcurrency,
+      hint: "leave BUN_CONFIG_MAX_HTTP_REQUESTS unset (serve raises it) or set it higher, or set OFFPEAK_HTTP_THREADS=0",
+    });
   const socket = relaySocketPath(ctx.config.dataDir);
   const removeSocket = () => (socket.startsWith("\0") ? Promise.resolve() : rm(socket, { force: true }));
   await removeSocket(); // left by a process that did not stop
@@ -133,9 +138,22 @@ export async function startFrontThreads(
     fastPaths: opts.fastPaths,
     testCrashPath,
   });
-  await Promise.all(desks.map((d, i) => d.start(init(i))));
+  // A key revoked (here, or elsewhere and seen here): the threads check every key before reading a body again.
+  const unwatch = watchKeys(ctx.db, () => {
+    for (const d of desks) d.forgetKeys();
+  });
+  try {
+    await Promise.all(desks.map((d, i) => d.start(init(i))));
+  } catch (e) {
+    unwatch();
+    await Promise.all(desks.map((d) => d.stop()));
+    relayServer.stop(true);
+    await removeSocket().catch(() => {});
+    throw e;
+  }
   return {
     async stop() {
+      unwatch();
       await Promise.all(desks.map((d) => d.stop()));
       relayServer.stop(true);
       await removeSocket().catch(() => {});
@@ -145,9 +163,51 @@ export async function startFrontThreads(
 
 const SCOPE = routeScope("POST", chatKind.path);
 
+/** Below this many fetches at once (BUN_CONFIG_MAX_HTTP_REQUESTS) front threads warn at start. */
+const MIN_FETCH_CONCURRENCY = 4096;
+
+/**
+ * One run of a front thread: its Worker, what was sent to it and what it
+ * asked about. A thread that fails is replaced by a new run; what the old
+ * one held is let go, and an answer the main thread was still working out
+ * for it (its ask awaited a key lookup or a rate limit) is dropped there:
+ * `live` says whether the run still is.
+ */
+class Run {
+  readonly held = new Map<number, Held>();
+  /** Each model's route as sent to this run's thread. */
+  readonly routes = new Map<string, ModelRoute>();
+  private readonly outbox: Outbox<MainMessage>;
+  live = true;
+
+  constructor(readonly worker: Worker) {
+    this.outbox = new Outbox<MainMessage>((batch) => {
+      if (this.live) worker.postMessage(batch);
+    });
+  }
+
+  send(m: MainMessage): void {
+    if (this.live) this.outbox.push(m);
+  }
+
+  /** The thread is gone: its requests' slots and holds are let go. */
+  end(): void {
+    this.live = false;
+    for (const held of this.held.values()) letGo(held);
+    this.held.clear();
+  }
+}
+
+function letGo(held: Held): void {
+  held.asked.gone();
+  held.release?.(UNMEASURED);
+  held.release = undefined;
+  held.unhold?.();
+  held.unhold = undefined;
+}
+
 class FrontDesk {
-  private worker!: Worker;
-  private readonly held = new Map<number, Held>();
+  private run: Run | null = null;
   private readonly answered: () => void;
   private stopping = false;
   private stopped: (() => void) | null = null;
@@ -160,28 +220,27 @@ class FrontDesk {
     this.answered = m.frontRequests.bind([String(index)]);
   }
 
-  /** Starts the thread; if it ever ends but for stop() (an uncaught error there), its requests' slots are let go and another takes its place. */
+  /** Starts the thread; if it ever ends but for stop() (an uncaught error there), another run takes its place. */
   start(init: FrontInit): Promise<void> {
-    const worker = new Worker(FRONT_WORKER);
-    this.worker = worker;
-    this.outbox = this.newOutbox();
-    this.routes.clear(); // a new thread has none
+    const run = new Run(new Worker(FRONT_WORKER));
+    this.run = run;
+    const worker = run.worker;
     return new Promise((resolve, reject) => {
       let ready = false;
-      worker.onerror = (e) => {
-        this.ctx.log.error("front thread failed", { thread: this.index, error: String(e.message ?? e) });
-        if (!ready) reject(new Error(`front thread ${this.index} failed: ${e.message}`));
-      };
+      worker.onerror = (e) => this.ctx.log.error("front thread failed", { thread: this.index, error: String(e.message ?? e) });
       worker.addEventListener("close", () => {
-        if (this.worker !== worker) return;
-        this.releaseAll();
-        if (this.stopping || !ready) return this.stopped?.();
+        run.end();
+        if (!ready) return reject(new Error(`front thread ${this.index} ended before it listened`));
+        if (this.stopping) return this.stopped?.();
         this.ctx.log.error("front thread ended: starting another", { thread: this.index });
-        setTimeout(() => this.start(init).catch((e) => this.ctx.log.error("front thread did not start again", { thread: this.index, error: String(e) })), 100);
+        setTimeout(() => {
+          if (this.stopping) return;
+          this.start(init).catch((e) => this.ctx.log.error("front thread did not start again", { thread: this.index, error: String(e) }));
+        }, 100);
       });
       worker.onmessage = (e: MessageEvent) => {
         const data = e.data as string | { t: "ready" | "stopped" };
-        if (typeof data === "string") for (const m of batchOf<FrontMessage>(data)) this.onMessage(m);
+        if (typeof data === "string") for (const m of batchOf<FrontMessage>(data)) this.onMessage(run, m);
         else if (data.t === "ready") {
           ready = true;
           resolve();
@@ -191,69 +250,64 @@ class FrontDesk {
     });
   }
 
+  /** Keys changed (one revoked): the thread forgets which keys it saw accepted (./fast.ts knownKeys). */
+  forgetKeys(): void {
+    this.run?.send({ t: "forget-keys" });
+  }
+
+  /** Stops taking connections and ends the thread: answers under way are cut, as the main thread's own stop cuts its own. */
   async stop(): Promise<void> {
     this.stopping = true;
+    const run = this.run;
+    if (!run?.live) return;
     const stopped = new Promise<void>((resolve) => {
       this.stopped = resolve;
       setTimeout(resolve, 2000).unref?.();
     });
-    this.worker.postMessage(JSON.stringify([{ t: "stop" }]));
+    run.worker.postMessage(JSON.stringify([{ t: "stop" }]));
     await stopped;
-    this.worker.terminate();
-    this.releaseAll();
+    run.worker.terminate();
+    run.end();
   }
 
-  /** To the thread now running (a new one after a restart: what was queued for the old one is dropped with it). */
-  private newOutbox = () => {
-    const worker = this.worker;
-    return new Outbox<MainMessage>((batch) => {
-      if (this.worker === worker) worker.postMessage(batch);
-    });
-  };
-  private outbox!: Outbox<MainMessage>;
-
-  private send(m: MainMessage): void {
-    this.outbox.push(m);
-  }
-
-  private onMessage(m: FrontMessage): void {
+  private onMessage(run: Run, m: FrontMessage): void {
     switch (m.t) {
       case "ask":
-        void this.ask(m);
+        void this.ask(run, m);
         return;
       case "gone":
-        this.held.get(m.id)?.asked.gone();
+        run.held.get(m.id)?.asked.gone();
         return;
       case "failed":
-        void this.failed(m);
+        void this.failed(run, m);
         return;
       case "done":
-        this.done(m);
+        this.done(run, m);
         return;
       case "end":
-        this.end(m.id, m.tokens);
+        this.end(run, m.id, m.tokens);
         return;
     }
   }
 
-  private async answer(id: number, held: Held, error: unknown): Promise<void> {
+  private async answer(run: Run, id: number, held: Held, error: unknown): Promise<void> {
     const res = this.opts.hooks.answerError("UNKNOWN", error, held.request);
     const answer: Answer = { status: res.status, headers: [...res.headers], body: await res.text() };
-    this.send({ t: "reply", id, answer });
+    run.send({ t: "reply", id, answer });
   }
 
   /** As the main thread's dispatch does for its own requests (src/http/direct.ts, chatCompletions/service.ts, upstream/proxy.ts and call.ts), in that order. */
-  private async ask(a: Ask): Promise<void> {
+  private async ask(run: Run, a: Ask): Promise<void> {
     const asked = new AskedRequest(a.url, a.auth);
     const request = asked as unknown as Request;
     const held: Held = { request, asked, peer: a.peer };
-    this.held.set(a.id, held);
+    run.held.set(a.id, held);
     try {
       const opened = this.opts.hooks.open(request, pathOf(a.url), SCOPE);
       if (opened) await opened;
       if (a.keyOnly) {
-        this.held.delete(a.id);
-        this.send({ t: "reply", id: a.id, keyOk: true });
+        run.held.delete(a.id);
+        run.send({ t: "reply", id: a.id, keyOk: true });
         return;
       }
       const early = a.early;
@@ -268,34 +322,33 @@ class FrontDesk {
       if (failure) throw failure;
       if (model.kind !== "upstream") {
         // The built-ins run on the main thread: the front thread relays the request.
-        this.held.delete(a.id);
-        this.send({ t: "reply", id: a.id, relay: true });
+        run.held.delete(a.id);
+        run.send({ t: "reply", id: a.id, relay: true });
         return;
       }
       const principal = principalOf(request);
       const admitted = await admit(this.ctx, principal, model, a.promptTokens, () => request.signal);
       held.release = admitted.release;
+      // The thread failed while this waited: nobody is there to answer (end() let go of the others already).
+      if (!run.live) return letGo(held);
       const health = model.health;
       const u = model.upstreamIdx;
       if (health?.isDown(u)) throw unavailable(model, health.retryAfterSeconds(u));
       countUpstreamRequest(model.id);
       held.model = model;
       held.principal = principal;
-      if (a.stream) held.unhold = streamHold(this.ctx.db, principal.keyId)(() => this.send({ t: "revoke", id: a.id }));
-      this.send({ t: "reply", id: a.id, go: { requestId: requestIdOf(request), headers: admitted.headers, model: model.id, route: this.routeToSend(model), metersTokens: admitted.metersTokens } });
+      if (a.stream) held.unhold = streamHold(this.ctx.db, principal.keyId)(() => run.send({ t: "revoke", id: a.id }));
+      run.send({ t: "reply", id: a.id, go: { requestId: requestIdOf(request), headers: admitted.headers, model: model.id, route: this.routeToSend(run, model), metersTokens: admitted.metersTokens } });
     } catch (e) {
       held.release?.(UNMEASURED);
       held.release = undefined;
-      await this.answer(a.id, held, e);
+      await this.answer(run, a.id, held, e);
     }
   }
 
-  /** Each model's route as this thread last sent it to its front thread. */
-  private readonly routes = new Map<string, ModelRoute>();
-
-  /** The model's route if the front thread does not have it as it is now, else undefined. */
-  private routeToSend(model: ModelEntry): ModelRoute | undefined {
-    const sent = this.routes.get(model.id);
+  /** The model's route if the run's thread does not have it as it is now, else undefined. */
+  private routeToSend(run: Run, model: ModelEntry): ModelRoute | undefined {
+    const sent = run.routes.get(model.id);
     const upstreamModel = model.upstreamModel ?? model.id;
     const upstreamName = model.upstreamName ?? "(unknown)";
     const ownClient = model.ownClient ?? false;
@@ -310,15 +363,15 @@ class FrontDesk {
     )
       return undefined;
     const route: ModelRoute = { baseUrl: model.baseUrl!, apiKey: model.apiKey, ownClient, upstreamModel, upstreamName, timeoutMs: model.timeoutMs };
-    this.routes.set(model.id, route);
+    run.routes.set(model.id, route);
     return route;
   }
 
   /** The call threw: told to the upstream's health, answered as callUpstream answers (upstream/call.ts). */
-  private async failed(f: Failed): Promise<void> {
-    const held = this.held.get(f.id);
-    if (!held?.model) return;
-    const model = held.model;
+  private async failed(run: Run, f: Failed): Promise<void> {
+    const held = run.held.get(f.id);
+    if (!held) return; // its run ended: nobody waits for the answer
+    const model = held.model!;
     const health = model.health;
     const u = model.upstreamIdx;
     countUpstreamError(model.id, failureLabel(f.fate) ?? "connection");
@@ -330,11 +383,11 @@ class FrontDesk {
       : health?.isDown(u)
         ? unavailable(model, health.retryAfterSeconds(u))
         : new ApiError("upstream_error", `Upstream ${model.upstreamName} is unreachable`);
-    await this.answer(f.id, held, error);
+    await this.answer(run, f.id, held, error);
   }
 
-  private done(d: Done): void {
-    const held = this.held.get(d.id);
+  private done(run: Run, d: Done): void {
+    const held = run.held.get(d.id);
     if (!held) return;
     const { model, principal } = held;
     if (model && d.upstreamStatus !== null) {
@@ -348,26 +401,18 @@ class FrontDesk {
     this.opts.observe(held.request, { requestIP: () => (peer ? { address: peer } : null) }, d.status, d.seconds);
     if (d.streaming) return;
     held.release?.(d.upstreamStatus === null ? UNMEASURED : slotOutcome(d.upstreamStatus));
+    held.release = undefined;
     held.unhold?.();
-    this.held.delete(d.id);
+    run.held.delete(d.id);
   }
 
-  private end(id: number, tokens: number): void {
-    const held = this.held.get(id);
+  private end(run: Run, id: number, tokens: number): void {
+    const held = run.held.get(id);
     if (!held) return;
     held.release?.(ANSWERED);
+    held.release = undefined;
     held.unhold?.();
     if (tokens && held.principal) this.ctx.rateLimiter.charge(held.principal.keyId, tokens);
-    this.held.delete(id);
-  }
-
-  /** The thread is gone: its requests' slots and holds are let go. */
-  private releaseAll(): void {
-    for (const held of this.held.values()) {
-      held.asked.gone();
-      held.release?.(UNMEASURED);
-      held.unhold?.();
-    }
-    this.held.clear();
+    run.held.delete(id);
   }
 }

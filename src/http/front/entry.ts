@@ -6,7 +6,7 @@ import type { Server } from "bun";
 import { ApiError, errorResponse } from "../../errors";
 import { classify, type CallFailure } from "../../inference/upstream/fate";
 import { pathOf, routable } from "../path";
-import { serveChat, type MainDesk } from "./fast";
+import { forgetKeys, serveChat, type MainDesk } from "./fast";
 import { Outbox, batchOf, type Answer, type FrontInit, type FrontMessage, type MainMessage, type ModelRoute, type Reply } from "./protocol";
 import { relay } from "./relay";
 
@@ -36,6 +36,8 @@ const desk: MainDesk = {
         resolve(reply);
       });
       post({ t: "ask", id, ...ask });
+      // Gone already (while its body was read): the abort event will not come again.
+      if (clientSignal.aborted) gone();
     });
   },
   failed(id, failure: CallFailure) {
@@ -45,7 +47,11 @@ const desk: MainDesk = {
       post({ t: "failed", id, fate: classify(failure), timedOut: failure.timedOut });
     });
   },
-  done: (done) => post({ t: "done", ...done }),
+  done(done) {
+    // A request answered whole has no stream to end: a revocation that raced its answer is forgotten.
+    if (!done.streaming) revokedEarly.delete(done.id);
+    post({ t: "done", ...done });
+  },
   end(id, tokens) {
     revokers.delete(id);
     revokedEarly.delete(id);
@@ -84,8 +90,11 @@ function take(m: MainMessage): void {
       else revokedEarly.add(m.id);
       return;
     }
+    case "forget-keys":
+      forgetKeys();
+      return;
     case "stop":
-      // Stop taking connections; answers under way finish (the main thread waits for their ENDs no longer than its own stop).
+      // Stop taking connections; the main thread ends the thread once this says so (answers under way are cut, as its own stop cuts its own).
       void server?.stop(false);
       server = null;
       self.postMessage({ t: "stopped" });

@@ -36,11 +36,15 @@ const check = TypeCompiler.Compile(chatBody);
 /**
  * Authorization headers the main thread accepted here: their requests are
  * read before they are asked about. Only that: every request's key is still
- * checked by the main thread, so a key revoked since is refused all the same
- * (after its body was read, at most max_json_bytes). Bounded.
+ * checked by the main thread. Forgotten whenever keys change (a revocation:
+ * forgetKeys), so a revoked key is refused before its body is read, as
+ * without front threads. Bounded.
  */
 const knownKeys = new Set<string>();
 const MAX_KNOWN_KEYS = 10_000;
+
+/** Keys changed on the main thread (one was revoked): every key is checked before its body is read again. */
+export const forgetKeys = (): void => knownKeys.clear();
 
 function earlyOf(e: unknown, stage: EarlyFailure["stage"], request: Request): EarlyFailure {
   if (e instanceof ApiError) return { code: e.code, message: e.message, param: e.param, headers: e.headers, stage };
@@ -102,7 +106,18 @@ export async function serveChat(request: Request, peer: string | null, main: Mai
     return answerOf(reply.answer);
   }
   if (!("go" in reply)) throw new Error("a key-only reply to a full ask");
-  return callUpstream(request, id, body!, stream, reply.go, main, seconds);
+  // The main thread holds a slot for this request until it hears DONE: it hears it whatever happens here.
+  let told = false;
+  const tell: MainDesk["done"] = (done) => {
+    told = true;
+    main.done(done);
+  };
+  try {
+    return await callUpstream(request, id, body!, stream, reply.go, { ...main, done: tell }, seconds);
+  } catch (e) {
+    if (!told) main.done({ id, status: 500, seconds: seconds(), fate: null, upstreamStatus: null, tokens: 0, streaming: false, error: String((e as Error)?.stack ?? e) });
+    throw e;
+  }
 }
 
 async function callUpstream(request: Request, id: number, body: Record<string, unknown>, stream: boolean, go: Go, main: MainDesk, seconds: () => number): Promise<Response> {

@@ -11,7 +11,7 @@
 // relayed whole to the main thread's own handler over a Unix socket
 // (./relay.ts), so it is answered exactly as without front threads.
 //
-// Imports nothing: both sides load it.
+// Imports only types: both sides load it.
 import type { Fate } from "../../inference/upstream/fate";
 
 /** The relay socket's header that carries the client's address (for the request log). Set by the front thread, read only on the relay socket. */
@@ -83,7 +83,7 @@ export interface Done {
   seconds: number;
   /** The upstream answer's head as the classifier read it (null: an answer, or no call was made). */
   fate: Fate | null;
-  /** Whether the upstream was called and answered (a status to count and to measure the slot by). */
+  /** The upstream answer's status (to count and to measure the slot by); null when no call was answered. */
   upstreamStatus: number | null;
   /** Completion tokens to charge against tpm (whole answers). */
   tokens: number;
@@ -141,7 +141,12 @@ export interface Revoke {
   id: number;
 }
 
-export type MainMessage = Reply | Revoke | { t: "stop" };
+/** Keys changed (one was revoked): forget which keys were seen accepted. */
+export interface ForgetKeys {
+  t: "forget-keys";
+}
+
+export type MainMessage = Reply | Revoke | ForgetKeys | { t: "stop" };
 
 /**
  * Messages go out in batches, one postMessage per turn of the event loop,
