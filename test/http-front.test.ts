@@ -8,7 +8,7 @@
 // log's client address through the relay, the port, and the stop.
 // (The whole suite also runs through them: OFFPEAK_TEST_HTTP_THREADS.)
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { connect } from "node:net";
@@ -242,6 +242,26 @@ describe("answered by front threads as by the main thread", () => {
     const file = await client.files.create({ file: new File([lines], "in.jsonl"), purpose: "batch" });
     expect(file.bytes).toBe(Buffer.byteLength(lines));
     expect(await (await client.files.content(file.id)).text()).toBe(lines);
+  });
+
+  test("a download from the disk is sent by the front thread from the file: Content-Length, ranges, no copy", async () => {
+    const bytes = new Uint8Array(9 << 20); // over sized.ts's in-memory bound: a copy would be spooled
+    for (let i = 0; i < bytes.length; i += 4096) bytes[i] = (i / 4096) & 0xff;
+    const form = new FormData();
+    form.append("purpose", "user_data");
+    form.append("file", new Blob([bytes]), "big.bin");
+    const made = (await (await fronted.api("/files", { method: "POST", body: form })).json()) as { id: string; bytes: number };
+    expect(made.bytes).toBe(bytes.length);
+    const whole = await fronted.api(`/files/${made.id}/content`);
+    expect(whole.headers.get("content-length")).toBe(String(bytes.length));
+    expect(whole.headers.get("x-offpeak-disk-bytes")).toBeNull();
+    expect(new Uint8Array(await whole.arrayBuffer())).toEqual(bytes);
+    const part = await fronted.api(`/files/${made.id}/content`, { headers: { range: "bytes=4096-8192" } });
+    expect(part.status).toBe(206);
+    expect(part.headers.get("content-length")).toBe("4097");
+    expect(part.headers.get("content-range")).toBe(`bytes 4096-8192/${bytes.length}`);
+    expect(new Uint8Array(await part.arrayBuffer())).toEqual(bytes.subarray(4096, 8193));
+    expect(readdirSync(fronted.dataDir).filter((n) => n.startsWith("downloads-front"))).toEqual([]);
   });
 });
 

@@ -7,10 +7,12 @@
 // Every download carries Content-Length (and Content-Range for a range),
 // whichever storage holds it (SPEC §17): a body that is a stream (from the
 // bucket, or across parts) is read before the answer (src/storage/sized.ts),
-// because Bun drops the header on a streamed body.
+// because Bun drops the header on a streamed body. A body on the disk is
+// noted as such (downloadResponse), for front threads to send it themselves.
 import { eq } from "drizzle-orm";
 import type { AppContext } from "../context";
 import { ApiError } from "../errors";
+import { downloadResponse } from "../storage/diskBlob";
 import { withLength } from "../storage/sized";
 import type { FileRow } from "./service";
 
@@ -30,10 +32,10 @@ export async function fileContentResponse(ctx: AppContext, row: FileRow, rangeHe
     const [start, end] = range;
     headers["content-range"] = `bytes ${start}-${end}/${size}`;
     headers["content-length"] = String(end - start + 1);
-    return new Response(await withLength(body(start, end + 1), end - start + 1, ctx.config.dataDir), { status: 206, headers });
+    return downloadResponse(await withLength(body(start, end + 1), end - start + 1, ctx.config.dataDir), { status: 206, headers });
   }
   headers["content-length"] = String(size);
-  return new Response(await withLength(body(0, size), size, ctx.config.dataDir), { status: 200, headers });
+  return downloadResponse(await withLength(body(0, size), size, ctx.config.dataDir), { status: 200, headers });
 }
 
 /** The whole content of a stored file as a Response body that Bun sends with Content-Length (see the top of this file). */

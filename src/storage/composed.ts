@@ -9,6 +9,7 @@
 // (./sized.ts).
 import type { BlobPart } from "./blobStore";
 import type { LazyBlob } from "./bucket";
+import { sliceOf } from "./diskBlob";
 
 /** The pieces of `parts` that cover bytes [start, end): which part, and the byte range inside it. */
 export function piecesOf(parts: readonly BlobPart[], start: number, end: number): { part: BlobPart; from: number; to: number }[] {
@@ -32,7 +33,7 @@ export function piecesOf(parts: readonly BlobPart[], start: number, end: number)
  */
 export function readParts<B extends LazyBlob>(parts: readonly BlobPart[], start: number, end: number, open: (part: BlobPart) => B): B | Blob | ReadableStream<Uint8Array> {
   const pieces = piecesOf(parts, start, end);
-  if (pieces.length === 1) return open(pieces[0]!.part).slice(pieces[0]!.from, pieces[0]!.to) as B;
+  if (pieces.length === 1) return sliceOf(open(pieces[0]!.part), pieces[0]!.from, pieces[0]!.to) as B;
   if (pieces.length === 0) return new Blob([]);
   let i = 0;
   let reader: { read(): Promise<{ done: boolean; value?: Uint8Array }>; cancel(reason?: unknown): Promise<void> } | null = null;

@@ -5,6 +5,7 @@ import { fsyncEnabled, noteDurable, syncDir, syncDirNow, syncFd } from "../fsync
 import type { BlobLocator, BlobPart, BlobStore, BlobWriter } from "./blobStore";
 import { mkdir as mkdirAsync, rename as renameAsync, stat as statAsync } from "node:fs/promises";
 import { readParts } from "./composed";
+import { diskBlob, sliceOf } from "./diskBlob";
 import { trashIn, type Trash } from "./trash";
 
 /** An upload is flushed to disk every this many bytes while it streams (see createWriter). */
@@ -125,12 +126,12 @@ export class LocalDiskStore implements BlobStore {
   }
 
   open(key: string): Blob {
-    return Bun.file(this.pathOf(key));
+    return diskBlob(this.pathOf(key));
   }
 
   read(key: string, range?: { start: number; end: number }): Blob {
-    const blob = Bun.file(this.pathOf(key));
-    return range ? blob.slice(range.start, range.end) : blob;
+    const blob = diskBlob(this.pathOf(key));
+    return range ? sliceOf(blob, range.start, range.end) : blob;
   }
 
   size(key: string): number | null {
@@ -181,7 +182,7 @@ export class LocalDiskStore implements BlobStore {
   }
 
   readComposed(parts: readonly BlobPart[], start: number, end: number): Blob | ReadableStream<Uint8Array> {
-    return readParts(parts, start, end, (p) => Bun.file(this.pathOf(p.key)));
+    return readParts(parts, start, end, (p) => diskBlob(this.pathOf(p.key)));
   }
 
   freeBytes(): number | null {

@@ -26,6 +26,7 @@
 import { mkdirSync, readdirSync } from "node:fs";
 import { open } from "node:fs/promises";
 import { join } from "node:path";
+import { diskBlob } from "./diskBlob";
 import { trashIn } from "./trash";
 
 const MiB = 1 << 20;
@@ -83,5 +84,5 @@ export async function withLength(
   }
   await fh.close();
   setTimeout(() => trash.discard(path), SPOOL_KEEP_MS).unref();
-  return Bun.file(path);
+  return diskBlob(path);
 }

@@ -29,10 +29,11 @@ import { ANSWER, failureLabel } from "../../inference/upstream/fate";
 import { timeoutError } from "../../inference/upstream/interactive";
 import { countUpstreamError, countUpstreamRequest, m } from "../../metrics";
 import type { PeerAddress, RequestObserver } from "../../metrics/http";
+import { diskBytesOfAnswer } from "../../storage/diskBlob";
 import { threadSettings } from "../../threadSettings";
 import { FRONT_WORKER } from "../../workers";
 import { pathOf } from "../path";
-import { Outbox, PEER_HEADER, batchOf, type Answer, type Ask, type Done, type Failed, type FrontInit, type FrontMessage, type MainMessage, type ModelRoute } from "./protocol";
+import { DISK_BYTES_HEADER, Outbox, PEER_HEADER, batchOf, type Answer, type Ask, type Done, type Failed, type FrontInit, type FrontMessage, type MainMessage, type ModelRoute } from "./protocol";
 
 export interface FrontThreads {
   /** Stops the front threads' listeners (answers under way are cut, as the main thread's stop cuts its own) and the relay socket. */
@@ -123,7 +124,15 @@ export async function startFrontThreads(
     maxRequestBodySize: Number.MAX_SAFE_INTEGER,
     // As the public listener's: Bun's default (10 s) would cut an SSE stream between keep-alives. (Bun takes it on a Unix socket too; its types do not say so.)
     ...({ idleTimeout: 255 } as {}),
-    fetch: (request) => opts.handler.fetch(request, relayPeer),
+    fetch: async (request) => {
+      const res = await opts.handler.fetch(request, relayPeer);
+      const disk = diskBytesOfAnswer(res);
+      if (!disk) return res;
+      // A download from the disk: the front thread sends it from the file (DISK_BYTES_HEADER).
+      const headers = new Headers(res.headers);
+      headers.set(DISK_BYTES_HEADER, JSON.stringify(disk));
+      return new Response(null, { status: res.status, headers });
+    },
   });
   const desks: FrontDesk[] = [];
   for (let i = 0; i < opts.count; i++) desks.push(new FrontDesk(ctx, opts, i));

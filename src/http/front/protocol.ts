@@ -17,6 +17,15 @@ import type { Fate } from "../../inference/upstream/fate";
 /** The relay socket's header that carries the client's address (for the request log). Set by the front thread, read only on the relay socket. */
 export const PEER_HEADER = "x-offpeak-peer";
 
+/**
+ * The relay socket's answer header that says where a download's bytes lie
+ * on the disk ({path, start, end} as JSON, src/storage/diskBlob.ts): the
+ * front thread sends them from the file itself, with their Content-Length,
+ * and the body does not cross the socket. Set only by the main thread, read
+ * only from the relay socket.
+ */
+export const DISK_BYTES_HEADER = "x-offpeak-disk-bytes";
+
 /** Sent to a front thread when it starts. */
 export interface FrontInit {
   port: number;

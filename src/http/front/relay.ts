@@ -3,11 +3,13 @@
 // relay socket (Unix). Method, path, headers (Host included: the main
 // thread decides on the path as it would for the client, src/http/path.ts)
 // and body stream through unchanged; the answer streams back unchanged
-// (SSE, downloads). The client's address goes in PEER_HEADER, for the log.
+// (SSE); a download from the disk is sent from its file here (fromDisk).
+// The client's address goes in PEER_HEADER, for the log.
 import { errorResponse, ApiError } from "../../errors";
 import { withLength } from "../../storage/sized";
 import { routable } from "../path";
-import { PEER_HEADER } from "./protocol";
+import type { DiskBytes } from "../../storage/diskBlob";
+import { DISK_BYTES_HEADER, PEER_HEADER } from "./protocol";
 
 /** Headers about the client's connection, not the request: the relay connection has its own. */
 const HOP_BY_HOP = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "upgrade"];
@@ -54,6 +56,8 @@ export async function relay(request: Request, to: RelayTarget, peer: string | nu
     // The main thread's socket did not answer (it is stopping).
     return errorResponse(new ApiError("internal_error", `Internal server error (relay: ${(e as Error)?.message ?? e})`), "req_unknown");
   }
+  const disk = res.headers.get(DISK_BYTES_HEADER);
+  if (disk !== null) return fromDisk(res, JSON.parse(disk) as DiskBytes);
   const length = res.headers.get("content-length");
   if (length === null || method === "HEAD" || !res.body) return res;
   // Bun drops the Content-Length of a body it streams (src/storage/sized.ts),
@@ -65,4 +69,13 @@ export async function relay(request: Request, to: RelayTarget, peer: string | nu
     if (request.signal.aborted) return new Response(null, { status: 499 });
     return errorResponse(new ApiError("internal_error", `Internal server error (relay: ${(e as Error)?.message ?? e})`), res.headers.get("x-request-id") ?? "req_unknown");
   }
+}
+
+/** A download the main thread answered from the disk: its bytes sent from the file here (sendfile, with their Content-Length). */
+function fromDisk(res: Response, at: DiskBytes): Response {
+  void res.body?.cancel().catch(() => {});
+  const headers = new Headers(res.headers);
+  headers.delete(DISK_BYTES_HEADER);
+  const file = Bun.file(at.path);
+  return new Response(at.end === null ? file : file.slice(at.start, at.end), { status: res.status, statusText: res.statusText, headers });
 }
