@@ -8,7 +8,7 @@
 // log's client address through the relay, the port, and the stop.
 // (The whole suite also runs through them: OFFPEAK_TEST_HTTP_THREADS.)
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, readdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { connect } from "node:net";
@@ -455,6 +455,18 @@ describe("a front thread that fails while the main thread works out an answer fo
 describe("the port and the stop", () => {
   test("a port in use refuses the start, as without front threads", async () => {
     await expect(startTestServer({ argv: ["--port", String(fronted.server.port)], env: { OFFPEAK_HTTP_THREADS: "2" } })).rejects.toThrow();
+  });
+
+  test("a data directory too deep for a socket address: the relay socket goes in a 0700 folder of its own, removed at stop", async () => {
+    const deep = join(mkdtempSync(join(dir, "deep-")), "d".repeat(100));
+    const before = new Set(readdirSync(tmpdir()).filter((n) => n.startsWith("offpeak-relay-")));
+    const t = await startTestServer({ dataDir: deep, env: { OFFPEAK_HTTP_THREADS: "1" } });
+    const made = readdirSync(tmpdir()).filter((n) => n.startsWith("offpeak-relay-") && !before.has(n));
+    expect(made.length).toBe(1);
+    expect(statSync(join(tmpdir(), made[0]!)).mode & 0o777).toBe(0o700);
+    expect((await t.api("/models")).status).toBe(200); // relayed
+    await t.stop();
+    expect(existsSync(join(tmpdir(), made[0]!))).toBe(false);
   });
 
   test("stop: the port is closed and the relay socket removed", async () => {

@@ -9,7 +9,8 @@
 // byte work is what limits the chat pass-through (SPEC §20: 0.52–0.60× a
 // naive proxy on 16 cores, whose fetch runs on a second thread). Front
 // threads take that work; the main thread keeps only the state.
-import { rm } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Server } from "bun";
 import { requestIdOf } from "../../app";
@@ -24,7 +25,7 @@ import { ApiError, type ErrorCode } from "../../errors";
 import { admit, resolveModel } from "../../inference/admission/admit";
 import { ANSWERED, UNMEASURED, slotOutcome, type Release } from "../../inference/admission/scheduler";
 import type { ModelEntry } from "../../inference/registry";
-import { unavailable } from "../../inference/upstream/call";
+import { throwIfDown, unavailable } from "../../inference/upstream/call";
 import { ANSWER, failureLabel } from "../../inference/upstream/fate";
 import { timeoutError } from "../../inference/upstream/interactive";
 import { countUpstreamError, countUpstreamRequest, m } from "../../metrics";
@@ -93,10 +94,18 @@ interface Held {
   unhold?: () => void;
 }
 
-/** Where the relay socket is: in the data directory (0700) when its path fits a socket address, else an abstract socket. */
-function relaySocketPath(dataDir: string): string {
-  const path = join(dataDir, "relay.sock");
-  return Buffer.byteLength(path) < 100 ? path : `\0offpeak-relay-${process.pid}-${Math.random().toString(36).slice(2)}`;
+/**
+ * Where the relay socket is: `relay.sock` in the data directory (0700), or,
+ * when that path is too long for a socket address (108 bytes on Linux), in
+ * a folder of its own under the system's temporary folder (made 0700 by
+ * mkdtemp). Never an abstract socket: any local process could reach that.
+ * `remove` takes it (and its folder) away.
+ */
+async function relaySocket(dataDir: string): Promise<{ path: string; remove: () => Promise<void> }> {
+  const inDataDir = join(dataDir, "relay.sock");
+  if (Buffer.byteLength(inDataDir) < 100) return { path: inDataDir, remove: () => rm(inDataDir, { force: true }) };
+  const dir = await mkdtemp(join(tmpdir(), "offpeak-relay-"));
+  return { path: join(dir, "relay.sock"), remove: () => rm(dir, { recursive: true, force: true }) };
 }
 
 /** The relay socket's requests carry the client's address in PEER_HEADER (set by a front thread; nobody else can reach the socket). */
@@ -116,9 +125,8 @@ export async function startFrontThreads(
       max_http_requests: ctx.config.fetchConcurrency,
       hint: "leave BUN_CONFIG_MAX_HTTP_REQUESTS unset (serve raises it) or set it higher, or set OFFPEAK_HTTP_THREADS=0",
     });
-  const socket = relaySocketPath(ctx.config.dataDir);
-  const removeSocket = () => (socket.startsWith("\0") ? Promise.resolve() : rm(socket, { force: true }));
-  await removeSocket(); // left by a process that did not stop
+  const { path: socket, remove: removeSocket } = await relaySocket(ctx.config.dataDir);
+  await rm(socket, { force: true }); // left by a process that did not stop
   const relayServer: Server<undefined> = Bun.serve({
     unix: socket,
     maxRequestBodySize: Number.MAX_SAFE_INTEGER,
@@ -320,11 +328,11 @@ class FrontDesk {
         return;
       }
       const early = a.early;
-      if (early?.code === "client_gone") {
+      if (early?.kind === "gone") {
         asked.gone();
         throw new DOMException("The client went away", "AbortError");
       }
-      if (early?.code === "internal") throw new Error(early.message);
+      if (early?.kind === "internal") throw new Error(early.message);
       const failure = early && new ApiError(early.code as ErrorCode, early.message, { param: early.param, headers: early.headers });
       if (failure && early.stage === "body") throw failure;
       const model = resolveModel(this.ctx, a.model, chatKind);
@@ -340,9 +348,7 @@ class FrontDesk {
       held.release = admitted.release;
       // The thread failed while this waited: nobody is there to answer (end() let go of the others already).
       if (!run.live) return letGo(held);
-      const health = model.health;
-      const u = model.upstreamIdx;
-      if (health?.isDown(u)) throw unavailable(model, health.retryAfterSeconds(u));
+      throwIfDown(model);
       countUpstreamRequest(model.id);
       held.model = model;
       held.principal = principal;

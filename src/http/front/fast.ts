@@ -46,11 +46,11 @@ const MAX_KNOWN_KEYS = 10_000;
 /** Keys changed on the main thread (one was revoked): every key is checked before its body is read again. */
 export const forgetKeys = (): void => knownKeys.clear();
 
-function earlyOf(e: unknown, stage: EarlyFailure["stage"], request: Request): EarlyFailure {
-  if (e instanceof ApiError) return { code: e.code, message: e.message, param: e.param, headers: e.headers, stage };
+function earlyOf(e: unknown, stage: "body" | "fields", request: Request): EarlyFailure {
+  if (e instanceof ApiError) return { kind: "error", code: e.code, message: e.message, param: e.param, headers: e.headers, stage };
   // Not a client mistake: the client went away while sending, or a fault of ours (logged by the main thread).
-  if (request.signal.aborted) return { code: "client_gone", message: "", param: null, headers: {}, stage };
-  return { code: "internal", message: String((e as Error)?.stack ?? e), param: null, headers: {}, stage };
+  if (request.signal.aborted) return { kind: "gone" };
+  return { kind: "internal", message: String((e as Error)?.stack ?? e) };
 }
 
 export const answerOf = (a: Answer): Response => new Response(a.body, { status: a.status, headers: a.headers });

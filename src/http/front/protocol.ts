@@ -32,7 +32,7 @@ export interface FrontInit {
   hostname: string;
   /** Which front thread (0…): its spool folder and metrics label. */
   index: number;
-  /** The main thread's relay socket (a path, or "\0name" for an abstract socket). */
+  /** The main thread's relay socket's path. */
   relay: string;
   /** The data directory (a spool folder for downloads passed on: ./relay.ts). */
   dataDir: string;
@@ -43,16 +43,23 @@ export interface FrontInit {
   testCrashPath: string | null;
 }
 
-/** A body check that failed on the front thread: answered after the key check, in the order the main thread's dispatch checks. */
-export interface EarlyFailure {
-  code: string;
-  message: string;
-  param: string | null;
-  /** The error's own headers (a 413 closes the connection: its body was never read). */
-  headers: Record<string, string>;
-  /** "body": before the model is looked up (JSON, schema); "fields": after (messages, stream). */
-  stage: "body" | "fields";
-}
+/** Why a request's body could not be taken on the front thread: answered after the key check, in the order the main thread's dispatch checks. */
+export type EarlyFailure =
+  | {
+      kind: "error";
+      /** An ApiError's. */
+      code: string;
+      message: string;
+      param: string | null;
+      /** The error's own headers (a 413 closes the connection: its body was never read). */
+      headers: Record<string, string>;
+      /** "body": before the model is looked up (JSON, schema); "fields": after (messages, stream). */
+      stage: "body" | "fields";
+    }
+  /** The client went away while sending it. */
+  | { kind: "gone" }
+  /** A fault of ours (the main thread logs it and answers 500). */
+  | { kind: "internal"; message: string };
 
 export interface Ask {
   t: "ask";

@@ -31,9 +31,7 @@ export interface UpstreamCall {
 export async function callUpstream({ model, path, body, raw, clientSignal }: UpstreamCall): Promise<UpstreamAnswer> {
   const health = model.health;
   const u = model.upstreamIdx;
-  // SPEC §11: while the upstream is down, answer at once instead of waiting
-  // out a connection timeout; retry-after says when the next probe runs.
-  if (health?.isDown(u)) throw unavailable(model, health.retryAfterSeconds(u));
+  throwIfDown(model);
   const deadline = new Deadline(model.timeoutMs, clientSignal);
   const upstreamModel = model.upstreamModel ?? model.id;
   const payload = raw !== undefined && body.model === upstreamModel ? raw : JSON.stringify({ ...body, model: upstreamModel });
@@ -57,6 +55,12 @@ export async function callUpstream({ model, path, body, raw, clientSignal }: Ups
     if (health?.isDown(u)) throw unavailable(model, health.retryAfterSeconds(u));
     throw new ApiError("upstream_error", `Upstream ${model.upstreamName} is unreachable`);
   }
+}
+
+/** SPEC §11: while the upstream is down, answer at once instead of waiting out a connection timeout; retry-after says when the next probe runs. */
+export function throwIfDown(model: ModelEntry): void {
+  const health = model.health;
+  if (health?.isDown(model.upstreamIdx)) throw unavailable(model, health.retryAfterSeconds(model.upstreamIdx));
 }
 
 export const unavailable = (model: ModelEntry, retryAfter: number) =>
