@@ -16,6 +16,7 @@ import OpenAI from "openai";
 import type { Server } from "bun";
 import { ADMIN_KEY, startTestServer, type TestServer } from "./helpers/server";
 import { setThreadSettings, threadSettings } from "../src/threadSettings";
+import { revokeKey } from "../src/keys/service";
 
 /** An upstream that answers by the last message's content: "fail500", "fail400", "hang", "slow" (streams a chunk per 100 ms), else at once. */
 function startUpstream(): Server<undefined> {
@@ -452,6 +453,88 @@ describe("a front thread that fails while the main thread works out an answer fo
   });
 });
 
+/** Runs `body` with `Worker` replaced by `Hooked` (new Workers only; restored after): to act at a chosen moment of the threads' conversation. */
+async function withWorker(Hooked: typeof Worker, body: () => Promise<void>): Promise<void> {
+  const Plain = globalThis.Worker;
+  globalThis.Worker = Hooked;
+  try {
+    await body();
+  } finally {
+    globalThis.Worker = Plain;
+  }
+}
+
+describe("races between the threads", () => {
+  test("a key revoked while its key-only check is answered is not taken as known", async () => {
+    let afterBatch: ((batch: string) => void) | null = null;
+    class Hooked extends globalThis.Worker {
+      override set onmessage(f: ((e: MessageEvent) => void) | null) {
+        super.onmessage = (e: MessageEvent) => {
+          f?.(e);
+          if (typeof e.data === "string") afterBatch?.(e.data);
+        };
+      }
+      override get onmessage() {
+        return super.onmessage;
+      }
+    }
+    await withWorker(Hooked, async () => {
+      const t = await startTestServer({ env: { OFFPEAK_HTTP_THREADS: "1" } });
+      try {
+        const made = (await (await t.api("/keys", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "k", scopes: ["inference"] }) })).json()) as { id: string; key: string };
+        // Cached on the main thread (a relayed request): the key-only reply goes out in the same turn as the ask.
+        expect((await fetch(t.url + "/v1/models", { headers: { authorization: `Bearer ${made.key}` } })).status).toBe(200);
+        afterBatch = (batch) => {
+          if (!batch.includes('"keyOnly":true')) return;
+          afterBatch = null;
+          void revokeKey(t.server.ctx.db, made.id); // revoked in the turn that answered the check: the reply and forget-keys go out together
+        };
+        await post(t, JSON.stringify({ model: "nope", messages: [{ role: "user", content: "x" }] }), { authorization: `Bearer ${made.key}` });
+        await Bun.sleep(300);
+        const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${made.key}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n`;
+        const answer = await Promise.race([rawRequest(t.server.port, head, false), Bun.sleep(2000).then(() => "no answer in 2 s: the body was waited for")]);
+        expect(answer.split("\r\n")[0]).toBe("HTTP/1.1 401 Unauthorized");
+      } finally {
+        await t.stop();
+      }
+    });
+  });
+
+  test("a replacement thread that cannot listen at first is tried again until it does", async () => {
+    let badPort = 0;
+    class Hooked extends globalThis.Worker {
+      override postMessage(m: unknown, ...rest: unknown[]) {
+        const init = m !== null && typeof m === "object" && "port" in m && badPort ? { ...m, port: badPort } : m;
+        return (super.postMessage as (...a: unknown[]) => void)(init, ...rest);
+      }
+    }
+    const blocker = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
+    await withWorker(Hooked, async () => {
+      const settings = threadSettings();
+      setThreadSettings({ ...settings, testFrontCrashPath: "/crash-front" });
+      const t = await startTestServer({ env: { OFFPEAK_HTTP_THREADS: "1" } });
+      setThreadSettings(settings);
+      t.server.ctx.log.error = () => {}; // the failures are logged, on purpose
+      try {
+        expect((await fetch(t.url + "/healthz")).status).toBe(200);
+        badPort = blocker.port; // the replacement's first listen fails: the port is taken
+        await fetch(t.url + "/crash-front", { headers: { connection: "close" } }).catch(() => {});
+        await Bun.sleep(500);
+        badPort = 0;
+        let status = 0;
+        for (let i = 0; i < 60 && status !== 200; i++) {
+          status = await fetch(t.url + "/healthz").then((r) => r.status, () => 0);
+          if (status !== 200) await Bun.sleep(100);
+        }
+        expect(status).toBe(200);
+      } finally {
+        await t.stop();
+      }
+    });
+    blocker.stop(true);
+  });
+});
+
 describe("the port and the stop", () => {
   test("a port in use refuses the start, as without front threads", async () => {
     await expect(startTestServer({ argv: ["--port", String(fronted.server.port)], env: { OFFPEAK_HTTP_THREADS: "2" } })).rejects.toThrow();
@@ -467,6 +550,20 @@ describe("the port and the stop", () => {
     expect((await t.api("/models")).status).toBe(200); // relayed
     await t.stop();
     expect(existsSync(join(tmpdir(), made[0]!))).toBe(false);
+  });
+
+  test("a data directory with characters a header cannot hold: downloads from the disk still go from the file", async () => {
+    const t = await startTestServer({ dataDir: join(mkdtempSync(join(dir, "wide-")), "数据"), env: { OFFPEAK_HTTP_THREADS: "1" } });
+    try {
+      const form = new FormData();
+      form.append("purpose", "user_data");
+      form.append("file", new Blob(["hello world"]), "f.txt");
+      const made = (await (await t.api("/files", { method: "POST", body: form })).json()) as { id: string };
+      const res = await t.api(`/files/${made.id}/content`);
+      expect([res.status, res.headers.get("content-length"), await res.text()]).toEqual([200, "11", "hello world"]);
+    } finally {
+      await t.stop();
+    }
   });
 
   test("stop: the port is closed and the relay socket removed", async () => {

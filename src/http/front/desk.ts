@@ -127,21 +127,19 @@ export async function startFrontThreads(
     });
   const { path: socket, remove: removeSocket } = await relaySocket(ctx.config.dataDir);
   await rm(socket, { force: true }); // left by a process that did not stop
-  const relayServer: Server<undefined> = Bun.serve({
-    unix: socket,
-    maxRequestBodySize: Number.MAX_SAFE_INTEGER,
-    // As the public listener's: Bun's default (10 s) would cut an SSE stream between keep-alives. (Bun takes it on a Unix socket too; its types do not say so.)
-    ...({ idleTimeout: 255 } as {}),
-    fetch: async (request) => {
-      const res = await opts.handler.fetch(request, relayPeer);
-      const disk = diskBytesOfAnswer(res);
-      if (!disk) return res;
-      // A download from the disk: the front thread sends it from the file (DISK_BYTES_HEADER).
-      const headers = new Headers(res.headers);
-      headers.set(DISK_BYTES_HEADER, JSON.stringify(disk));
-      return new Response(null, { status: res.status, headers });
-    },
-  });
+  let relayServer: Server<undefined>;
+  try {
+    relayServer = Bun.serve({
+      unix: socket,
+      maxRequestBodySize: Number.MAX_SAFE_INTEGER,
+      // As the public listener's: Bun's default (10 s) would cut an SSE stream between keep-alives. (Bun takes it on a Unix socket too; its types do not say so.)
+      ...({ idleTimeout: 255 } as {}),
+      fetch: async (request) => relayedAnswer(await opts.handler.fetch(request, relayPeer)),
+    });
+  } catch (e) {
+    await removeSocket().catch(() => {});
+    throw e;
+  }
   const desks: FrontDesk[] = [];
   for (let i = 0; i < opts.count; i++) desks.push(new FrontDesk(ctx, opts, i));
   const testCrashPath = threadSettings().testFrontCrashPath;
@@ -176,6 +174,25 @@ export async function startFrontThreads(
       await removeSocket().catch(() => {});
     },
   };
+}
+
+/**
+ * The main thread's answer as it goes back over the relay socket: a
+ * download from the disk goes as where its bytes lie (DISK_BYTES_HEADER,
+ * URI-encoded: a path may hold any character), for the front thread to
+ * send from the file. Only this says so: any other answer that carries the
+ * header loses it.
+ */
+function relayedAnswer(res: Response): Response {
+  const disk = diskBytesOfAnswer(res);
+  if (!disk && !res.headers.has(DISK_BYTES_HEADER)) return res;
+  const headers = new Headers(res.headers);
+  if (!disk) {
+    headers.delete(DISK_BYTES_HEADER);
+    return new Response(res.body, { status: res.status, statusText: res.statusText, headers });
+  }
+  headers.set(DISK_BYTES_HEADER, encodeURIComponent(JSON.stringify(disk)));
+  return new Response(null, { status: res.status, headers });
 }
 
 const SCOPE = routeScope("POST", chatKind.path);
@@ -250,10 +267,7 @@ class FrontDesk {
         if (!ready) return reject(new Error(`front thread ${this.index} ended before it listened`));
         if (this.stopping) return this.stopped?.();
         this.ctx.log.error("front thread ended: starting another", { thread: this.index });
-        setTimeout(() => {
-          if (this.stopping) return;
-          this.start(init).catch((e) => this.ctx.log.error("front thread did not start again", { thread: this.index, error: String(e) }));
-        }, 100);
+        this.restart(init, 100);
       });
       worker.onmessage = (e: MessageEvent) => {
         const data = e.data as string | { t: "ready" | "stopped" };
@@ -265,6 +279,17 @@ class FrontDesk {
       };
       worker.postMessage(init);
     });
+  }
+
+  /** Starts the thread again after `delayMs`, and again (backing off to 5 s) for as long as it does not listen. */
+  private restart(init: FrontInit, delayMs: number): void {
+    setTimeout(() => {
+      if (this.stopping) return;
+      this.start(init).catch((e) => {
+        this.ctx.log.error("front thread did not start again: trying again", { thread: this.index, error: String(e), in_ms: Math.min(delayMs * 2, 5000) });
+        this.restart(init, Math.min(delayMs * 2, 5000));
+      });
+    }, delayMs);
   }
 
   /** Keys changed (one revoked): the thread forgets which keys it saw accepted (./fast.ts knownKeys). */

@@ -87,7 +87,11 @@ function take(m: MainMessage): void {
     case "revoke": {
       const end = revokers.get(m.id);
       if (end) end();
-      else revokedEarly.add(m.id);
+      else {
+        // Before its stream began (bounded: one that raced an end is never looked for).
+        if (revokedEarly.size >= 10_000) revokedEarly.clear();
+        revokedEarly.add(m.id);
+      }
       return;
     }
     case "forget-keys":

@@ -43,8 +43,14 @@ const check = TypeCompiler.Compile(chatBody);
 const knownKeys = new Set<string>();
 const MAX_KNOWN_KEYS = 10_000;
 
+/** Bumped by forgetKeys: a key accepted by an ask that began before is not taken as known. */
+let keysEpoch = 0;
+
 /** Keys changed on the main thread (one was revoked): every key is checked before its body is read again. */
-export const forgetKeys = (): void => knownKeys.clear();
+export function forgetKeys(): void {
+  keysEpoch++;
+  knownKeys.clear();
+}
 
 function earlyOf(e: unknown, stage: "body" | "fields", request: Request): EarlyFailure {
   if (e instanceof ApiError) return { kind: "error", code: e.code, message: e.message, param: e.param, headers: e.headers, stage };
@@ -67,6 +73,7 @@ export async function serveChat(request: Request, peer: string | null, main: Mai
   // read (SPEC §16: without a valid key nothing is read); a known one is
   // checked again with the request, in the one ask.
   if (auth === null || !knownKeys.has(auth)) {
+    const askedAt = keysEpoch;
     const id = main.nextId();
     const reply = await main.ask({ url: request.url, auth, peer, early: null, model: undefined, stream: false, promptTokens: 0, keyOnly: true }, id, request.signal);
     if ("answer" in reply) {
@@ -74,7 +81,8 @@ export async function serveChat(request: Request, peer: string | null, main: Mai
       return answerOf(reply.answer);
     }
     if (knownKeys.size >= MAX_KNOWN_KEYS) knownKeys.clear();
-    knownKeys.add(auth!);
+    // Not if keys changed while it was asked about: the key may be the one revoked.
+    if (keysEpoch === askedAt) knownKeys.add(auth!);
   }
   const id = main.nextId();
   limitJsonBody(request, maxJsonBytes);

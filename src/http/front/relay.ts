@@ -57,7 +57,7 @@ export async function relay(request: Request, to: RelayTarget, peer: string | nu
     return errorResponse(new ApiError("internal_error", `Internal server error (relay: ${(e as Error)?.message ?? e})`), "req_unknown");
   }
   const disk = res.headers.get(DISK_BYTES_HEADER);
-  if (disk !== null) return fromDisk(res, JSON.parse(disk) as DiskBytes);
+  if (disk !== null) return fromDisk(res, JSON.parse(decodeURIComponent(disk)) as DiskBytes);
   const length = res.headers.get("content-length");
   if (length === null || method === "HEAD" || !res.body) return res;
   // Bun drops the Content-Length of a body it streams (src/storage/sized.ts),
@@ -72,10 +72,12 @@ export async function relay(request: Request, to: RelayTarget, peer: string | nu
 }
 
 /** A download the main thread answered from the disk: its bytes sent from the file here (sendfile, with their Content-Length). */
-function fromDisk(res: Response, at: DiskBytes): Response {
+async function fromDisk(res: Response, at: DiskBytes): Promise<Response> {
   void res.body?.cancel().catch(() => {});
   const headers = new Headers(res.headers);
   headers.delete(DISK_BYTES_HEADER);
   const file = Bun.file(at.path);
+  // Deleted since the main thread answered (a DELETE raced the download): gone, as it would be a moment later.
+  if (!(await file.exists())) return errorResponse(new ApiError("not_found", "No such file: it was deleted"), headers.get("x-request-id") ?? "req_unknown");
   return new Response(at.end === null ? file : file.slice(at.start, at.end), { status: res.status, statusText: res.statusText, headers });
 }
