@@ -73,6 +73,7 @@ function configFile(): string {
       upstreams: [
         { name: "up", base_url: `http://127.0.0.1:${upstream.port}/v1`, models: ["up-chat"], timeout_s: 1 },
         { name: "one", base_url: `http://127.0.0.1:${upstream.port}/v1`, models: ["one-chat"], model_map: { "one-chat": "up-chat" }, max_concurrency: 1, queue_size: 4 },
+        { name: "strict", base_url: `http://127.0.0.1:${upstream.port}/v1`, models: ["strict-chat"], model_map: { "strict-chat": "up-chat" }, max_concurrency: 1, queue_size: 0 },
       ],
     }),
   );
@@ -311,6 +312,14 @@ describe("what the main thread keeps for a front thread's request", () => {
     expect(inFlight).toBe(0);
   });
 
+  test("a whole answer's slot is free again before the client has the answer: one after another on a model with one slot and no queue, never 529", async () => {
+    for (let i = 0; i < 150; i++) {
+      const res = await post(fronted, JSON.stringify({ model: "strict-chat", messages: [{ role: "user", content: `s${i}` }] }));
+      expect({ i, status: res.status }).toEqual({ i, status: 200 });
+      await res.text();
+    }
+  });
+
   test("a revoked key's stream on a front thread ends within a second, with invalid_api_key", async () => {
     const made = (await (await fronted.api("/keys", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "to-revoke", scopes: ["inference"] }) })).json()) as { id: string; key: string };
     const res = await post(fronted, chatBody("slow", { stream: true }), { authorization: `Bearer ${made.key}` });
@@ -418,13 +427,13 @@ describe("a front thread that fails while the main thread works out an answer fo
     setThreadSettings(settings);
     t.server.ctx.log.error = () => {}; // the failure is logged, on purpose
     try {
-      // As a cluster node's rate limiter that asks the database (or a key lookup) would: admission takes 400 ms.
+      // As a cluster node's rate limiter that asks the database (or a key lookup) would, only slower: admission takes 1.5 s.
       const limiter = t.server.ctx.rateLimiter as unknown as { admit: (...a: unknown[]) => unknown };
       const admit = limiter.admit.bind(limiter);
       let slow = true;
       limiter.admit = (...a: unknown[]) => {
         const r = admit(...a);
-        return slow ? new Promise((resolve) => setTimeout(() => resolve(r), 400)) : r;
+        return slow ? new Promise((resolve) => setTimeout(() => resolve(r), 1500)) : r;
       };
       const chat = (content: string, model: string) =>
         fetch(t.url + "/v1/chat/completions", {
@@ -438,7 +447,8 @@ describe("a front thread that fails while the main thread works out an answer fo
       const a = chat("A", "one-chat"); // its ask waits in admission on the main thread
       await Bun.sleep(100);
       await fetch(t.url + "/crash-front", { headers: { connection: "close" } }).catch(() => {});
-      await Bun.sleep(250); // replaced after ≈100 ms
+      // Replaced after ≈100 ms: B goes to the new thread while A's answer is still being worked out.
+      for (let i = 0; i < 100 && (await fetch(t.url + "/healthz").then((r) => r.status, () => 0)) !== 200; i++) await Bun.sleep(20);
       const b = await chat("B", "two-chat");
       expect(b.status).toBe(200);
       expect(JSON.parse(b.body)).toMatchObject({ model: "up-two", choices: [{ message: { content: "you said B" } }] });

@@ -13,7 +13,7 @@ import { relay } from "./relay";
 declare const self: Worker;
 
 const outbox = new Outbox<FrontMessage>((batch) => self.postMessage(batch));
-const post = (m: FrontMessage) => outbox.push(m);
+const post = (m: FrontMessage, now = false) => outbox.push(m, now);
 
 /** Each model's route, as the main thread last sent it. */
 const routes = new Map<string, ModelRoute>();
@@ -50,12 +50,13 @@ const desk: MainDesk = {
   done(done) {
     // A request answered whole has no stream to end: a revocation that raced its answer is forgotten.
     if (!done.streaming) revokedEarly.delete(done.id);
-    post({ t: "done", ...done });
+    // A whole answer's slot is free before the client has the answer (as on the main thread, which releases it first).
+    post({ t: "done", ...done }, !done.streaming);
   },
   end(id, tokens) {
     revokers.delete(id);
     revokedEarly.delete(id);
-    post({ t: "end", id, tokens });
+    post({ t: "end", id, tokens }, true);
   },
   hold: (id) => (end) => {
     if (revokedEarly.delete(id)) queueMicrotask(end);

@@ -179,19 +179,31 @@ export class Outbox<T> {
 
   constructor(private readonly send: (batch: string) => void) {}
 
-  push(item: T): void {
+  /**
+   * `now`: sent at once (with what waits): for what must reach the other
+   * thread before this one goes on, e.g. a DONE before the answer goes to
+   * the client, so that a slot is free again by the time the client can
+   * ask for it (a next request, a look at /metrics).
+   */
+  push(item: T, now = false): void {
     this.items.push(item);
+    if (now) return this.flush();
     if (this.scheduled) return;
     this.scheduled = true;
-    setImmediate(this.flush);
+    setImmediate(this.flushLater);
   }
 
-  private readonly flush = (): void => {
+  private readonly flushLater = (): void => {
     this.scheduled = false;
+    this.flush();
+  };
+
+  private flush(): void {
+    if (this.items.length === 0) return;
     const items = this.items;
     this.items = [];
     this.send(JSON.stringify(items));
-  };
+  }
 }
 
 /** A batch an Outbox sent. */
