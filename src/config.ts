@@ -28,10 +28,12 @@ export type Env = Record<string, string | undefined>;
  * Front threads for `cores` usable cores: on 2 cores the main thread alone
  * holds the chat pass-through above a naive proxy (BENCHMARKS.md) and a
  * second thread would compete with it for the same cores; from 8 cores, one
- * per 4 cores, at most 4, leaving most cores to batch Workers.
+ * per 3 cores, at most 4 (3 on 8 cores: 2 front threads' busiest thread
+ * spent ≈1.27× the naive proxy's CPU a request, 4 ≈0.77×), leaving most
+ * cores to batch Workers.
  */
 export function defaultHttpThreads(cores: number): number {
-  return cores < 8 ? 0 : Math.min(4, Math.floor(cores / 4));
+  return cores < 8 ? 0 : Math.min(4, Math.ceil(cores / 3));
 }
 
 /** This process's environment: the one place it is read. */
@@ -189,7 +191,7 @@ export interface Config {
   /**
    * Front threads: threads besides the main one that serve HTTP on the same
    * port and do chat completions' pass-through work (src/http/front).
-   * Default: none below 8 usable cores, else one per 4 cores, at most 4
+   * Default: none below 8 usable cores, else one per 3 cores, at most 4
    * (defaultHttpThreads; docs/OPERATING.md "HTTP threads").
    */
   httpThreads: number;

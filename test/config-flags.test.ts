@@ -3,7 +3,7 @@
 import { describe, expect, test } from "bun:test";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { clientEnv, ConfigError, KEYS_FLAGS, resolveConfig, SERVER_FLAGS } from "../src/config";
+import { clientEnv, ConfigError, defaultHttpThreads, KEYS_FLAGS, resolveConfig, SERVER_FLAGS } from "../src/config";
 import { threadSettingsOf } from "../src/threadSettings";
 import { commandWords, parseFlags, type FlagSpec } from "../src/flags";
 import { CliError } from "../src/cli";
@@ -110,6 +110,16 @@ describe("the environment", () => {
     };
     expect(threadSettingsOf(env, true)).toEqual({ fsync: false, testFsyncLog: "/tmp/l", testFsyncDelayMs: 5, testFinalizePauseMs: 9, testFrontCrashPath: "/x" });
     expect(threadSettingsOf(env, false).testFsyncDelayMs).toBe(7);
+  });
+
+  test("front threads: none below 8 cores, one per 3 from 8, at most 4; OFFPEAK_HTTP_THREADS 0–32 wins; the fetch limit as started", () => {
+    expect([2, 4, 7, 8, 9, 10, 12, 16, 64].map(defaultHttpThreads)).toEqual([0, 0, 0, 3, 3, 4, 4, 4, 4]);
+    expect(resolveConfig([], { OFFPEAK_HTTP_THREADS: "0" }).httpThreads).toBe(0);
+    expect(resolveConfig([], { OFFPEAK_HTTP_THREADS: "6" }).httpThreads).toBe(6);
+    expect(() => resolveConfig([], { OFFPEAK_HTTP_THREADS: "33" })).toThrow(ConfigError);
+    expect(() => resolveConfig([], { OFFPEAK_HTTP_THREADS: "two" })).toThrow(ConfigError);
+    expect(resolveConfig([], {}).fetchConcurrency).toBe(256);
+    expect(resolveConfig([], { BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" }).fetchConcurrency).toBe(65535);
   });
 
   test("OFFPEAK_PG_POOL: Postgres only, an integer ≥ 1", () => {
