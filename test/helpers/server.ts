@@ -65,10 +65,17 @@ const databases = new Map<string, Promise<string>>();
  */
 export async function testServeArgs(dataDir: string): Promise<{ args: string[]; env: Record<string, string> }> {
   const args = await testDatabaseArgs(dataDir);
-  if (process.env.OFFPEAK_TEST_STORAGE !== "s3") return { args, env: {} };
+  if (process.env.OFFPEAK_TEST_STORAGE !== "s3") return { args, env: frontThreads() };
   const st = await s3Storage(basename(dataDir));
-  return { args: [...args, "--storage-url", st.url], env: st.env };
+  return { args: [...args, "--storage-url", st.url], env: { ...frontThreads(), ...st.env } };
 }
+
+/**
+ * Front threads for a test server: OFFPEAK_TEST_HTTP_THREADS=N (the s3 mode
+ * of scripts/test-all.ts sets 1), else none, whatever the machine's cores
+ * (the default starts at 8): the suite runs the same on every machine.
+ */
+const frontThreads = (): Record<string, string> => ({ OFFPEAK_HTTP_THREADS: process.env.OFFPEAK_TEST_HTTP_THREADS || "0" });
 
 export async function startTestServer(
   opts: {
@@ -88,8 +95,7 @@ export async function startTestServer(
   const config = resolveConfig(["--port", "0", "--data-dir", dataDir, ...(storage ? ["--storage-url", storage.url] : []), ...dbArgs, ...(opts.argv ?? [])], {
     OFFPEAK_ADMIN_KEY: ADMIN_KEY,
     OFFPEAK_LOG_LEVEL: "error",
-    // OFFPEAK_TEST_HTTP_THREADS=N: every server behind N front threads (src/http/front), to run a suite through them.
-    ...(process.env.OFFPEAK_TEST_HTTP_THREADS ? { OFFPEAK_HTTP_THREADS: process.env.OFFPEAK_TEST_HTTP_THREADS } : {}),
+    ...frontThreads(),
     ...storage?.env,
     ...opts.env,
   });
