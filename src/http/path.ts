@@ -30,6 +30,12 @@ export function pathOf(url: string): string {
   return q === -1 ? url.slice(start) : url.slice(start, q);
 }
 
+/** The request target from the path on, query included ("/" when there is none). */
+export function targetOf(url: string): string {
+  const start = pathStart(url);
+  return start === url.length ? "/" : url.slice(start);
+}
+
 /**
  * Elysia's router (1.4, adapter/bun/compose) takes the path from the first
  * "/" at or after index 11 of the URL: it assumes "http://" plus a host of
@@ -53,6 +59,6 @@ export function routable(request: Request): Request {
   const url = request.url;
   const start = pathStart(url);
   if (start >= ROUTER_PATH_FROM && url.indexOf("/", ROUTER_PATH_FROM) === start) return request;
-  const rest = start === url.length ? "/" : url.slice(start);
+  const rest = targetOf(url);
   return new Request(CANONICAL_ORIGIN + (rest.charCodeAt(0) === 47 ? rest : "/" + rest), request);
 }

@@ -209,8 +209,8 @@ const MIN_FETCH_CONCURRENCY = 4096;
  */
 class Run {
   readonly held = new Map<number, Held>();
-  /** Each model's route as sent to this run's thread. */
-  readonly routes = new Map<string, ModelRoute>();
+  /** The models whose route this run's thread has. */
+  readonly sent = new WeakSet<ModelEntry>();
   private readonly outbox: Outbox<MainMessage>;
   live = true;
 
@@ -386,25 +386,22 @@ class FrontDesk {
     }
   }
 
-  /** The model's route if the run's thread does not have it as it is now, else undefined. */
+  /**
+   * The model's route if the run's thread does not have it yet, else
+   * undefined. A model's entry never changes (the registry makes a new one
+   * for a new route), so one sent once is sent for good.
+   */
   private routeToSend(run: Run, model: ModelEntry): ModelRoute | undefined {
-    const sent = run.routes.get(model.id);
-    const upstreamModel = model.upstreamModel ?? model.id;
-    const upstreamName = model.upstreamName ?? "(unknown)";
-    const ownClient = model.ownClient ?? false;
-    if (
-      sent &&
-      sent.baseUrl === model.baseUrl &&
-      sent.apiKey === model.apiKey &&
-      sent.ownClient === ownClient &&
-      sent.upstreamModel === upstreamModel &&
-      sent.upstreamName === upstreamName &&
-      sent.timeoutMs === model.timeoutMs
-    )
-      return undefined;
-    const route: ModelRoute = { baseUrl: model.baseUrl!, apiKey: model.apiKey, ownClient, upstreamModel, upstreamName, timeoutMs: model.timeoutMs };
-    run.routes.set(model.id, route);
-    return route;
+    if (run.sent.has(model)) return undefined;
+    run.sent.add(model);
+    return {
+      baseUrl: model.baseUrl!,
+      apiKey: model.apiKey,
+      ownClient: model.ownClient ?? false,
+      upstreamModel: model.upstreamModel ?? model.id,
+      upstreamName: model.upstreamName ?? "(unknown)",
+      timeoutMs: model.timeoutMs,
+    };
   }
 
   /** The call threw: told to the upstream's health, answered as callUpstream answers (upstream/call.ts). */

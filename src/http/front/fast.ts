@@ -61,6 +61,18 @@ function earlyOf(e: unknown, stage: "body" | "fields", request: Request): EarlyF
 
 export const answerOf = (a: Answer): Response => new Response(a.body, { status: a.status, headers: a.headers });
 
+/** DONE for a request answered without an upstream answer (an error, the client gone). */
+const doneWithout = (id: number, status: number, seconds: number, error?: string): Omit<Done, "t"> => ({
+  id,
+  status,
+  seconds,
+  fate: null,
+  upstreamStatus: null,
+  tokens: 0,
+  streaming: false,
+  ...(error === undefined ? {} : { error }),
+});
+
 /**
  * Answers POST {base}/chat/completions. `relayToMain` sends the request
  * (with the body read here) to the main thread when its model is not an
@@ -77,7 +89,7 @@ export async function serveChat(request: Request, peer: string | null, main: Mai
     const id = main.nextId();
     const reply = await main.ask({ url: request.url, auth, peer, early: null, model: undefined, stream: false, promptTokens: 0, keyOnly: true }, id, request.signal);
     if ("answer" in reply) {
-      main.done({ id, status: reply.answer.status, seconds: (performance.now() - t0) / 1000, fate: null, upstreamStatus: null, tokens: 0, streaming: false });
+      main.done(doneWithout(id, reply.answer.status, (performance.now() - t0) / 1000));
       return answerOf(reply.answer);
     }
     if (knownKeys.size >= MAX_KNOWN_KEYS) knownKeys.clear();
@@ -110,7 +122,7 @@ export async function serveChat(request: Request, peer: string | null, main: Mai
   const seconds = () => (performance.now() - t0) / 1000;
   if ("relay" in reply) return relayToMain(rawBodyOf(request));
   if ("answer" in reply) {
-    main.done({ id, status: reply.answer.status, seconds: seconds(), fate: null, upstreamStatus: null, tokens: 0, streaming: false });
+    main.done(doneWithout(id, reply.answer.status, seconds()));
     return answerOf(reply.answer);
   }
   if (!("go" in reply)) throw new Error("a key-only reply to a full ask");
@@ -123,7 +135,7 @@ export async function serveChat(request: Request, peer: string | null, main: Mai
   try {
     return await callUpstream(request, id, body!, stream, reply.go, { ...main, done: tell }, seconds);
   } catch (e) {
-    if (!told) main.done({ id, status: 500, seconds: seconds(), fate: null, upstreamStatus: null, tokens: 0, streaming: false, error: String((e as Error)?.stack ?? e) });
+    if (!told) main.done(doneWithout(id, 500, seconds(), String((e as Error)?.stack ?? e)));
     throw e;
   }
 }
@@ -142,11 +154,11 @@ async function callUpstream(request: Request, id: number, body: Record<string, u
     const failure = new CallFailure(e, deadline.timedOut, deadline.clientGone());
     deadline.clear();
     if (failure.clientGone) {
-      main.done({ id, status: 499, seconds: seconds(), fate: null, upstreamStatus: null, tokens: 0, streaming: false });
+      main.done(doneWithout(id, 499, seconds()));
       return new Response(null, { status: 499 });
     }
     const answer = await main.failed(id, failure);
-    main.done({ id, status: answer.status, seconds: seconds(), fate: null, upstreamStatus: null, tokens: 0, streaming: false });
+    main.done(doneWithout(id, answer.status, seconds()));
     return answerOf(answer);
   }
   attachDeadline(res, named, deadline);

@@ -7,20 +7,13 @@
 // The client's address goes in PEER_HEADER, for the log.
 import { errorResponse, ApiError } from "../../errors";
 import { withLength } from "../../storage/sized";
-import { routable } from "../path";
+import { routable, targetOf } from "../path";
 import type { DiskBytes } from "../../storage/diskBlob";
 import { DISK_BYTES_HEADER, PEER_HEADER } from "./protocol";
 
 /** Headers about the client's connection, not the request: the relay connection has its own. */
 const HOP_BY_HOP = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "upgrade"];
 
-/** The request target from the path on, as the main thread's router and key check will read it. */
-function targetOf(request: Request): string {
-  const url = routable(request).url;
-  const scheme = url.indexOf("://");
-  const slash = url.indexOf("/", scheme + 3);
-  return slash === -1 ? "/" : url.slice(slash);
-}
 
 /** Where a front thread spools answers it must pass on with their Content-Length. */
 export interface RelayTarget {
@@ -40,7 +33,8 @@ export async function relay(request: Request, to: RelayTarget, peer: string | nu
   if (body !== undefined) headers.delete("content-length");
   let res: Response;
   try {
-    res = await fetch("http://offpeak.invalid" + targetOf(request), {
+    // The target as the main thread's router and key check will read it.
+    res = await fetch("http://offpeak.invalid" + targetOf(routable(request).url), {
       unix: to.socket,
       method,
       headers,
