@@ -123,7 +123,7 @@ export interface Answer {
   body: string;
 }
 
-/** How to reach a model's upstream: sent to a front thread with the first request for the model (and again if it changes), kept there by model id. */
+/** How to reach a model's upstream: sent to a front thread with its first request for the model (again for a new registry entry of it), kept there by model id. */
 export interface ModelRoute {
   baseUrl: string;
   apiKey: string | null;
@@ -139,7 +139,7 @@ export interface Go {
   /** x-ratelimit-* for the answer. */
   headers: Record<string, string>;
   model: string;
-  /** The model's route, when this front thread does not have it (as it is now) yet. */
+  /** The model's route, when this front thread does not have it yet. */
   route?: ModelRoute;
   /** Whether completion tokens count against a tpm limit (read usage from the answer). */
   metersTokens: boolean;
