@@ -151,7 +151,7 @@ async function run(job: Job, timeoutS: number): Promise<Result> {
     process.execPath,
     "test",
     "--timeout",
-    "60000",
+    "300000",
     ...(job.parallel > 1 ? [`--parallel=${job.parallel}`, "--no-isolate"] : []),
     ...(existsSync(job.timings) || job.updateTimings ? [`--timings=${relative(ROOT, job.timings)}`] : []),
     ...(job.updateTimings ? ["--update-timings"] : []),

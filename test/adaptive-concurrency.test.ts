@@ -21,6 +21,7 @@ import { latencyAt, startEngineModel, throughputAt, type EngineModel, type Engin
 import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { parseMetrics } from "./helpers/outage";
 import { startTestServer, type TestServer } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 /** A deterministic source of noise in [-1, 1]. */
 function noiseSource(seed = 7): () => number {
@@ -449,5 +450,5 @@ describe("on a real server", () => {
     expect(g!.get('offpeak_model_concurrency_limit{model="engine-chat"}')).toBeGreaterThanOrEqual(1);
     expect(g!.get('offpeak_model_latency_seconds{model="engine-chat"}')).toBeGreaterThan(0.015);
     expect(g!.get('offpeak_model_latency_floor_seconds{model="engine-chat"}')).toBeGreaterThan(0.015);
-  }, 40_000);
+  }, SCENARIO_MS);
 });

@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { chatReq, createBatch, pollUntil, waitBatch } from "./helpers/batches";
 import { startEngineModel, type EngineModel, type EngineShape } from "./helpers/engineModel";
 import { startTestServer, type TestServer } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 // Throughput rises up to 160 in flight: the controller's slow start goes past 64 within a few seconds.
 const shape: EngineShape = { unloadedMs: 400, knee: 160, cliff: 240, failAt: 400 };
@@ -46,4 +47,4 @@ test("one shard, one Worker: the controller's limit and the requests in flight g
   expect({ limitPast96: most > 96, inFlightPast64: engine.stats().maxInFlight > 64, trace }).toMatchObject({ limitPast96: true, inFlightPast64: true });
   await client.batches.cancel(batch.id);
   await waitBatch(client, batch.id, undefined, 30_000);
-}, 60_000);
+}, SCENARIO_MS);

@@ -16,6 +16,7 @@ import { Database } from "bun:sqlite";
 import { chatReq, createBatch, pollUntil, waitBatch } from "./helpers/batches";
 import { ChildServer, killChildren } from "./helpers/child";
 import { testDatabaseArgs } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 const tmp = mkdtempSync(join(tmpdir(), "offpeak-compose-crash-"));
 
@@ -133,10 +134,10 @@ describe("SIGKILL during finalize, then restart", () => {
     const steps = await crashDuringFinalize("mid-adoption", (s) => s.filter((x) => x.step === "part adopted").length >= 3);
     // Really midway: output parts moved, not all of them (and no error part).
     expect(steps.every((x) => x.step === "part adopted" && x.kind === "out")).toBe(true);
-  }, 120_000);
+  }, SCENARIO_MS);
 
   test("killed after the parts are durable and the working directory is gone, before the commit", async () => {
     const steps = await crashDuringFinalize("before-commit", (s) => s.some((x) => x.step === "leftovers discarded"));
     expect(steps.some((x) => x.step === "part adopted" && x.kind === "err")).toBe(true);
-  }, 120_000);
+  }, SCENARIO_MS);
 });

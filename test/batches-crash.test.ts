@@ -12,6 +12,7 @@ import { chatReq, createBatch, expectExactlyOnce, pollUntil, readResults, waitBa
 import { ChildServer, killChildren } from "./helpers/child";
 import { inShare, plans, startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { testServeArgs } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 const WORKERS = 2;
 /** The upstream's max_concurrency: no more requests than this are in flight at once. */
@@ -114,7 +115,7 @@ describe("SIGKILL mid-batch, then restart", () => {
     out = await readResults(second.client, done.output_file_id);
     err = await readResults(second.client, done.error_file_id);
     expect(await second.stop("SIGTERM")).toBe(0);
-  }, 60_000);
+  }, SCENARIO_MS);
 
   test("every custom_id exactly once across output and error files; completed + failed = total", () => {
     expect(done).toBeDefined();
@@ -194,7 +195,7 @@ describe("SIGTERM mid-batch, then restart", () => {
     out = await readResults(second.client, done.output_file_id);
     err = await readResults(second.client, done.error_file_id);
     expect(await second.stop("SIGTERM")).toBe(0);
-  }, 60_000);
+  }, SCENARIO_MS);
 
   test("request_counts never go back after the restart", () => {
     expect(done).toBeDefined();

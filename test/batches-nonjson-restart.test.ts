@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
 import { chatReq, createBatch, pollUntil, sleep } from "./helpers/batches";
 import { freshDataDir, startTestServer, type TestServer } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 let up: ReturnType<typeof Bun.serve>;
 const dataDir = freshDataDir();
@@ -45,5 +46,5 @@ describe("restart after a non-JSON 2xx", () => {
     } finally {
       await b.stop();
     }
-  }, 60_000);
+  }, SCENARIO_MS);
 });

@@ -19,6 +19,7 @@ import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { startPostgres } from "./helpers/postgres";
 import { s3Storage } from "./helpers/s3";
 import { startTestServer, type TestServer } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 const dir = mkdtempSync(join(tmpdir(), "offpeak-peak-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -87,7 +88,7 @@ describe("one node", () => {
     await client.batches.cancel(batch.id);
     const done = await waitBatch(client, batch.id, undefined, 15_000);
     expect({ status: done.status, details: (done as { status_details?: unknown }).status_details ?? null }).toEqual({ status: "cancelled", details: null });
-  }, 30_000);
+  }, SCENARIO_MS);
 });
 
 describe("two nodes on one Postgres and one bucket", () => {
@@ -109,7 +110,7 @@ describe("two nodes on one Postgres and one bucket", () => {
     // Each node has seen the other and taken its part of max_concurrency 8.
     const model = nodes[0]!.server.ctx.registry.get("fake-chat")!;
     await pollUntil(async () => nodes.map((n) => n.server.ctx.scheduler.limitOf(model)), (l) => l.every((x) => x === 4), 15_000, 100, "each node's part of the limit");
-  }, 60_000);
+  }, SCENARIO_MS);
   afterAll(async () => {
     for (const n of nodes) await n.stop();
     await fake?.stop();
@@ -138,5 +139,5 @@ describe("two nodes on one Postgres and one bucket", () => {
     expect(details.status_details!.code).toBe("peak_hours");
     await client.batches.cancel(batch.id);
     await waitBatch(client, batch.id, undefined, 30_000);
-  }, 60_000);
+  }, SCENARIO_MS);
 });

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import { chatReq, createBatch, pollUntil, sleep } from "./helpers/batches";
 import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { startTestServer, type TestServer } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 let t: TestServer;
 let fake: FakeUpstream;
@@ -29,7 +30,7 @@ test("a burst of finished requests shows in request_counts within a second, not 
   expect(b.status).toBe("in_progress");
   expect(b.request_counts!.completed).toBeGreaterThanOrEqual(answered);
   await client.batches.cancel(batch.id);
-}, 20_000);
+}, SCENARIO_MS);
 
 test("cancel after the deadline, while the last requests still run: the record as it is (200, not 409), and the batch ends expired", async () => {
   // One "h" of completion_window lasts 1 s here; the upstream takes 4 s.
@@ -50,4 +51,4 @@ test("cancel after the deadline, while the last requests still run: the record a
     fake.latencyMs = LATENCY_MS;
     await short.stop();
   }
-}, 20_000);
+}, SCENARIO_MS);

@@ -18,6 +18,7 @@ import { chatReq, createBatch, pollUntil, sleep, waitBatch } from "./helpers/bat
 import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { startPostgres } from "./helpers/postgres";
 import { startTestServer, type TestServer } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 const dir = mkdtempSync(join(tmpdir(), "offpeak-sched-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -251,7 +252,7 @@ describe("order on a server", () => {
     expect({ passed: Math.min(passed, 2), longStillRunning: (await client.batches.retrieve(long.batch.id)).status }).toEqual({ passed, longStillRunning: "in_progress" });
     await client.batches.cancel(long.batch.id);
     await waitBatch(client, long.batch.id, undefined, 15_000);
-  }, 30_000);
+  }, SCENARIO_MS);
 
   test("project B's small batch beside project A's many-shard batch starts and finishes while A still runs", async () => {
     track.reset();
@@ -267,7 +268,7 @@ describe("order on a server", () => {
     expect({ b: done.status, a: aNow.status }).toEqual({ b: "completed", a: "in_progress" });
     await a.batches.cancel(big.batch.id);
     await waitBatch(a, big.batch.id, undefined, 15_000);
-  }, 40_000);
+  }, SCENARIO_MS);
 
   test("/status and /metrics say it is not peak hours", async () => {
     const status = (await (await t.api("/status")).json()) as { peak_hours: unknown };
@@ -318,7 +319,7 @@ describe("peak hours on a server", () => {
     const short = await createBatch(client, Array.from({ length: 20 }, (_, i) => chatReq(`s-${i}`, `free ${i}`, { model: "fake-chat" })), { window: "12h" });
     const [dl, ds] = [await waitBatch(client, long.batch.id, undefined, 20_000), await waitBatch(client, short.batch.id, undefined, 20_000)];
     expect({ long: dl.status, short: ds.status, longMax: track.max.get("capped"), shortMaxAbove2: (track.max.get("free") ?? 0) > 2 }).toEqual({ long: "completed", short: "completed", longMax: 2, shortMaxAbove2: true });
-  }, 30_000);
+  }, SCENARIO_MS);
 
   test("a 24h batch that would miss its deadline at the capped rate is uncapped", async () => {
     track.reset();
@@ -328,5 +329,5 @@ describe("peak hours on a server", () => {
     await pollUntil(async () => track.max.get("late") ?? 0, (n) => n > 2, 10_000, 50, "the late batch uncapped");
     await client.batches.cancel(late.batch.id);
     await waitBatch(client, late.batch.id, undefined, 15_000);
-  }, 30_000);
+  }, SCENARIO_MS);
 });

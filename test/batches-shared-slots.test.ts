@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { chatReq, createBatch, pollUntil, readResults, waitBatch } from "./helpers/batches";
 import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { startTestServer, type TestServer } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 const LIMIT = 4;
 let t: TestServer;
@@ -67,7 +68,7 @@ test("two Workers and interactive traffic share max_concurrency slots without ex
   const gauges = metrics.split("\n").filter((l) => l.startsWith("offpeak_model_in_flight{") && l.includes('model="fake-chat"'));
   expect(gauges.length).toBeGreaterThan(0);
   expect(gauges.map((l) => Number(l.trim().split(/\s+/).pop())).reduce((a, b) => a + b, 0)).toBe(0);
-}, 90_000);
+}, SCENARIO_MS);
 
 test("a shutdown that cuts requests off gives back the slots the Workers took themselves", async () => {
   // Its own server: stopping it is the test. Requests outlast the 7 s checkpoint grace, so the Workers are terminated with slots held.
@@ -84,4 +85,4 @@ test("a shutdown that cuts requests off gives back the slots the Workers took th
   } finally {
     await slow.stop();
   }
-}, 30_000);
+}, SCENARIO_MS);

@@ -19,6 +19,7 @@ import { clockTime, Progress, renderBar, renderPlain, waitingNote } from "../src
 import { batchEventsOf } from "../src/batches/events";
 import { decide, estimate, QUEUED_MESSAGE, type Signals } from "../src/batches/statusDetails";
 import { runCli, type CliRun as Run } from "./helpers/cli";
+import { SCENARIO_MS } from "./helpers/wait";
 
 /** The upstream's name in the config: what the messages name. */
 const NAME = "vllm";
@@ -128,7 +129,7 @@ describe("estimated_completion_at", () => {
     }
     // Nothing held it back.
     expect(seen.filter((s) => s.b.status_details !== null).map((s) => s.b.status_details)).toEqual([]);
-  }, 60_000);
+  }, SCENARIO_MS);
 });
 
 describe("upstream_down", () => {
@@ -173,7 +174,7 @@ describe("upstream_down", () => {
     expect(done.request_counts).toEqual({ total: N, completed: N, failed: 0 });
     expectExactlyOnce(ids, await readResults(client, done.output_file_id), await readResults(client, done.error_file_id));
     await expectEndedClean(await raw(batch.id));
-  }, 90_000);
+  }, SCENARIO_MS);
 
   /**
    * The event stream sends the record again when only status_details
@@ -269,7 +270,7 @@ describe("a batch being stopped", () => {
     const b = await raw(batch.id);
     expect({ details: b.status_details, eta: b.estimated_completion_at }).toEqual({ details: null, eta: null });
     expect(await row(batch.id)).toEqual({ eta: null, code: null, message: null, since: null });
-  }, 60_000);
+  }, SCENARIO_MS);
 });
 
 describe("rate_limited", () => {
@@ -296,7 +297,7 @@ describe("rate_limited", () => {
     } finally {
       fake.plan = null;
     }
-  }, 90_000);
+  }, SCENARIO_MS);
 });
 
 describe("queued", () => {
@@ -334,7 +335,7 @@ describe("queued", () => {
     // Which ends first is the order's business, not this test's: B may take the Worker between A's
     // two shards (a claim made while A's first shard still counts as running sees A holding one).
     await expectEndedClean(await raw(a.id));
-  }, 90_000);
+  }, SCENARIO_MS);
 });
 
 // ── the pieces, without a server ───────────────────────────────────────────

@@ -12,6 +12,7 @@ import { FREE, HOLDING, MAX_DEFAULT_BATCH_WORKERS, WAITERS, WAITING, defaultBatc
 import { COLLECT_EVERY_CHARS, collect, collections, worked } from "../src/batches/worker/garbage";
 import { chatReq, createBatch, expectExactlyOnce, pollUntil, readResults, waitBatch } from "./helpers/batches";
 import { startTestServer, type TestServer } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 describe("the default number of batch Workers", () => {
   test("one per usable core, at most 8, at least 1", () => {
@@ -155,5 +156,5 @@ describe("a batch run by more Workers than turns", () => {
     expect(done.status).toBe("completed");
     expect(done.request_counts).toEqual({ total: ids.length, completed: ids.length, failed: 0 });
     expectExactlyOnce(ids, await readResults(client, done.output_file_id), await readResults(client, done.error_file_id));
-  }, 180_000);
+  }, SCENARIO_MS);
 });

@@ -10,6 +10,7 @@ import type OpenAI from "openai";
 import { uploadBatchFile, waitBatch } from "./helpers/batches";
 import { chatLine, startTestServer, type TestServer } from "./helpers/server";
 import { runCli, type CliRun as Run } from "./helpers/cli";
+import { SCENARIO_MS } from "./helpers/wait";
 
 
 let t: TestServer;
@@ -109,7 +110,7 @@ describe("the CLI's --window", () => {
     expect(old.completion_window).toBe("2d");
     const dflt = JSON.parse((await cli(["batches", "create", fileId])).stdout);
     expect(dflt.completion_window).toBe("24h");
-  }, 30_000);
+  }, SCENARIO_MS);
 
   test("a bad --window is a usage error (exit 2) before anything is uploaded or created", async () => {
     const before = await batchCount();
@@ -130,7 +131,7 @@ describe("the CLI's --window", () => {
     }
     expect(await batchCount()).toBe(before);
     expect(await inputs()).toBe(files);
-  }, 30_000);
+  }, SCENARIO_MS);
 
   test("batch run --window 1h: the batch has that window and completes", async () => {
     const input = join(work, "run.jsonl");
@@ -140,5 +141,5 @@ describe("the CLI's --window", () => {
     const id = /^(batch_[0-9A-Za-z]{24}) completed/.exec(r.stdout)?.[1];
     const b = (await (await t.api(`/batches/${id}`)).json()) as any;
     expect({ window: b.completion_window, expiresIn: b.expires_at - b.created_at, status: b.status }).toEqual({ window: "1h", expiresIn: 3600, status: "completed" });
-  }, 30_000);
+  }, SCENARIO_MS);
 });

@@ -29,6 +29,7 @@ import { defaultBatchWorkers, usableCores } from "../src/batches/turns";
 import { chatReq, createBatch, pollUntil, readResults, waitBatch } from "./helpers/batches";
 import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { startTestServer, type TestServer } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 const dir = mkdtempSync(join(tmpdir(), "offpeak-yield-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -179,5 +180,5 @@ for (const workers of workerCounts)
       const ended = await waitBatch(a, big.batch.id, undefined, 30_000);
       expect((ended.request_counts?.completed ?? 0) + (ended.request_counts?.failed ?? 0)).toBe(64 * (workers + 1));
       expect(Math.max(...[...fake.counts.values()])).toBe(1);
-    }, 90_000);
+    }, SCENARIO_MS);
   });

@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
 import { ADMIN_KEY, chatLine } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 /** Response.json() typed loosely, for assertions. */
 const json = (res: Response): Promise<any> => res.json();
@@ -65,7 +66,7 @@ beforeAll(async () => {
   copyFileSync(built, binary);
   chmodSync(binary, 0o755);
   rmSync(buildDir, { recursive: true, force: true });
-}, 120_000);
+}, SCENARIO_MS);
 
 afterAll(async () => {
   if (proc && proc.exitCode === null && proc.signalCode === null) {
@@ -156,7 +157,7 @@ test("the executable runs alone in an empty folder: upload, validate, download b
   proc.kill("SIGTERM");
   const code = await Promise.race([proc.exited, Bun.sleep(10_000).then(() => "still running after 10 s")]);
   expect(code).toBe(0);
-}, 60_000);
+}, SCENARIO_MS);
 
 test("with front threads (server.http_threads): the executable's front Workers answer chat completions and relay the rest; SIGTERM → 0", async () => {
   const upstream = Bun.serve({
@@ -207,4 +208,4 @@ test("with front threads (server.http_threads): the executable's front Workers a
     if (p.exitCode === null) p.kill("SIGKILL");
     upstream.stop(true);
   }
-}, 60_000);
+}, SCENARIO_MS);

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { chatLine, startTestServer, type TestServer } from "./helpers/server";
 import { closedPort } from "./helpers/fakeUpstream";
 import { formatDuration, Progress, renderBar, renderPlain } from "../src/cli/progress";
+import { SCENARIO_MS } from "./helpers/wait";
 
 const ROOT = join(import.meta.dir, "..");
 const MAIN = join(ROOT, "src/main.ts");
@@ -288,7 +289,7 @@ describe("--timeout", () => {
     const r = await cli(["batches", "wait", "batch_x", "--interval", "0.05", "--timeout", "1"], { OFFPEAK_BASE_URL: `http://127.0.0.1:${port}/v1` });
     expectCode(r, 2);
     expect(r.stderr).toMatch(/cannot reach offpeak/);
-  }, 15_000);
+  }, SCENARIO_MS);
 
   test("batch run checks --timeout before uploading: a bad value leaves no file and no batch behind", async () => {
     const input = writeLines("typo.jsonl", ids(3, "ty").map((id) => chatLine(id)));
@@ -535,7 +536,7 @@ describe("resuming a batch (SPEC §19)", () => {
     expectCode(resumed, 0);
     expect(parseLines(readFileSync(out, "utf8"))).toHaveLength(1500);
     expect(resumed.stderr).toContain("(1,500 lines)");
-  }, 30_000);
+  }, SCENARIO_MS);
 
   test("Ctrl-C during batch run: exit 130, the batch keeps running, and the command it prints resumes it", async () => {
     const input = writeLines("resume-int.jsonl", ids(3000, "ri").map((id) => chatLine(id)));
@@ -572,7 +573,7 @@ describe("resuming a batch (SPEC §19)", () => {
     expectCode(resumed, 0);
     expect(parseLines(readFileSync(out, "utf8"))).toHaveLength(3000);
     expect(existsSync(errs)).toBe(false);
-  }, 40_000);
+  }, SCENARIO_MS);
 
   test("inside the checkout the CLI's own hints say npx offpeak (package.json bin), as typed there", async () => {
     const r = await cli(["batches", "get"], {}, ROOT);

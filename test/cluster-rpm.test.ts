@@ -21,6 +21,7 @@ import type { Membership } from "../src/nodes/membership";
 import { pollUntil, sleep } from "./helpers/batches";
 import { ChildServer, killChildren } from "./helpers/child";
 import { startPostgres } from "./helpers/postgres";
+import { SCENARIO_MS } from "./helpers/wait";
 
 const WINDOW_S = 5;
 const WINDOW_MS = WINDOW_S * 1000;
@@ -47,7 +48,7 @@ beforeAll(async () => {
   // Every node has seen the other two (block sizes are shares of the live nodes; what is admitted must not depend on it).
   const live = async (n: ChildServer) => (((await (await n.api("/status")).json()) as { nodes: { live: boolean }[] }).nodes ?? []).filter((x) => x.live).length;
   await pollUntil(() => Promise.all(nodes.map(live)), (all) => all.every((c) => c === 3), 15_000, 100, "three live nodes");
-}, 90_000);
+}, SCENARIO_MS);
 
 afterAll(async () => {
   await Promise.all(nodes.map((n) => n.stop("SIGKILL", 5000)));

@@ -18,6 +18,7 @@ import { ChildServer, childEnv } from "./helpers/child";
 import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { startPostgres } from "./helpers/postgres";
 import { s3Storage } from "./helpers/s3";
+import { SCENARIO_MS } from "./helpers/wait";
 
 /** The model's max_concurrency: the cluster's total, shared by the three nodes. */
 const LIMIT = 48;
@@ -48,7 +49,7 @@ beforeAll(async () => {
   nodeEnv = { ...storage.env, OFFPEAK_BATCH_WORKERS: "1", OFFPEAK_BATCH_LEASE_MS: String(LEASE_MS), OFFPEAK_BATCH_RETRY_BASE_MS: "5" };
   // All three at once: the migrations are applied once, under the advisory lock.
   nodes = await Promise.all([0, 1, 2].map(startNode));
-}, 120_000);
+}, SCENARIO_MS);
 
 afterAll(async () => {
   await Promise.all(nodes.map((n) => n.stop("SIGKILL", 5000)));
@@ -176,7 +177,7 @@ describe("three nodes on one Postgres and one bucket", () => {
       console.log(`cluster: rpm 30 over three nodes: ${ok} of 90 admitted`);
       break;
     }
-  }, 150_000);
+  }, SCENARIO_MS);
 
   test("a batch created on one, polled on another, is run by all three within the cluster's max_concurrency", async () => {
     const [a, b, c] = nodes as [ChildServer, ChildServer, ChildServer];
@@ -211,7 +212,7 @@ describe("three nodes on one Postgres and one bucket", () => {
     expect(fake.stats.maxInFlight).toBeLessThanOrEqual(LIMIT);
     expect(fake.stats.maxInFlight).toBeGreaterThan(LIMIT / 3);
     expectExactlyOnce(ids, await readResults(c.client, final.output_file_id), await readResults(c.client, final.error_file_id));
-  }, 120_000);
+  }, SCENARIO_MS);
 
   test("a node killed mid-batch: the others take its shards over and the output is exact", async () => {
     const [a, b, c] = nodes as [ChildServer, ChildServer, ChildServer];
@@ -246,7 +247,7 @@ describe("three nodes on one Postgres and one bucket", () => {
     const perNodeRate = 9000 / ((Date.now() - startedAt) / 1000) / 3;
     console.log(`cluster: node killed; batch completed ${(tookMs / 1000).toFixed(1)} s later (lease ${LEASE_MS / 1000} s); ${resent} request(s) sent twice (bound ${Math.ceil(LIMIT / 3 + 1.5 * perNodeRate)})`);
     expect(resent).toBeLessThanOrEqual(Math.ceil(LIMIT / 3 + 1.5 * perNodeRate));
-  }, 180_000);
+  }, SCENARIO_MS);
 
   test("a node stopped with SIGTERM mid-batch: its shard goes on elsewhere and nothing is sent twice", async () => {
     const [a, , c] = nodes as [ChildServer, ChildServer, ChildServer];
@@ -260,5 +261,5 @@ describe("three nodes on one Postgres and one bucket", () => {
     expect(final.request_counts).toEqual({ total: 9000, completed: 9000, failed: 0 });
     expectExactlyOnce(ids, await readResults(a.client, final.output_file_id), await readResults(a.client, final.error_file_id));
     expect([...fake.counts.values()].filter((n) => n > 1).length).toBe(0);
-  }, 180_000);
+  }, SCENARIO_MS);
 });

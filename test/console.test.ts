@@ -11,6 +11,7 @@ import { configWriter } from "./helpers/inference";
 import { startFakeUpstream } from "./helpers/fakeUpstream";
 import { upstreamLines, writeUpstreamConfig } from "./helpers/outage";
 import { ADMIN_KEY, chatLine, startTestServer, type TestServer } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 const CHROMIUM = process.env.OFFPEAK_CHROMIUM || "/usr/bin/chromium";
 const HAVE_CHROMIUM = existsSync(CHROMIUM);
@@ -410,7 +411,7 @@ suite("web console in chromium", () => {
       await fake.stop();
       upCfg.cleanup();
     }
-  }, 60_000);
+  }, SCENARIO_MS);
 
   test("a confirmation dialog closes when the page changes (a link, the back button), and nothing is done", async () => {
     const secret = await t.createKey({ name: "kept by navigation" });

@@ -11,6 +11,7 @@ import { join, relative } from "node:path";
 import { chatReq, createBatch, pollUntil, waitBatch } from "./helpers/batches";
 import { ChildServer, childEnv, killChildren } from "./helpers/child";
 import { configWriter } from "./helpers/inference";
+import { SCENARIO_MS } from "./helpers/wait";
 
 const MAIN = join(import.meta.dir, "..", "src", "main.ts");
 const cfg = configWriter("offpeak-modes-");
@@ -96,7 +97,7 @@ describe("file modes in the data directory", () => {
 
     expect(await server.stop("SIGTERM")).toBe(0);
     expect(tooOpen(walk(dataDir))).toEqual([]);
-  }, 60_000);
+  }, SCENARIO_MS);
 
   test("a data directory left open by an older version is tightened at start (serve and keys), with a log line", async () => {
     const dataDir = join(root, "old", "data");
@@ -126,5 +127,5 @@ describe("file modes in the data directory", () => {
     expect(created.length).toBeGreaterThan(0);
     expect(tooOpen(created)).toEqual([]);
     expect(await again.stop("SIGTERM")).toBe(0);
-  }, 60_000);
+  }, SCENARIO_MS);
 });

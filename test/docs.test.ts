@@ -11,6 +11,7 @@ import { existsSync } from "node:fs";
 import { chromium, type Browser } from "playwright-core";
 import { buildApp } from "../src/app";
 import { startTestServer, type TestServer } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 const CHROMIUM = process.env.OFFPEAK_CHROMIUM || "/usr/bin/chromium";
 const HAVE_CHROMIUM = existsSync(CHROMIUM);
@@ -24,7 +25,7 @@ beforeAll(async () => {
   t = await startTestServer();
   // From source the pages are bundled on the first request: not part of any test's timing.
   expect((await fetch(`${t.url}/docs`)).status).toBe(200);
-}, 30_000);
+}, SCENARIO_MS);
 
 afterAll(async () => {
   await t?.stop();
@@ -122,7 +123,7 @@ if (!HAVE_CHROMIUM) {
   let browser: Browser;
   beforeAll(async () => {
     browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
-  }, 30_000);
+  }, SCENARIO_MS);
   afterAll(async () => {
     await browser?.close();
   });
@@ -179,5 +180,5 @@ if (!HAVE_CHROMIUM) {
     } finally {
       await ctx.close();
     }
-  }, 30_000);
+  }, SCENARIO_MS);
 });

@@ -26,6 +26,7 @@ import { basename, dirname, join, resolve } from "node:path";
 import { chatReq, pollUntil } from "./helpers/batches";
 import { missingPrerequisite } from "./helpers/ci";
 import { ADMIN_KEY, SERVE_READY } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 const ROOT = resolve(import.meta.dir, "..");
 const MAIN = join(ROOT, "src", "main.ts");
@@ -352,7 +353,7 @@ describe.skipIf(!STRACE)("flush order, seen by strace", () => {
     batchId = ((await created.json()) as { id: string }).id;
     await pollUntil(async () => ((await (await s.api(`/batches/${batchId}`)).json()) as { status: string }).status, (st) => st === "completed", 60_000, 20);
     await s.stop();
-  }, 120_000);
+  }, SCENARIO_MS);
 
   test("upload: fdatasync(temp) → rename → fsync(files/) → WAL write → fdatasync(WAL) → answer", () => {
     const sys = parseTrace(tracePath);

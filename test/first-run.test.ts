@@ -10,6 +10,7 @@ import { reachableOrigin, startBanner, type BannerInfo } from "../src/banner";
 import { forProgram, programName, shellWord } from "../src/cli/program";
 import { byteColumn, findJsonSyntaxError, firstInvalidUtf8, invalidJsonMessage } from "../src/jsonl/jsonError";
 import { BatchFileValidator } from "../src/jsonl/batchFileValidator";
+import { SCENARIO_MS } from "./helpers/wait";
 
 const ROOT = join(import.meta.dir, "..");
 const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8"));
@@ -63,7 +64,7 @@ describe("package.json bin: the CLI from a clone", () => {
     const usage = await run(["npx", "offpeak", "batches", "get"], join(ROOT, "src"));
     expect(usage.code).toBe(2);
     expect(usage.stderr).toContain("usage: npx offpeak batches get BATCH_ID");
-  }, 30_000);
+  }, SCENARIO_MS);
 });
 
 describe("install scripts: allowScripts covers each package that has one (npm install warns about none)", () => {

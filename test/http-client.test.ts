@@ -8,7 +8,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import type { Socket, TCPSocketListener } from "bun";
 import { gzipSync } from "node:zlib";
 import type { CallAbort } from "../src/inference/upstream/deadline";
-import { canUseOwnClient, postOwn as postOwnAbort, UpstreamConnectionError } from "../src/inference/upstream/httpClient";
+import { canUseOwnClient, idleConnections, postOwn as postOwnAbort, reuseWithin, UpstreamConnectionError } from "../src/inference/upstream/httpClient";
 
 /** The client listens to a CallAbort (a Deadline in offpeak); the tests abort through signals. */
 function abortOfSignal(signal: AbortSignal): CallAbort {
@@ -33,6 +33,7 @@ import { chatReq, createBatch, readResults, waitBatch } from "./helpers/batches"
 import { ConfigError, resolveConfig } from "../src/config";
 import { rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { SCENARIO_MS, waitFor } from "./helpers/wait";
 
 interface Received {
   head: string;
@@ -284,19 +285,70 @@ describe("framing", () => {
 });
 
 describe("failures", () => {
-  test("a kept connection the upstream closed before the next request: that request goes on a new connection, once", async () => {
+  // A kept connection the engine closes (the rule is at the top of
+  // httpClient.ts): each case below has the engine close at a chosen point,
+  // and waits for what the client has seen, never for a timer.
+  test("a kept connection whose close the client has seen is not reused: the next request goes on a new connection", async () => {
     const up = scripted((r, s) => {
       s.write(ok(`{"conn":${r.conn}}`));
-      // The first connection is closed by the upstream after its answer (as an idle timeout would).
-      if (r.conn === 1) setTimeout(() => s.end(), 5);
+      // The first connection is closed by the upstream right after its answer (as an idle timeout would).
+      if (r.conn === 1) s.end();
     });
     expect(await (await postOwn(up.url, null, '{"n":1}', never())).json()).toEqual({ conn: 1 });
-    await Bun.sleep(30);
+    // The client has seen the close once the connection left its pool.
+    await waitFor(() => up.closed() === 1 && idleConnections(up.url) === 0, "the client to drop the closed connection");
     expect(await (await postOwn(up.url, null, '{"n":2}', never())).json()).toEqual({ conn: 2 });
     expect(up.received.map((r) => [r.conn, r.body.toString()])).toEqual([
       [1, '{"n":1}'],
       [2, '{"n":2}'],
     ]);
+  });
+
+  test("a kept connection the engine closes as the next request arrives, unread: that request fails (UpstreamConnectionError), is not sent again, and the call after it gets a new connection", async () => {
+    let conns = 0;
+    const seen: string[] = [];
+    const server = Bun.listen<{ id: number; served: number }>({
+      hostname: "127.0.0.1",
+      port: 0,
+      socket: {
+        open(s) {
+          s.data = { id: ++conns, served: 0 };
+        },
+        data(s, d) {
+          // The second request on the first connection: closed at its first bytes, not read.
+          if (s.data.id === 1 && s.data.served === 1) return void s.terminate();
+          seen.push(`${s.data.id}:${d.toString("latin1").split("\r\n\r\n")[1]}`);
+          s.data.served++;
+          s.write(ok(`{"conn":${s.data.id}}`));
+        },
+      },
+    });
+    servers.push(server as unknown as TCPSocketListener<ConnState>);
+    const url = `http://127.0.0.1:${server.port}/v1/chat/completions`;
+    expect(await (await postOwn(url, null, '{"n":1}', never())).json()).toEqual({ conn: 1 });
+    expect(idleConnections(url)).toBe(1);
+    const err = await postOwn(url, null, '{"n":2}', never()).catch((e) => e);
+    expect(err).toBeInstanceOf(UpstreamConnectionError);
+    expect(conns).toBe(1); // no second connection was opened for it: not sent again
+    expect(await (await postOwn(url, null, '{"n":3}', never())).json()).toEqual({ conn: 2 });
+    expect(seen).toEqual(['1:{"n":1}', '2:{"n":3}']);
+  });
+
+  test("Keep-Alive: timeout=N from the engine: its connection is reused only within N-1 s (and never when N <= 1)", async () => {
+    expect(reuseWithin("timeout=5, max=100")).toBe(2_000); // capped at the client's own limit
+    expect(reuseWithin("timeout=2")).toBe(1_000);
+    expect(reuseWithin('max=3, timeout="1"')).toBe(0);
+    expect(reuseWithin("max=3")).toBe(2_000);
+    const up = scripted((r, s) => {
+      const hint = r.body.toString() === "short" ? "timeout=1" : "timeout=2";
+      s.write(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nkeep-alive: ${hint}\r\ncontent-length: ${`{"conn":${r.conn}}`.length}\r\n\r\n{"conn":${r.conn}}`);
+    });
+    expect(await (await postOwn(up.url, null, "a", never())).json()).toEqual({ conn: 1 });
+    expect(await (await postOwn(up.url, null, "b", never())).json()).toEqual({ conn: 1 }); // within a second: reused
+    await Bun.sleep(1_100); // past timeout=2 less a second (a wait that can only be longer, never shorter)
+    expect(await (await postOwn(up.url, null, "short", never())).json()).toEqual({ conn: 2 });
+    expect(idleConnections(up.url)).toBe(0); // timeout=1: not kept at all
+    expect(await (await postOwn(up.url, null, "c", never())).json()).toEqual({ conn: 3 });
   });
 
   test("a request the upstream read on a kept connection and dropped unanswered is not sent again (SPEC §17)", async () => {
@@ -517,7 +569,7 @@ describe("malformed answers are refused as llhttp refuses them: no resend, no le
     await expect(postOwn(up.url, null, "{}", never())).rejects.toThrow(/within 5000 ms/);
     expect(Date.now() - t0).toBeLessThan(30_000);
     expect(up.received.length).toBe(1);
-  }, 40_000);
+  }, SCENARIO_MS);
 
   test("well-formed neighbours still pass: obs-text and tabs in values, chunk extensions, Content-Length 0", async () => {
     const up = scripted((r, s) => {

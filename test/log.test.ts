@@ -13,6 +13,7 @@ import { pathOf } from "../src/http/path";
 import { ConfigError, resolveConfig } from "../src/config";
 import { freshDataDir } from "./helpers/server";
 import { pollUntil } from "./helpers/batches";
+import { SCENARIO_MS } from "./helpers/wait";
 
 const ROOT = join(import.meta.dir, "..");
 const MAIN = join(ROOT, "src/main.ts");
@@ -87,7 +88,7 @@ describe("request log through a real server process", () => {
       await proc.exited;
       rmSync(dataDir, { recursive: true, force: true });
     }
-  }, 30_000);
+  }, SCENARIO_MS);
 });
 
 describe("a log reader that does not read", () => {
@@ -126,7 +127,7 @@ describe("a log reader that does not read", () => {
       await proc.exited;
       rmSync(dataDir, { recursive: true, force: true });
     }
-  }, 30_000);
+  }, SCENARIO_MS);
 });
 
 describe("crash paths", () => {

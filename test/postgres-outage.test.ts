@@ -22,6 +22,7 @@ import { s3Storage } from "./helpers/s3";
 import { SQL } from "bun";
 import { DrizzleQueryError } from "drizzle-orm";
 import { databaseUnavailable, DatabaseUnavailable } from "../src/db/unavailable";
+import { SCENARIO_MS } from "./helpers/wait";
 
 const N = 4000;
 const WORKERS = 4;
@@ -46,7 +47,7 @@ beforeAll(async () => {
   fake = await startFakeUpstream({ models: ["fake-chat"], latencyMs: LATENCY_MS });
   configPath = join(tmp, "config.json");
   writeFileSync(configPath, JSON.stringify({ upstreams: [{ name: "fake", base_url: fake.baseUrl, models: ["fake-chat"], max_concurrency: CONCURRENCY }] }));
-}, 120_000);
+}, SCENARIO_MS);
 
 afterAll(async () => {
   await killChildren();
@@ -165,7 +166,7 @@ describe("Postgres restarts mid-batch", () => {
     expect(node.proc.exitCode).toBeNull();
     if (process.env.OFFPEAK_TEST_VERBOSE)
       console.error({ atStop, atResume, probes: probes.length, maxProbeMs: Math.max(...probes.map((p) => p.ms)), resent: fake.stats.requests - N }, node.stderr.split("\n").filter((l) => !l.includes('"request"')).join("\n"));
-  }, 60_000);
+  }, SCENARIO_MS);
 
   test("every call during the outage answered 503 database_unavailable with retry-after, within a few seconds", () => {
     expect(probes.length).toBeGreaterThanOrEqual(5);
@@ -264,14 +265,14 @@ describe("two nodes, Postgres away longer than their lease", () => {
       expect(n.proc.exitCode).toBeNull();
       expect(await n.stop("SIGTERM")).toBe(0);
     }
-  }, 60_000);
+  }, SCENARIO_MS);
 });
 
 describe("Postgres down when a node starts", () => {
   test("the node waits for it, says so, and comes up once it starts", async () => {
     await pg.halt();
     const t0 = Date.now();
-    const starting = start({}, 30_000);
+    const starting = start({}, SCENARIO_MS);
     await sleep(2500);
     await pg.resume();
     const node = await starting;
@@ -281,7 +282,7 @@ describe("Postgres down when a node starts", () => {
     const res = await node.api("/batches?limit=1");
     expect(res.status).toBe(200);
     expect(await node.stop("SIGTERM")).toBe(0);
-  }, 45_000);
+  }, SCENARIO_MS);
 
   test("past database.start_wait_s it exits with a clear message", async () => {
     await pg.halt();
@@ -299,5 +300,5 @@ describe("Postgres down when a node starts", () => {
     } finally {
       await pg.resume();
     }
-  }, 30_000);
+  }, SCENARIO_MS);
 });

@@ -30,6 +30,7 @@ import {
   type ScriptedUpstream,
 } from "./helpers/inference";
 import { freshDataDir, startTestServer, testDatabaseArgs, type TestServer } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 /** The echo model's speed here: LONG takes ≈10 s to stream, SHORT ≈2 s. */
 const TOKENS_PER_SECOND = 20;
@@ -222,7 +223,7 @@ describe("a cluster: two nodes on one Postgres", () => {
         ChildServer.start({ dataDir: freshDataDir(), args: ["--config", config, "--database-url", dbUrl], env: { OFFPEAK_NODE_NAME: `rev-node-${i}` }, startMs: 60_000 }),
       ),
     );
-  }, 120_000);
+  }, SCENARIO_MS);
   afterAll(async () => {
     await Promise.all(nodes.map((n) => n.stop("SIGKILL", 5000)));
   });

@@ -11,6 +11,7 @@ import { isPublic } from "../src/auth/publicRoutes";
 import { pathOf, routable } from "../src/http/path";
 import { Elysia } from "elysia";
 import { ADMIN_KEY, chatLine, startTestServer, storedBlobs, uploadRaw, type TestServer } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 let t: TestServer;
 let port: number;
@@ -148,7 +149,7 @@ describe("no key, hostile targets: never 2xx, nothing changes", () => {
     }
     expect(leaks).toEqual([]);
     expect(await snapshot()).toBe(before);
-  }, 120_000);
+  }, SCENARIO_MS);
 });
 
 describe("a key without the route's scope, hostile targets: never 2xx, nothing changes", () => {
@@ -171,7 +172,7 @@ describe("a key without the route's scope, hostile targets: never 2xx, nothing c
     }
     expect(leaks).toEqual([]);
     expect(await snapshot()).toBe(before);
-  }, 120_000);
+  }, SCENARIO_MS);
 
   test("the admin key still gets through the plain form (the test can tell a pass from a refusal)", async () => {
     const res = await request("GET", "/api/v1/keys", `127.0.0.1:${port}`, { authorization: `Bearer ${ADMIN_KEY}` }, "");

@@ -8,6 +8,7 @@ import { chatReq, createBatch, pollUntil } from "./helpers/batches";
 import { closedPort } from "./helpers/fakeUpstream";
 import { configWriter, json } from "./helpers/inference";
 import { startTestServer, type TestServer } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 const cfg = configWriter("offpeak-status-visibility-");
 const NODE_NAME = "status-secret-host";
@@ -41,7 +42,7 @@ afterAll(async () => {
   for (const id of batchIds) await t?.api(`/batches/${id}/cancel`, { method: "POST" });
   await t?.stop();
   cfg.cleanup();
-}, 30_000);
+}, SCENARIO_MS);
 
 /** Batches not yet ended: which of validating/in_progress a batch is in changes as the runner takes them. */
 const active = (b: { validating: number; in_progress: number; finalizing: number }) => b.validating + b.in_progress + b.finalizing;

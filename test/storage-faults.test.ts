@@ -25,6 +25,7 @@ import { parseMetrics, writeUpstreamConfig } from "./helpers/outage";
 import { startPostgres } from "./helpers/postgres";
 import { sharedS3, type TestS3 } from "./helpers/s3";
 import { ADMIN_KEY, startTestServer, type TestServer } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 /** A few percent of each fault, as real S3 has them now and then (more than real S3, so that a short test meets every kind). */
 const SHARES = { internalError: 0.05, slowDown: 0.03, reset: 0.02, resetMidBody: 0.05 };
@@ -54,7 +55,7 @@ beforeAll(async () => {
     argv: ["--config", cfg.path, "--storage-url", `s3://${s3.bucket}/${prefix}`],
     env: { ...proxy.env, OFFPEAK_BATCH_WORKERS: "2", OFFPEAK_BATCH_RETRY_BASE_MS: "10" },
   });
-}, 60_000);
+}, SCENARIO_MS);
 
 afterAll(async () => {
   await t?.stop();
@@ -123,7 +124,7 @@ describe("a bucket answering a few percent 500 / 503 / resets", () => {
     const stored = await s3.client.file(`${prefix}/${file.id}`).text();
     expect(stored === input).toBe(true);
     expect(s3.pendingUploads()).toEqual([]);
-  }, 60_000);
+  }, SCENARIO_MS);
 
   test("a batch of 5,000 lines ends exact, and every line went upstream exactly once", async () => {
     const client = t.sdk();
@@ -149,7 +150,7 @@ describe("a bucket answering a few percent 500 / 503 / resets", () => {
     const resent = ids.filter((id) => fake.counts.get(contentOf(id)) !== 1);
     expect({ resent: resent.length, first: resent.slice(0, 5).map((id) => [id, fake.counts.get(contentOf(id)) ?? 0]) }).toEqual({ resent: 0, first: [] });
     expect(fake.stats.requests).toBe(LINES);
-  }, 120_000);
+  }, SCENARIO_MS);
 
   test("downloads through the node carry Content-Length (and Content-Range), whole and ranged, plain and composed", async () => {
     const inBytes = Buffer.from(input);
@@ -189,7 +190,7 @@ describe("a bucket answering a few percent 500 / 503 / resets", () => {
       expectLength(r, 500);
       expect(r.body.equals(inBytes.subarray(start, start + 500))).toBe(true);
     }
-  }, 60_000);
+  }, SCENARIO_MS);
 
   test("faults of all five kinds were injected, and /metrics counts the retries (HTTP thread and Workers)", async () => {
     console.log(`fault proxy: ${proxy.stats.requests} bucket calls, ${proxy.faults()} faults`, JSON.stringify(proxy.stats.faults), JSON.stringify(proxy.stats.byOp));
@@ -274,7 +275,7 @@ describe("every kind of bucket call, each failing its first try", () => {
       proxy.plan = null;
       rmSync(dir, { recursive: true, force: true });
     }
-  }, 60_000);
+  }, SCENARIO_MS);
 });
 
 describe("a shard run that fails anyway (the bucket gone for longer than the retries)", () => {
@@ -343,7 +344,7 @@ describe("a shard run that fails anyway (the bucket gone for longer than the ret
       proxy.plan = null;
       rmSync(dir, { recursive: true, force: true });
     }
-  }, 60_000);
+  }, SCENARIO_MS);
 });
 
 describe("checkpoint segments are removed last first, only this run's and earlier ones", () => {
@@ -401,7 +402,7 @@ describe("checkpoint segments are removed last first, only this run's and earlie
       proxy.plan = null;
       rmSync(dir, { recursive: true, force: true });
     }
-  }, 30_000);
+  }, SCENARIO_MS);
 });
 
 describe("two nodes on one Postgres, their bucket behind the same faults", () => {
@@ -421,7 +422,7 @@ describe("two nodes on one Postgres, their bucket behind the same faults", () =>
     const args = ["--config", cfg, "--database-url", db, "--storage-url", `s3://${s3.bucket}/${prefix}-cluster`];
     const env = { ...proxy.env, OFFPEAK_BATCH_WORKERS: "1", OFFPEAK_BATCH_RETRY_BASE_MS: "10", OFFPEAK_LOG_LEVEL: "error" };
     nodes = await Promise.all([0, 1].map((i) => ChildServer.start({ dataDir: join(dir, `node-${i}`), args, env: { ...env, OFFPEAK_NODE_NAME: `faults-${i}` }, startMs: 60_000 })));
-  }, 120_000);
+  }, SCENARIO_MS);
 
   afterAll(async () => {
     await Promise.all(nodes.map((n) => n.stop("SIGTERM", 5000)));
@@ -462,5 +463,5 @@ describe("two nodes on one Postgres, their bucket behind the same faults", () =>
     );
     console.log(`two nodes: retries ${JSON.stringify(retries)}; fault proxy so far: ${proxy.stats.requests} calls, ${JSON.stringify(proxy.stats.faults)}`);
     expect(retries[0]! + retries[1]!).toBeGreaterThan(0);
-  }, 120_000);
+  }, SCENARIO_MS);
 });

@@ -11,6 +11,7 @@ import { ChildServer, killChildren } from "./helpers/child";
 import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { readStatus, upstreamLines, writeUpstreamConfig, type StatusView } from "./helpers/outage";
 import { testServeArgs } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 const NAME = "outage-k";
 const N = 1500;
@@ -78,7 +79,7 @@ test("SIGKILL during an outage, restart while the engine is still away, engine b
   expect(done.status).toBe("completed");
   expect(err.map((l) => `${l.custom_id}: ${l.response?.status_code ?? l.error?.code}`).slice(0, 10)).toEqual([]);
   expect(done.request_counts).toEqual({ total: N, completed: N, failed: 0 });
-}, 90_000);
+}, SCENARIO_MS);
 
 test("at the kill the batch was partway, with no failed line", () => {
   expect(killed).toBeDefined();

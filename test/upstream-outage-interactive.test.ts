@@ -15,6 +15,7 @@ import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { expectError } from "./helpers/inference";
 import { readStatus, scrapeMetrics, stateChanges, upGauge, writeUpstreamConfig, type Samples } from "./helpers/outage";
 import { startTestServer, type TestServer } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 const NAME = "outage-i";
 /** How long a client waits before it calls a request hung. */
@@ -97,7 +98,7 @@ describe("interactive requests and an upstream that goes down", () => {
     expect({ status: e.status, type: e.type, code: e.code }).toEqual({ status: 503, type: "server_error", code: "upstream_unavailable" });
     expect(e.headers.get("retry-after")).toMatch(/^\d+$/);
     expect(fake.stats.requests - sent).toBe(0);
-  }, 30_000);
+  }, SCENARIO_MS);
 
   test("while down: GET /status is degraded with {name, healthy:false, since, last_error}; /metrics has it down and the change counted", async () => {
     const s = await readStatus(t.api, NAME);
@@ -129,5 +130,5 @@ describe("interactive requests and an upstream that goes down", () => {
     expect(fake.stats.probes).toBeGreaterThan(0);
     const r = await client.chat.completions.create({ model: "fake-chat", messages: [{ role: "user", content: "back" }] });
     expect(r.choices[0]!.message.content).toBe("back");
-  }, 50_000);
+  }, SCENARIO_MS);
 });

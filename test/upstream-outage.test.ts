@@ -10,6 +10,7 @@ import { createBatch, expectExactlyOnce, expectLineShape, pollUntil, readResults
 import { atRandom, plans, startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { readStatus, scrapeMetrics, stateChanges, upGauge, upstreamLine, upstreamLines, writeUpstreamConfig, type Samples, type StatusView } from "./helpers/outage";
 import { startTestServer, type TestServer } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 /** max_concurrency of every upstream here. */
 const C = 16;
@@ -91,7 +92,7 @@ describe("a batch across a 3 s outage (engine stopped, then restarted on the sam
       expectLineShape(l);
       if (l.response!.body.choices[0].message.content !== contents.get(l.custom_id)) throw new Error(`wrong body for ${l.custom_id}`);
     }
-  }, 60_000);
+  }, SCENARIO_MS);
 
   test("no line failed while the engine was away: the batch was still in progress, failed 0", () => {
     expect(atReturn).toBeDefined();
@@ -170,7 +171,7 @@ describe("answers about the request itself (engine up)", () => {
     expect(done.request_counts).toEqual({ total: N + 2, completed: N, failed: 2 });
     expectExactlyOnce([...ids, "poison", "bad"], out, err);
     expect(err.map((l) => l.custom_id).sort()).toEqual(["bad", "poison"]);
-  }, 40_000);
+  }, SCENARIO_MS);
 
   test("the poison line was retried, at most max_attempts times, and its error line keeps the 500 answer", () => {
     expect(done).toBeDefined();
@@ -248,7 +249,7 @@ describe("an engine answering 503 to 30% of attempts", () => {
       if (sent !== failsInARow(c) + 1) wrong.push(`${id}: sent ${sent}, first success at attempt ${failsInARow(c) + 1}`);
     }
     expect(wrong.slice(0, 10)).toEqual([]);
-  }, 60_000);
+  }, SCENARIO_MS);
 });
 
 // At 5087e36 this sent 96 requests in the phase (old code 186): a line past
@@ -294,7 +295,7 @@ describe("a 3 s phase of 429 with retry-after: 1", () => {
     expect(inPhase).toBeGreaterThan(0);
     expect(done.status).toBe("completed");
     expect(done.request_counts).toEqual({ total: N, completed: N, failed: 0 });
-  }, 60_000);
+  }, SCENARIO_MS);
 });
 
 // ── server C: one "h" of completion_window lasts 4 s ───────────────────────
@@ -335,5 +336,5 @@ describe("an outage longer than the window", () => {
       codes.set(code, (codes.get(code) ?? 0) + 1);
     }
     expect(Object.fromEntries(codes)).toEqual({ batch_expired: err.length });
-  }, 40_000);
+  }, SCENARIO_MS);
 });

@@ -13,6 +13,7 @@ import { eq } from "drizzle-orm";
 import { pgMigrations, sqliteMigrations, type Migration } from "../src/db/migrations.gen";
 import type { AppContext } from "../src/context";
 import { WebhookSender } from "../src/webhooks/sender";
+import { SCENARIO_MS } from "./helpers/wait";
 
 interface Received {
   body: string;
@@ -299,7 +300,7 @@ test("an event's created_at is in Unix seconds; delivery gives up 72 h after it 
     await s.stop();
     r3.stop();
   }
-}, 30_000);
+}, SCENARIO_MS);
 
 test("a migration turns the created_at of events stored in ms (before it) into seconds, and leaves those in seconds", async () => {
   // The data-only migration that does it (found by what it does, not by its name).

@@ -3,6 +3,7 @@
 // exactly-once contract of SPEC §5.
 import { expect } from "bun:test";
 import OpenAI, { toFile } from "openai";
+import { pollUntil as poll } from "./wait";
 
 export const FINAL = ["completed", "failed", "expired", "cancelled"];
 
@@ -38,18 +39,14 @@ export const BATCH_KEYS = [
 export const BATCH_ID = /^batch_[0-9A-Za-z]{24}$/;
 export const BATCH_REQ_ID = /^batch_req_[0-9A-Za-z]{24}$/;
 
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+export { sleep } from "./wait";
 
-/** Polls `get` until `done(value)` holds; throws with the last value after `timeoutMs`. */
-export async function pollUntil<T>(get: () => Promise<T>, done: (v: T) => boolean, timeoutMs = 20_000, everyMs = 50, what = "condition"): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: T;
-  for (;;) {
-    last = await get();
-    if (done(last)) return last;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}; last value: ${JSON.stringify(last).slice(0, 2000)}`);
-    await sleep(everyMs);
-  }
+/**
+ * Polls `get` until `done(value)` holds; fails after `stallMs` in which the
+ * value did not change at all (./wait.ts: progress, not the clock).
+ */
+export function pollUntil<T>(get: () => Promise<T>, done: (v: T) => boolean, stallMs = 20_000, everyMs = 50, what = "condition", progress?: (v: T) => unknown): Promise<T> {
+  return poll(get, done, { stallMs, everyMs, what, progress });
 }
 
 /** A chat line; `text` is what the echo model (and the fake upstream) send back. */
@@ -77,13 +74,18 @@ export async function createBatch(client: OpenAI, lines: string[], opts: { endpo
   return { file, batch };
 }
 
-export function waitBatch(client: OpenAI, id: string, statuses: string[] = FINAL, timeoutMs = 30_000) {
+/**
+ * Polls a batch until its status is one of `statuses`; fails when neither
+ * its status nor its request counts moved for `stallMs`.
+ */
+export function waitBatch(client: OpenAI, id: string, statuses: string[] = FINAL, stallMs = 30_000) {
   return pollUntil(
     () => client.batches.retrieve(id),
     (b) => statuses.includes(b.status),
-    timeoutMs,
+    stallMs,
     50,
     `batch ${id} to reach ${statuses.join("|")}`,
+    (b) => [b.status, b.request_counts],
   );
 }
 

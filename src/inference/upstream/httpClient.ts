@@ -20,9 +20,25 @@
 // The caller's signal aborts the call (the connection is closed, not
 // reused). Strict, as SPEC §17 asks: heads and chunked framing are judged
 // as llhttp (Node's parser) judges them (a refused answer is an
-// UpstreamProtocolError), and a request is sent again on a new connection
-// only if not one byte of it was written on the old one. Backpressure: a
-// streamed body pauses the socket while the reader is behind.
+// UpstreamProtocolError). Backpressure: a streamed body pauses the socket
+// while the reader is behind.
+//
+// A kept connection the engine closes. Engines close idle connections
+// (uvicorn, under vLLM, after 5 s; llama.cpp's server after 5 s too). The
+// rule, decided so that no request runs twice at an engine:
+//   - a connection whose close this client has seen is never used again;
+//   - a connection is reused only while idle for less than IDLE_MS, and less
+//     than the engine's own `Keep-Alive: timeout=N` less a second when it
+//     sends one: well before the engine would close it;
+//   - a request is sent again on a new connection only if not one byte of it
+//     was written on the old one (Bun refused the write: the socket was
+//     already gone);
+//   - once a byte is written, a close before any byte of answer is an
+//     UpstreamConnectionError, never a resend here: the engine may have read
+//     the request and be running it (an engine that closes as the request
+//     arrives, unread, looks the same from this side). The batch engine
+//     retries the line as it retries any failed attempt; an interactive
+//     client gets a 502.
 //
 // Each thread has its own connections: a batch Worker's calls run on that
 // Worker's event loop, as the main thread's do on its own.
@@ -106,6 +122,12 @@ class Origin {
 const targets = new Map<string, Target>();
 const origins = new Map<string, Origin>();
 
+/** How many idle connections to the host and port of `url` are kept for reuse now (for /metrics-style reading and the tests). */
+export function idleConnections(url: string): number {
+  const u = new URL(url);
+  return origins.get(`${u.hostname}:${Number(u.port || 80)}`)?.idle.length ?? 0;
+}
+
 function targetOf(url: string, apiKey: string | null): Target {
   // The key is part of the cached head: the same for every call of one upstream and path.
   const key = apiKey ? url + "\n" + apiKey : url;
@@ -157,6 +179,8 @@ class Conn {
   socket: Socket<Conn> | null = null;
   ex: Exchange | null = null;
   idleSince = 0;
+  /** How long it may stay idle and still be reused: IDLE_MS, or less when the engine said `Keep-Alive: timeout=N`. */
+  reuseWithinMs = IDLE_MS;
   closed = false;
   constructor(readonly origin: Origin) {}
 
@@ -203,7 +227,7 @@ function takeIdle(origin: Origin): Conn | null {
   for (;;) {
     const conn = origin.idle.pop();
     if (!conn) return null;
-    if (!conn.closed && now - conn.idleSince < IDLE_MS) return conn;
+    if (!conn.closed && now - conn.idleSince < conn.reuseWithinMs) return conn;
     conn.close();
   }
 }
@@ -212,9 +236,19 @@ function release(conn: Conn): void {
   conn.ex = null;
   if (conn.closed) return;
   const idle = conn.origin.idle;
-  if (idle.length >= MAX_IDLE) return conn.close();
+  if (idle.length >= MAX_IDLE || conn.reuseWithinMs <= 0) return conn.close();
   conn.idleSince = performance.now();
   idle.push(conn);
+}
+
+/**
+ * How long a connection may be reused after an answer with `Keep-Alive:
+ * <value>`: a second less than the engine's `timeout=N` (its clock and ours
+ * start a little apart), at most IDLE_MS; IDLE_MS when the value names no timeout.
+ */
+export function reuseWithin(value: string): number {
+  const m = /(?:^|[\s,;])timeout\s*=\s*"?(\d{1,9})/i.exec(value);
+  return m ? Math.max(0, Math.min(IDLE_MS, Number(m[1]) * 1000 - 1000)) : IDLE_MS;
 }
 
 /** Buffer's own decoders (Node's and Bun's, untyped in @types/node): a range as text with no view made of it. */
@@ -360,6 +394,8 @@ class Exchange implements AbortListener {
   private remaining = 0;
   private line = "";
   private keepAlive = true;
+  /** From this answer's `Keep-Alive` header, if any: how long its connection may be reused (Conn.reuseWithinMs). */
+  private reuseWithinMs = IDLE_MS;
   private answered = false;
   private gotBytes = false;
   private retried = false;
@@ -582,7 +618,8 @@ class Exchange implements AbortListener {
         if (v.includes("close")) this.keepAlive = false;
         else if (v.includes("keep-alive")) this.keepAlive = true;
       } else if (isName(buf, nameFrom, i, "content-encoding")) encoding = (buf as SliceBuffer).latin1Slice(from, to).toLowerCase();
-      else if (!isName(buf, nameFrom, i, "keep-alive")) kept.push(nameFrom, i, from, to);
+      else if (isName(buf, nameFrom, i, "keep-alive")) this.reuseWithinMs = reuseWithin((buf as SliceBuffer).latin1Slice(from, to));
+      else kept.push(nameFrom, i, from, to);
     }
     if (chunked && length >= 0) throw new Error("upstream sent both Content-Length and Transfer-Encoding");
     if (encoding && encoding !== "identity" && encoding !== "gzip" && encoding !== "deflate")
@@ -657,6 +694,7 @@ class Exchange implements AbortListener {
     }
     if (!conn) return;
     conn.socket?.resume();
+    conn.reuseWithinMs = this.reuseWithinMs;
     if (this.keepAlive && !this.unwritten) release(conn);
     else {
       conn.ex = null;
