@@ -12,7 +12,7 @@ import { chatReq, createBatch, expectExactlyOnce, pollUntil, readResults, waitBa
 import { ChildServer, killChildren } from "./helpers/child";
 import { inShare, plans, startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { testServeArgs } from "./helpers/server";
-import { SCENARIO_MS } from "./helpers/wait";
+import { needs, SCENARIO_MS } from "./helpers/wait";
 
 const WORKERS = 2;
 /** The upstream's max_concurrency: no more requests than this are in flight at once. */
@@ -118,7 +118,7 @@ describe("SIGKILL mid-batch, then restart", () => {
   }, SCENARIO_MS);
 
   test("every custom_id exactly once across output and error files; completed + failed = total", () => {
-    expect(done).toBeDefined();
+    needs(done, "the killed server's batch completes after a restart on the same data dir");
     expectExactlyOnce(ids, out, err);
     expect(done.request_counts).toEqual({ total: N, completed: out.length, failed: err.length });
     expect(err).toEqual([]);
@@ -129,7 +129,7 @@ describe("SIGKILL mid-batch, then restart", () => {
   });
 
   test("no request reached the upstream more than twice, and only the ones in flight at the kill twice", () => {
-    expect(done).toBeDefined();
+    needs(done, "the killed server's batch completes after a restart on the same data dir");
     let twice = 0;
     for (const [id, c] of contents) {
       const sent = fake.counts.get(c) ?? 0;
@@ -144,7 +144,7 @@ describe("SIGKILL mid-batch, then restart", () => {
   });
 
   test("usage and cost after the restart still equal the sums over the output lines", () => {
-    expect(done).toBeDefined();
+    needs(done, "the killed server's batch completes after a restart on the same data dir");
     expectUsageAndCost(done, out);
   });
 });
@@ -198,20 +198,20 @@ describe("SIGTERM mid-batch, then restart", () => {
   }, SCENARIO_MS);
 
   test("request_counts never go back after the restart", () => {
-    expect(done).toBeDefined();
+    needs(done, "SIGTERM → exit 0 within 10 s; a restart completes the batch");
     expect(afterRestart.length).toBeGreaterThan(0);
     const lowest = Math.min(...afterRestart.map((c) => c.done));
     expect({ beforeStop, lowestAfterRestart: lowest }).toEqual({ beforeStop, lowestAfterRestart: Math.max(lowest, beforeStop) });
   });
 
   test("every custom_id exactly once; completed + failed = total", () => {
-    expect(done).toBeDefined();
+    needs(done, "SIGTERM → exit 0 within 10 s; a restart completes the batch");
     expectExactlyOnce(ids, out, err);
     expect(done.request_counts).toEqual({ total: N, completed: out.length, failed: err.length });
   });
 
   test("a clean stop sends nothing twice: each request reached the upstream only as often as its failure plan needs", () => {
-    expect(done).toBeDefined();
+    needs(done, "SIGTERM → exit 0 within 10 s; a restart completes the batch");
     const over: string[] = [];
     for (const [id, c] of contents) {
       const sent = fake.counts.get(c) ?? 0;
@@ -222,13 +222,13 @@ describe("SIGTERM mid-batch, then restart", () => {
   });
 
   test("requests that failed once (retryable 500) in flight at SIGTERM are retried, not reported as failed", () => {
-    expect(done).toBeDefined();
+    needs(done, "SIGTERM → exit 0 within 10 s; a restart completes the batch");
     expect(err.map((l) => `${l.custom_id}: ${l.response?.status_code ?? l.error?.code}`)).toEqual([]);
     expect(out.length).toBe(N);
   });
 
   test("usage and cost after the restart still equal the sums over the output lines", () => {
-    expect(done).toBeDefined();
+    needs(done, "SIGTERM → exit 0 within 10 s; a restart completes the batch");
     expectUsageAndCost(done, out);
   });
 });

@@ -25,7 +25,7 @@ import { parseMetrics, writeUpstreamConfig } from "./helpers/outage";
 import { startPostgres } from "./helpers/postgres";
 import { sharedS3, type TestS3 } from "./helpers/s3";
 import { ADMIN_KEY, startTestServer, type TestServer } from "./helpers/server";
-import { SCENARIO_MS } from "./helpers/wait";
+import { needs, SCENARIO_MS } from "./helpers/wait";
 
 /** A few percent of each fault, as real S3 has them now and then (more than real S3, so that a short test meets every kind). */
 const SHARES = { internalError: 0.05, slowDown: 0.03, reset: 0.02, resetMidBody: 0.05 };
@@ -127,6 +127,7 @@ describe("a bucket answering a few percent 500 / 503 / resets", () => {
   }, SCENARIO_MS);
 
   test("a batch of 5,000 lines ends exact, and every line went upstream exactly once", async () => {
+    needs(fileId, "an upload (multipart) completes and reads back exact, with every multipart call failing its first try");
     const client = t.sdk();
     // Beyond the shares: every PUT (the Workers' checkpoints and part
     // objects: the HTTP thread uploads nothing meanwhile) and every listing
@@ -153,6 +154,8 @@ describe("a bucket answering a few percent 500 / 503 / resets", () => {
   }, SCENARIO_MS);
 
   test("downloads through the node carry Content-Length (and Content-Range), whole and ranged, plain and composed", async () => {
+    needs(fileId, "an upload (multipart) completes and reads back exact, with every multipart call failing its first try");
+    needs(batch?.output_file_id, "a batch of 5,000 lines ends exact, and every line went upstream exactly once");
     const inBytes = Buffer.from(input);
     // The input file: over the in-memory size (read through a spool file).
     const whole = await rawGet(t.base, `/files/${fileId}/content`);
