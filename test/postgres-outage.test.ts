@@ -297,7 +297,7 @@ describe("Postgres down when a node starts", () => {
     await pg.halt();
     try {
       const t0 = Date.now();
-      const err = await start({ OFFPEAK_DATABASE_START_WAIT_S: "1" }, 15_000).then(
+      const err = await start({ OFFPEAK_DATABASE_START_WAIT_S: "1" }, 60_000).then(
         () => null,
         (e: Error) => e,
       );
@@ -305,7 +305,9 @@ describe("Postgres down when a node starts", () => {
       expect(err?.message).toContain("could not reach the database");
       expect(err?.message).toContain("within 1 s");
       expect(err?.message).not.toMatch(/\n\s+at /); // no stack
-      expect(Date.now() - t0).toBeLessThan(10_000);
+      // It gave up after its 1 s, not after the default wait (300 s): a bound far from both, so that
+      // a slow machine's start-up time does not decide the test.
+      expect(Date.now() - t0).toBeLessThan(60_000);
     } finally {
       await pg.resume();
     }

@@ -43,7 +43,7 @@ export interface ChildOptions {
   args?: string[];
   /** More environment (on top of childEnv()). */
   env?: Record<string, string>;
-  /** How long to wait for the banner's "API base" line (default 20 s). */
+  /** How long to wait for the banner's "API base" line while the server prints nothing (default 20 s). */
   startMs?: number;
 }
 
@@ -80,6 +80,8 @@ export class ChildServer {
       opts.startMs ?? 20_000,
       25,
       "the server to listen",
+      // Anything it prints (a migration, "waiting for the database") is progress: only silence counts.
+      () => c.stdout.length + c.stderr.length,
     );
     c.url = m![1]!;
     c.client = new OpenAI({ apiKey: ADMIN_KEY, baseURL: `${c.url}/api/v1`, maxRetries: 0 });
