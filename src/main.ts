@@ -6,6 +6,7 @@
 // First: `serve` may re-execute itself before the rest loads (allocator.ts says why).
 import "./allocator";
 import { CLIENT_COMMANDS, CliError, forProgram } from "./cli";
+import { listenForInterrupt } from "./cli/interrupt";
 import { ConfigError, KEYS_FLAGS, resolveConfig, serverFlags } from "./config";
 import { commandWords } from "./flags";
 import { existsSync } from "node:fs";
@@ -55,6 +56,7 @@ async function main(argv: string[]): Promise<number> {
   const command = words[0]?.value ?? "serve";
   const client = Object.hasOwn(CLIENT_COMMANDS, command) ? CLIENT_COMMANDS[command] : undefined;
   if (client) {
+    listenForInterrupt(); // now, not when a step first has something to say (src/cli/interrupt.ts)
     // Everything after the command word goes to the client, which parses its own flags.
     const at = words[0]!.index;
     return client([...argv.slice(at + 1), ...argv.slice(0, at)]);

@@ -538,6 +538,26 @@ describe("resuming a batch (SPEC §19)", () => {
     expect(resumed.stderr).toContain("(1,500 lines)");
   }, SCENARIO_MS);
 
+  test("Ctrl-C at the first thing batch run prints (the upload): the CLI's own handler exits 130, not the signal's default action", async () => {
+    // Bun installs a SIGINT handler a loop turn after process.on(): one set
+    // only when a step has something to say leaves a window in which Ctrl-C
+    // kills the process silently. The listener is there from the start.
+    const input = writeLines("early-int.jsonl", ids(3000, "ei").map((id) => chatLine(id)));
+    const proc = Bun.spawn([process.execPath, MAIN, "batch", "run", input, "--out", join(work, "early-int.out.jsonl"), "--interval", "0.05"], {
+      cwd: work,
+      env: cleanEnv({ OFFPEAK_BASE_URL: t.base, OFFPEAK_API_KEY: t.admin }),
+      stdout: "pipe",
+      stderr: "pipe",
+      stdin: "ignore",
+    });
+    const reader = proc.stderr.getReader();
+    await reader.read(); // its first bytes on stderr
+    proc.kill("SIGINT");
+    expect(await proc.exited).toBe(130);
+    expect(proc.signalCode).toBeNull();
+    reader.releaseLock();
+  }, SCENARIO_MS);
+
   test("Ctrl-C during batch run: exit 130, the batch keeps running, and the command it prints resumes it", async () => {
     const input = writeLines("resume-int.jsonl", ids(3000, "ri").map((id) => chatLine(id)));
     const out = join(work, "resume-int.out.jsonl");
@@ -557,6 +577,7 @@ describe("resuming a batch (SPEC §19)", () => {
     while (!/^created batch_/m.test(stderr) && Date.now() < deadline) await Bun.sleep(20);
     proc.kill("SIGINT");
     expect(await proc.exited).toBe(130);
+    expect(proc.signalCode).toBeNull(); // its own handler exited, not the signal's default action
     await reading;
     // On a loaded machine the 3,000 echo lines may be done before the signal
     // lands: then it interrupts the download, which says so and prints the

@@ -6,6 +6,7 @@ import { printJson, table, timeText } from "./format";
 import { Client, type Batch, type List } from "./http";
 import { clockTime, formatDuration, Progress, waitingNote } from "./progress";
 import { prog } from "./program";
+import { onInterrupt } from "./interrupt";
 import { checkWritable, downloadResults, stillRunningHint, type ResultPaths } from "./results";
 
 export const FINAL_STATES = ["completed", "failed", "expired", "cancelled"];
@@ -242,13 +243,13 @@ export async function waitForBatch(client: Client, id: string, { intervalMs, tim
     const c = b.request_counts;
     progress.update({ label: b.status, done: c.completed + c.failed, total: c.total || null, failed: c.failed, unit: "lines", eta: b.estimated_completion_at ?? null, note: waitingNote(b.status_details) });
   };
-  const onInterrupt = () => {
+  const interrupted = () => {
     progress.finishLine();
     // Written at once (process.exit drops what a pipe has not taken yet): the resume command is the point.
     writeSync(2, `\ninterrupted: batch ${id} keeps running on the server\n${stillRunningHint(id, results)}`);
     process.exit(130);
   };
-  process.on("SIGINT", onInterrupt);
+  const restore = onInterrupt(interrupted);
   let lastOk = Date.now();
   let warned = false;
   let last: Batch | null = null;
@@ -292,7 +293,7 @@ export async function waitForBatch(client: Client, id: string, { intervalMs, tim
       await sleep(Math.min(intervalMs, Math.max(0, giveUpAt - Date.now())));
     }
   } finally {
-    process.off("SIGINT", onInterrupt);
+    restore();
   }
 }
 

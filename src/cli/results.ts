@@ -6,6 +6,7 @@ import { dirname } from "node:path";
 import { usageError } from "./args";
 import type { Batch, Client } from "./http";
 import { prog, shellWord } from "./program";
+import { onInterrupt } from "./interrupt";
 import type { Progress } from "./progress";
 
 /** Where a batch's results go; null: not downloaded. */
@@ -39,14 +40,14 @@ export async function downloadResults(client: Client, b: Batch, paths: ResultPat
   if (b.status === "failed") return "";
   // Ctrl-C here: the batch has ended, and the same command downloads it again.
   let current: string | null = null;
-  const onInterrupt = () => {
+  const interrupted = () => {
     progress.finishLine();
     if (current) rmSync(`${current}.part`, { force: true });
     // Written at once (process.exit drops what a pipe has not taken yet).
     writeSync(2, `\ninterrupted: the download of batch ${b.id}'s results stopped (the batch is ${b.status})\n  to download them: ${waitCommand(b.id, paths)}\n`);
     process.exit(130);
   };
-  process.on("SIGINT", onInterrupt);
+  const restore = onInterrupt(interrupted);
   const download = async (fileId: string, path: string, label: string) => {
     current = path;
     await client.download(fileId, path, (done, total) => progress.update({ label, done, total, unit: "B" }));
@@ -55,7 +56,7 @@ export async function downloadResults(client: Client, b: Batch, paths: ResultPat
   try {
     return await downloadAll(b, paths, download);
   } finally {
-    process.off("SIGINT", onInterrupt);
+    restore();
   }
 }
 
