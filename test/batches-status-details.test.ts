@@ -338,6 +338,77 @@ describe("queued", () => {
   }, SCENARIO_MS);
 });
 
+describe("a batch whose only line is in flight at the engine, beside a batch whose lines wait for slots", () => {
+  // Two Workers, two slots: H's one line holds a slot at the engine for
+  // seconds while O's many lines queue for the other. H is not moving, and
+  // another batch on the model is, with lines waiting: but none of H's lines
+  // waits, so H is running, not queued — and its record must not switch
+  // between queued and null while nothing about it changes.
+  let own: TestServer;
+  let ownFake: FakeUpstream;
+  let ownCleanup: () => void;
+  const HANG_MS = 8000;
+  beforeAll(async () => {
+    ownFake = await startFakeUpstream({ models: ["fake-chat"], latencyMs: (content) => (content.startsWith("hang") ? HANG_MS : 40) });
+    const cfg = writeUpstreamConfig("offpeak-status-hang-", { name: NAME, base_url: ownFake.baseUrl, models: ["fake-chat"], max_concurrency: 2 });
+    ownCleanup = cfg.cleanup;
+    own = await startTestServer({ argv: ["--config", cfg.path], env: { OFFPEAK_BATCH_WORKERS: "2" } });
+  });
+  afterAll(async () => {
+    await own?.stop();
+    await ownFake?.stop();
+    ownCleanup?.();
+  });
+
+  test("its status_details stays null all along (no queued, no flapping), and it sends no event while nothing changes", async () => {
+    const c = own.sdk();
+    const { batch: h } = await createBatch(c, upstreamLines("hang", 1).text);
+    await pollUntil(async () => ownFake.stats.inFlight, (n) => n >= 1, 20_000, 20, "H's line at the engine");
+    const { batch: o } = await createBatch(c, upstreamLines("other", 400).text);
+    // H's event stream from now on: each event is a record that changed.
+    const ctrl = new AbortController();
+    const events: any[] = [];
+    const following = (async () => {
+      const res = await fetch(`${own.base}/batches/${h.id}/events`, { headers: { authorization: `Bearer ${own.admin}` }, signal: ctrl.signal });
+      const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        buf += value;
+        for (let i = buf.indexOf("\n\n"); i >= 0; i = buf.indexOf("\n\n")) {
+          const data = buf.slice(0, i).split("\n").find((l) => l.startsWith("data: "));
+          buf = buf.slice(i + 2);
+          if (data) events.push(JSON.parse(data.slice(6)));
+        }
+      }
+    })().catch(() => {});
+    const reads: any[] = [];
+    // While H's line is at the engine and O's lines wait for the other slot.
+    await pollUntil(
+      async () => {
+        const [hb, ob] = await Promise.all([c.batches.retrieve(h.id), c.batches.retrieve(o.id)]);
+        reads.push({ h: (hb as any).status_details, hDone: hb.request_counts!.completed, o: ob.request_counts!.completed });
+        return hb;
+      },
+      (hb) => hb.request_counts!.completed === 1 || isFinal(hb),
+      HANG_MS * 3,
+      100,
+      "H's line to be answered",
+    );
+    ctrl.abort();
+    await following;
+    const whileHanging = reads.filter((r) => r.hDone === 0);
+    // O moved meanwhile (so a batch on the model was moving, with lines waiting), over more than the 2 s that make H "not moving".
+    expect(whileHanging.length).toBeGreaterThan(20);
+    expect(whileHanging.at(-1)!.o).toBeGreaterThan(whileHanging[0]!.o);
+    expect(whileHanging.filter((r) => r.h !== null).map((r) => r.h)).toEqual([]);
+    const withDetails = events.filter((e) => e.status_details != null).map((e) => e.status_details.code);
+    expect(withDetails).toEqual([]);
+    await waitBatch(c, o.id, undefined, 60_000);
+  }, SCENARIO_MS);
+});
+
 // ── the pieces, without a server ───────────────────────────────────────────
 
 describe("deciding and estimating", () => {

@@ -11,7 +11,7 @@ import { ChildServer, killChildren } from "./helpers/child";
 import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { readStatus, upstreamLines, writeUpstreamConfig, type StatusView } from "./helpers/outage";
 import { testServeArgs } from "./helpers/server";
-import { SCENARIO_MS } from "./helpers/wait";
+import { needs, SCENARIO_MS } from "./helpers/wait";
 
 const NAME = "outage-k";
 const N = 1500;
@@ -63,9 +63,8 @@ test("SIGKILL during an outage, restart while the engine is still away, engine b
 
   const second = await start(dataDir);
   try {
-    // The restarted server finds the engine still away.
-    await sleep(1500);
-    restartedWhileDown = await readStatus((p) => second.api(p), NAME);
+    // The restarted server finds the engine still away (a wait for its health check, not for a time).
+    restartedWhileDown = await pollUntil(() => readStatus((p) => second.api(p), NAME), (s) => s.upstream?.healthy === false, 20_000, 50, "the restarted server to find the upstream down");
     const midway = await second.client.batches.retrieve(batch.id);
     expect({ status: midway.status, failed: midway.request_counts!.failed }).toEqual({ status: "in_progress", failed: 0 });
     await fake.up();
@@ -82,12 +81,12 @@ test("SIGKILL during an outage, restart while the engine is still away, engine b
 }, SCENARIO_MS);
 
 test("at the kill the batch was partway, with no failed line", () => {
-  expect(killed).toBeDefined();
+  needs(killed, "SIGKILL during an outage, restart while the engine is still away, engine back: the batch completes");
   expect({ status: killed.status, failed: killed.request_counts.failed, partway: killed.request_counts.completed < N }).toEqual({ status: "in_progress", failed: 0, partway: true });
 });
 
 test("every custom_id exactly once, each with its own answer; every line reached the engine", () => {
-  expect(done).toBeDefined();
+  needs(done, "SIGKILL during an outage, restart while the engine is still away, engine back: the batch completes");
   expectExactlyOnce(ids, out, err);
   for (const l of out) if (l.response!.body.choices[0].message.content !== contents.get(l.custom_id)) throw new Error(`wrong body for ${l.custom_id}`);
   const never = [...contents].filter(([, c]) => !fake.counts.has(c)).map(([id]) => id);

@@ -95,6 +95,12 @@ export class BatchQueue<W extends Keyed> {
     return true;
   }
 
+  /** Whether lines of `batch` wait here (cancelled ones aside). */
+  hasWaiting(batch: string): boolean {
+    for (const b of this.buckets.values()) for (const p of b.m.values()) if (p.m.get(batch)?.some((w) => !w.cancelled)) return true;
+    return false;
+  }
+
   /** Waiters of capped batches (whether or not they could be granted now). */
   cappedWaiting(): number {
     let c = 0;

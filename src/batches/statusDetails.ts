@@ -55,8 +55,14 @@ export type PeakHoursHook = (batch: TrackedBatch, nowMs: number) => string | nul
 export interface Signals {
   /** The model's upstream (null: a built-in model): its name, since when it is down (ms; null while up), and whether 429s hold it back. */
   upstream(model: string): { name: string; downSince: number | null; rateLimited: boolean } | null;
-  /** Batch lines for the model wait here for a scheduler slot (its concurrency is in use): "interactive" while interactive requests hold some of it, else "batches"; null when none waits. */
-  waitingForCapacity(model: string): "interactive" | "batches" | null;
+  /**
+   * Lines of batch `batchId` wait here for a scheduler slot of the model
+   * (its concurrency is in use): "interactive" while interactive requests
+   * hold some of it, else "batches"; null when none of its lines waits (its
+   * lines in flight at the engine are running, not queued, however long
+   * they take).
+   */
+  waitingForCapacity(model: string, batchId: string): "interactive" | "batches" | null;
 }
 
 /** A 429 within this long still counts as rate limited (a pause is 1 s by default: this bridges the gaps between them). */
@@ -82,9 +88,9 @@ export function signalsOf(registry: ModelRegistry, scheduler: Scheduler): Signal
       if (!info) return null;
       return { name: info.name, downSince: info.downSince, rateLimited: rateLimitedNow(registry.health.mem, m.upstreamIdx, RATE_LIMITED_MS) };
     },
-    waitingForCapacity(model) {
+    waitingForCapacity(model, batchId) {
+      if (!scheduler.batchWaiting(model, batchId)) return null;
       const s = scheduler.stats(model);
-      if (s.batchQueued === 0) return null;
       return s.inFlight > s.batchInFlight ? "interactive" : "batches";
     },
   };
@@ -110,7 +116,7 @@ export function decide(
   const peak = peakHours?.(b, nowMs);
   if (peak) return { code: "peak_hours", message: peak, sinceMs: null };
   if (!stalled || !b.model) return null;
-  const cap = s.waitingForCapacity(b.model);
+  const cap = s.waitingForCapacity(b.model, b.id);
   if (cap === "interactive") return { code: "queued", message: `waiting for capacity on model ${b.model}: interactive requests go first`, sinceMs: null };
   if (cap === "batches" && othersMoving) return { code: "queued", message: `waiting for capacity on model ${b.model} behind other batches`, sinceMs: null };
   return null;

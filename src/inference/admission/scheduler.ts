@@ -566,6 +566,11 @@ export class Scheduler {
     };
   }
 
+  /** Whether lines of batch `batchId` wait here for a slot of `modelId`. */
+  batchWaiting(modelId: string, batchId: string): boolean {
+    return this.lanes.get(modelId)?.batch.hasWaiting(batchId) ?? false;
+  }
+
   /** `batchCap`: the capped batches' slots on this node now; `clusterBatchCap`: in the whole cluster. */
   stats(modelId: string): { inFlight: number; queued: number; batchInFlight: number; batchQueued: number; batchCap: number | null; clusterBatchCap: number | null; cappedQueued: number } {
     const l = this.lanes.get(modelId);
