@@ -1,4 +1,4 @@
-// A cluster of offpeak nodes against one node (issue 12): several `serve`
+// A cluster of offpeak nodes against one node: several `serve`
 // processes on one Postgres and one S3 bucket, started as the tests start
 // them (test/cluster.test.ts: ChildServer, startPostgres().createDatabase(),
 // startS3, each node its own OFFPEAK_NODE_NAME). Three parts:

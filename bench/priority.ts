@@ -1,4 +1,4 @@
-// Off-peak priority (issue 4): while a batch saturates an upstream model,
+// Off-peak priority: while a batch saturates an upstream model,
 // interactive latency on that model may rise by at most 20% at the median.
 //
 // A loopback upstream answers every completion after a fixed latency (a

@@ -1,4 +1,4 @@
-// Does the server stall while a big batch runs and ends? (issue 11)
+// Does the server stall while a big batch runs and ends?
 //
 // A 1,000,000-line chat batch on offpeak-echo (bench/gen-batch.ts, kept out
 // of git under bench/data) runs on a child-process server with default

@@ -15,7 +15,7 @@
 // Targets: offpeak ≥ 150 MB/s, ≥ 0.6× baseline, server peak RSS ≤ 200 MB.
 // Exits non-zero only if an upload fails (not on performance figures).
 //
-// --fsync: the cost of "durable before acknowledged" (issue 11) instead:
+// --fsync: the cost of "durable before acknowledged" instead:
 // offpeak as it runs (the upload fdatasync'ed every 16 MiB while it streams,
 // then the last bytes, the rename's directory and the record's WAL commit)
 // against the same server started with OFFPEAK_UNSAFE_NO_FSYNC=1 (no flush at

@@ -1,4 +1,4 @@
-// A SIGKILL during finalize (issue 11): finalize moves the shards' part files
+// A SIGKILL during finalize: finalize moves the shards' part files
 // into the store and then writes the records in one transaction; a crash at
 // any step must leave something a restart finishes into the same correct
 // files. A child-process server runs a batch of several shards with the

@@ -1,4 +1,4 @@
-// Composed result files (issue 11): a batch's output and error files are
+// Composed result files: a batch's output and error files are
 // made of its shards' part files, in shard order, without copying a byte.
 // On a real batch with several shards (a 4 MB shard each, src/batches/
 // shards.ts, so a ≈20 MB input makes 5), GET /files/{id}/content must give

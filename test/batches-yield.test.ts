@@ -1,6 +1,6 @@
-// Urgent work reaches Workers that are mid-shard (SPEC §18; issue 24: a
-// 20-line batch of project B stayed `validating` for over 25 s while project
-// A's shards held every batch Worker).
+// Urgent work reaches Workers that are mid-shard (SPEC §18): a 20-line batch
+// of project B must not stay `validating`, nor wait to run, while project A's
+// long shards hold every batch Worker.
 //
 // - A new batch's validation starts at once, even when every Worker runs a
 //   long shard of an earlier batch: it rides along on a Worker whose shard

@@ -1,5 +1,4 @@
-// Durable before acknowledged (issue 11 item 3, docs/OPERATING.md
-// "Durability"): an answer goes out only after the flushes it depends on.
+// Durable before acknowledged (docs/OPERATING.md "Durability"): an answer goes out only after the flushes it depends on.
 //
 // Two kinds of proof, both against a child-process server:
 //

@@ -1,5 +1,4 @@
-// Fixes for the inference review (/tmp/review/inference.md items 3, 4, 5, 9),
-// each against a real offpeak server and, where an upstream is involved, a
+// Edge cases of inference, each against a real offpeak server and, where an upstream is involved, a
 // scripted OpenAI-compatible engine on 127.0.0.1:
 // - an upstream's 2xx embeddings answer that is not JSON → 502 upstream_error;
 // - offpeak-embed never returns an all-zero vector (L2-normalised, SPEC §6);
@@ -13,7 +12,7 @@ import { startTestServer, type TestServer } from "./helpers/server";
 
 let up: ScriptedUpstream;
 let t: TestServer;
-const cfg = configWriter("offpeak-review-fixes-");
+const cfg = configWriter("offpeak-edge-cases-");
 
 beforeAll(async () => {
   // A proxy error page in front of the engine: 200 text/html for embeddings.
