@@ -7,10 +7,9 @@ import { authenticate, principalIfKnown, principalOf } from "./auth/plugin";
 import { createVerifier, type Verify } from "./auth/verify";
 import type { Scope } from "./auth/scopes";
 import type { AppContext } from "./context";
-import { attached } from "./attached";
+import { assignRequestId, requestIdOf } from "./http/requestId";
 import { ApiError, databaseUnavailableError, errorResponse, schemaFailure, type SchemaValueError } from "./errors";
 import { databaseUnavailable, unavailableLogger } from "./db/unavailable";
-import { newId } from "./ids";
 import { pathOf, routable } from "./http/path";
 import { isPublic, type PublicRoute } from "./auth/publicRoutes";
 import { routeScope } from "./auth/routeScopes";
@@ -35,8 +34,6 @@ import { ENDPOINT_KINDS } from "./endpoints";
 
 export const API_BASES = ["/api/v1", "/v1"] as const;
 
-const requestIds = attached<string>("requestId");
-export const requestIdOf = (request: Request) => requestIds.get(request) ?? "req_unknown";
 
 /** The API base a path is under ("/api/v1/…" or "/v1/…", or the base itself), or null. Runs on every request: no closures. */
 function apiBaseOf(pathname: string): string | null {
@@ -90,7 +87,7 @@ export function buildHandler(
  * the 404 of an unknown route).
  */
 function openRequest(request: Request, verify: Verify, publicRoute: PublicRoute, path: string, scope?: Scope | null): void | Promise<void> {
-  requestIds.set(request, newId("req_"));
+  assignRequestId(request);
   if (publicRoute(request.method, path)) return;
   const base = apiBaseOf(path);
   const needed = scope !== undefined ? scope : base === null ? null : routeScope(request.method, path.slice(base.length));

@@ -15,7 +15,7 @@
 import { attached } from "../attached";
 import { principalIfKnown } from "../auth/plugin";
 import type { Principal } from "../auth/verify";
-import { requestIdOf } from "../app";
+import { requestIdOf } from "../http/requestId";
 
 /** A key sent where it does not belong (a path) must not reach the log. */
 export const redactPath = (p: string) => (p.length > 200 ? p.slice(0, 200) + "…" : p).replace(/sk-[A-Za-z0-9_-]+/g, "sk-[redacted]");

@@ -13,7 +13,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Server } from "bun";
-import { requestIdOf } from "../../app";
+import { requestIdOf } from "../requestId";
 import type { DirectHooks } from "../direct";
 import { principalOf } from "../../auth/plugin";
 import { streamHold } from "../../auth/revocations";

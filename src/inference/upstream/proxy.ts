@@ -6,7 +6,7 @@
 // before the first byte, a stream event by event as it arrives (a client
 // disconnect cancels the upstream request). Output tokens count against the
 // key's tpm, read the way the endpoint's module says.
-import { requestIdOf } from "../../app";
+import { requestIdOf } from "../../http/requestId";
 import { streamHold } from "../../auth/revocations";
 import type { Principal } from "../../auth/verify";
 import type { AppContext } from "../../context";

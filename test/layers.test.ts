@@ -1,0 +1,86 @@
+// The shape of the code, checked: no module imports itself back through a
+// circle of imports (a circle makes the load order decide what is defined
+// when, and ties layers together that should stand alone). Type-only
+// imports are left out: they vanish at run time.
+import { describe, expect, test } from "bun:test";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { dirname, join, relative, resolve } from "node:path";
+
+const SRC = resolve(import.meta.dir, "../src");
+
+/** Every .ts file under `dir` (the browser console's own code aside: another program, built apart). */
+function sources(dir: string, out: string[] = []): string[] {
+  for (const name of readdirSync(dir)) {
+    const p = join(dir, name);
+    if (statSync(p).isDirectory()) {
+      if (relative(SRC, p) !== join("console", "client")) sources(p, out);
+    } else if (p.endsWith(".ts")) out.push(p);
+  }
+  return out;
+}
+
+/** The relative modules `file` imports (or re-exports) at run time. */
+export function runtimeImports(file: string): string[] {
+  const text = readFileSync(file, "utf8");
+  const out: string[] = [];
+  for (const m of text.matchAll(/^(?:import|export)\s+(type\s+)?(?:[^;"']*?\sfrom\s+)?["'](\.[^"']+)["']/gm)) {
+    if (m[1]) continue;
+    let p = resolve(dirname(file), m[2]!);
+    if (!p.endsWith(".ts")) p = existsSync(`${p}.ts`) ? `${p}.ts` : join(p, "index.ts");
+    out.push(p);
+  }
+  return out;
+}
+
+/** The strongly connected components of more than one module (Tarjan): each is an import circle. */
+export function importCircles(graph: Map<string, string[]>): string[][] {
+  let next = 0;
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const circles: string[][] = [];
+  const visit = (v: string) => {
+    index.set(v, next);
+    low.set(v, next++);
+    stack.push(v);
+    onStack.add(v);
+    for (const w of graph.get(v) ?? []) {
+      if (!graph.has(w)) continue;
+      if (!index.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (onStack.has(w)) low.set(v, Math.min(low.get(v)!, index.get(w)!));
+    }
+    if (low.get(v) !== index.get(v)) return;
+    const component: string[] = [];
+    for (let w = ""; w !== v; ) {
+      w = stack.pop()!;
+      onStack.delete(w);
+      component.push(w);
+    }
+    if (component.length > 1) circles.push(component.sort());
+  };
+  for (const v of graph.keys()) if (!index.has(v)) visit(v);
+  return circles;
+}
+
+describe("imports", () => {
+  test("the circle finder finds a circle (a → b → c → a) and nothing in a line (d → e)", () => {
+    const g = new Map([
+      ["a", ["b"]],
+      ["b", ["c"]],
+      ["c", ["a", "d"]],
+      ["d", ["e"]],
+      ["e", []],
+    ]);
+    expect(importCircles(g)).toEqual([["a", "b", "c"]]);
+  });
+
+  test("no module of src/ imports itself back through other modules", () => {
+    const graph = new Map(sources(SRC).map((f) => [f, runtimeImports(f)] as const));
+    expect(graph.size).toBeGreaterThan(100);
+    const circles = importCircles(graph).map((c) => c.map((f) => relative(SRC, f)));
+    expect(circles).toEqual([]);
+  });
+});
