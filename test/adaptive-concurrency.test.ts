@@ -292,6 +292,20 @@ describe("the scheduler's side", () => {
     (await more)();
   });
 
+  test("a hold short beside the latency (60 ms in a window of 1 s answers, as under a container's CPU quota) leaves the window counted, from the first one on", async () => {
+    const m = model("auto-q", true, 256);
+    const held: Release[] = [];
+    for (let i = 0; i < 8; i++) held.push(await s.acquireBatch(m));
+    const more = s.acquireBatch(m);
+    const t0 = performance.now() + 1000;
+    // No latency known yet: the window's own (1 s) is what a hold is judged against.
+    answer(m, 40, 1000);
+    s.tickAdaptive(t0 + 1000, 60);
+    expect([s.limitOf(m), s.adaptiveState(m.id)!.latencyMs]).toEqual([12, 1000]);
+    for (const r of held) r();
+    (await more)();
+  });
+
   test("on a cluster, this node's share of max_concurrency_limit is the controller's ceiling", async () => {
     const m = model("auto-b", true, 256);
     s.setLimit(m, 5);

@@ -87,7 +87,7 @@ const MIN_SAMPLES = 32;
 const MAX_WINDOW_MS = 2000;
 /** After a change, what was measured for one mean latency (at most this) is not counted: those requests began under the old limit. */
 const MAX_SETTLE_MS = 30_000;
-/** A tick this much late (or a tenth of the latency, if more) means this process was held: the window is not counted. */
+/** A tick this much late (or a tenth of the latency, if more) means this process was held: the window is not counted (WindowMeter). */
 const STALL_MS = 10;
 
 class ModelLane {
@@ -255,8 +255,8 @@ class WindowMeter {
   private overloads: number;
   private sum = { answers: 0, held: 0, overloads: 0 };
   private binding = false;
-  /** This thread was held during the window (a tick came late). */
-  private stalled = false;
+  /** The latest a tick of this window came (ms): this thread, and so the process, was held that long. */
+  private maxLateMs = 0;
   private start: number;
   private settleUntil = 0;
 
@@ -294,23 +294,29 @@ class WindowMeter {
     this.sum.overloads += dO;
     this.binding ||= binding;
     const latency = this.ctl.latencyMs ?? 0;
-    // Held here, this process was held everywhere (a busy machine, a GC):
-    // the answers that came meanwhile were seen late, and their slots look
-    // held longer than the engine took. Such a window is not the engine's.
-    if (lateMs > Math.max(STALL_MS, latency / 10)) this.stalled = true;
+    this.maxLateMs = Math.max(this.maxLateMs, lateMs);
     const elapsed = now - this.start;
     const long = elapsed >= Math.max(MIN_WINDOW_MS, latency);
     // A 429/503 is acted on at once; otherwise a window needs its length and its answers.
     if (this.sum.overloads === 0 && !(long && (this.sum.answers >= MIN_SAMPLES || elapsed >= Math.max(MAX_WINDOW_MS, 2 * latency)))) return;
     const { answers: n, held: h, overloads: o } = this.sum;
     const wasBinding = this.binding;
-    const stalled = this.stalled;
+    const meanMs = n > 0 ? h / 10 / n : 0;
+    // Held here, this process was held everywhere (a busy machine, a GC, a
+    // container's CPU quota): the answers that came meanwhile were seen
+    // late, and their slots look held longer than the engine took. A hold of
+    // more than a tenth of the latency (the controller's, or before it knows
+    // one, this window's own) makes the window not the engine's. Judged
+    // against the latency, not a fixed time: under a CPU quota every window
+    // has holds of tens of ms, which a 1 s latency hardly notices, and a
+    // fixed bound would leave the controller at its start for good.
+    const stalled = this.maxLateMs > Math.max(STALL_MS, (this.ctl.latencyMs ?? meanMs) / 10);
     this.sum = { answers: 0, held: 0, overloads: 0 };
     this.binding = false;
-    this.stalled = false;
+    this.maxLateMs = 0;
     this.start = now;
     if ((n === 0 && o === 0) || (stalled && o === 0)) return;
-    const limit = this.ctl.update({ at: now, completions: n, latencyMs: n > 0 ? h / 10 / n : 0, overloads: o, binding: wasBinding });
+    const limit = this.ctl.update({ at: now, completions: n, latencyMs: meanMs, overloads: o, binding: wasBinding });
     if (limit !== lane.limit) {
       lane.setLimit(limit);
       this.settleUntil = now + Math.min(this.ctl.latencyMs ?? 0, MAX_SETTLE_MS);
