@@ -70,22 +70,37 @@ export class ChildServer {
 
   /** Starts a server and waits until it listens. */
   static async start(opts: ChildOptions): Promise<ChildServer> {
-    const c = new ChildServer(opts);
+    const c = ChildServer.launch(opts);
+    await c.ready();
+    return c;
+  }
+
+  /** Starts a server without waiting for it (read its output meanwhile; then ready()). */
+  static launch(opts: ChildOptions): ChildServer {
+    return new ChildServer(opts);
+  }
+
+  /** Waits until the server listens (see ChildOptions.startMs); fails if it exits first. */
+  async ready(): Promise<void> {
     const m = await pollUntil(
       async () => {
-        if (c.proc.exitCode !== null) throw new Error(`server exited with ${c.proc.exitCode}: ${c.stderr}`);
-        return SERVE_READY.exec(c.stdout);
+        if (this.proc.exitCode !== null) throw new Error(`server exited with ${this.proc.exitCode}: ${this.stderr}`);
+        return SERVE_READY.exec(this.stdout);
       },
       (m) => m !== null,
-      opts.startMs ?? 20_000,
+      this.opts.startMs ?? 20_000,
       25,
       "the server to listen",
       // Anything it prints (a migration, "waiting for the database") is progress: only silence counts.
-      () => c.stdout.length + c.stderr.length,
+      () => this.stdout.length + this.stderr.length,
     );
-    c.url = m![1]!;
-    c.client = new OpenAI({ apiKey: ADMIN_KEY, baseURL: `${c.url}/api/v1`, maxRetries: 0 });
-    return c;
+    this.url = m![1]!;
+    this.client = new OpenAI({ apiKey: ADMIN_KEY, baseURL: `${this.url}/api/v1`, maxRetries: 0 });
+  }
+
+  /** Whether it has said it listens. */
+  get listening(): boolean {
+    return SERVE_READY.test(this.stdout);
   }
 
   get base(): string {
