@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { chatReq, createBatch, pollUntil, sleep } from "./helpers/batches";
 import { closedPort, startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { startTestServer, type TestServer } from "./helpers/server";
+import { SCENARIO_MS } from "./helpers/wait";
 
 let t: TestServer;
 let up: ReturnType<typeof Bun.serve> | null = null;
@@ -33,8 +34,8 @@ describe("late-discovered upstream model", () => {
     const client = t.sdk();
     expect((await client.models.list()).data.map((m) => m.id)).toContain("late-chat");
     const { batch } = await createBatch(client, [chatReq("l-1", "hi", { model: "late-chat" })]);
-    const done = await pollUntil(() => client.batches.retrieve(batch.id), (b) => ["completed", "failed", "expired", "cancelled"].includes(b.status), 3000).catch((e) => String(e).slice(0, 200));
+    const done = await pollUntil(() => client.batches.retrieve(batch.id), (b) => ["completed", "failed", "expired", "cancelled"].includes(b.status), 20_000).catch((e) => String(e).slice(0, 200));
     expect(typeof done === "string" ? done : done.status).toBe("completed");
     await client.batches.cancel(batch.id).catch(() => {});
-  }, 8000);
+  }, SCENARIO_MS);
 });
