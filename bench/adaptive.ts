@@ -1,4 +1,4 @@
-// Adaptive concurrency (SPEC §18, max_concurrency "auto") against an engine
+// Adaptive concurrency (docs/CONTRACT.md §18, max_concurrency "auto") against an engine
 // model (test/helpers/engineModel.ts): an engine whose throughput peaks at
 // KNEE requests in flight, stays flat to CLIFF, falls past it (its "KV
 // cache" overflows) and answers 503 from 4 × KNEE.

@@ -1,4 +1,4 @@
-// A key's rpm over a cluster (SPEC §14, §17: "rpm 60 over three nodes admits
+// A key's rpm over a cluster (docs/CONTRACT.md §14, §17: "rpm 60 over three nodes admits
 // 54–66 in the minute"). Three `serve` processes on one Postgres (the test
 // harness's embedded one, test/helpers/postgres.ts; each node its own data
 // dir and OFFPEAK_NODE_NAME, as test/cluster.test.ts starts them), and per

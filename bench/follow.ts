@@ -1,4 +1,4 @@
-// Following batches (SPEC §12): three measurements, selectable by flag.
+// Following batches (docs/CONTRACT.md §12): three measurements, selectable by flag.
 //
 //   --watchers  1,000 SSE watchers (GET /batches/{id}/events) on one running
 //               1M-line offpeak-echo batch: create → completed with them vs

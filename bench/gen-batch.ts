@@ -1,4 +1,4 @@
-// Generates a realistic chat batch input file (SPEC §4/§5): N lines of
+// Generates a realistic chat batch input file (docs/CONTRACT.md §4/§5): N lines of
 // {"custom_id","method":"POST","url":"/v1/chat/completions","body":{model,
 // messages:[system,user],max_tokens}}, ≈280 bytes a line, so 1,000,000 lines
 // ≈ 280 MB. Deterministic (seeded PRNG: same N → same bytes), streamed in

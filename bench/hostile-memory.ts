@@ -1,4 +1,4 @@
-// What a hostile client costs the server (SPEC §16): its RSS (VmRSS), peak
+// What a hostile client costs the server (docs/CONTRACT.md §16): its RSS (VmRSS), peak
 // RSS (VmHWM) and threads from /proc/PID/status before and after
 //   - one 400 MB JSON POST to /v1/chat/completions, chunked;
 //   - the same with a declared Content-Length of 400 MB;

@@ -1,4 +1,4 @@
-// Upstream outages under a big batch (SPEC §11): a 100,000-line chat
+// Upstream outages under a big batch (docs/CONTRACT.md §11): a 100,000-line chat
 // batch against a loopback engine (bench/outage-engine.ts, its own process)
 // at max_concurrency 64. The engine is stopped mid-batch (connections refused,
 // as while a real engine restarts) for 30 s, and in a second run for 120 s,

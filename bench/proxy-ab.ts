@@ -3,7 +3,7 @@
 // CPU per request (all threads, /proc/PID/stat: in all and in the kernel;
 // the main thread's alone, with the share of a core it was busy; and the
 // busiest thread's, whose inverse bounds the request rate on a machine with
-// cores to spare: SPEC §20's many-core question, asked on 2 cores) and
+// cores to spare: docs/CONTRACT.md §20's many-core question, asked on 2 cores) and
 // peak RSS. For changes
 // too small for bench/chat-proxy.ts's medians to show on a noisy machine.
 // Needs wrk.

@@ -1,4 +1,4 @@
-// Upload throughput by the number of validation Workers (SPEC §20: "upload
+// Upload throughput by the number of validation Workers (docs/CONTRACT.md §20: "upload
 // and validation use the cores they are given"): a generated batch file
 // uploaded with curl as multipart (purpose=batch, every line validated) to
 // one offpeak server per Worker count (OFFPEAK_UPLOAD_VALIDATION_WORKERS),

@@ -1,4 +1,4 @@
-// Upload benchmark (SPEC §4, BENCHMARKS.md "Upload"): a generated
+// Upload benchmark (docs/CONTRACT.md §4, BENCHMARKS.md "Upload"): a generated
 // 1,000,000-line chat batch file (≈285 MB) uploaded over HTTP as multipart
 // (purpose=batch, so every line is validated) to the real server, against a
 // bare Bun.serve that streams the same multipart body to disk

@@ -1,4 +1,4 @@
-// Memory and speed per batch Worker count (SPEC §20): for each count N, a
+// Memory and speed per batch Worker count (docs/CONTRACT.md §20): for each count N, a
 // fresh child-process server with OFFPEAK_BATCH_WORKERS=N (request log and
 // fsync on, as by default)
 //   1. RSS with N idle Workers: half a second after the server answers (the

@@ -141,7 +141,7 @@ export function buildApp(ctx: AppContext, verify: Verify = createVerifier(ctx.db
       .use(docsRoutes())
       .use(apiRoutes(ctx, "/api/v1"))
       .use(apiRoutes(ctx, "/v1"))
-      // The web console (SPEC §15) at "/" and its files at "/<name>".
+      // The web console (docs/CONTRACT.md §15) at "/" and its files at "/<name>".
       .use(consoleRoutes())
   );
 }
@@ -220,7 +220,7 @@ function toErrorResponse(ctx: AppContext, code: string | number, error: unknown,
 const INFERENCE_PATH = new RegExp(`^/(?:api/)?v1(?:${ENDPOINT_KINDS.map((k) => k.path).join("|")}|/chats/[^/]+/stream)$`);
 
 /**
- * SPEC §7 puts the x-ratelimit-* headers on every inference response: an
+ * docs/CONTRACT.md §7 puts the x-ratelimit-* headers on every inference response: an
  * answer refused before admission (a bad body, an unknown model) gets the
  * key's window as it stands (nothing counted). Not on 401/403: no key yet.
  */

@@ -1,4 +1,4 @@
-// What `offpeak serve` says first, for people (SPEC §19): where the console
+// What `offpeak serve` says first, for people (docs/CONTRACT.md §19): where the console
 // is, the API base, where the data lives, and on the first start the admin
 // key, framed so that it stands out from the JSON log lines that follow (on
 // stderr). Printed on stdout once, when the server is ready.

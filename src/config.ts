@@ -53,7 +53,7 @@ const Pricing = Type.Object(
   { additionalProperties: false },
 );
 
-/** A fixed number of requests at once, or "auto": found while running, up to max_concurrency_limit (SPEC §18; src/inference/admission/adaptive.ts). */
+/** A fixed number of requests at once, or "auto": found while running, up to max_concurrency_limit (docs/CONTRACT.md §18; src/inference/admission/adaptive.ts). */
 const MaxConcurrency = Type.Union([Type.Integer({ minimum: 1 }), Type.Literal("auto")]);
 
 const UpstreamFile = Type.Object(
@@ -124,7 +124,7 @@ export const ConfigFile = Type.Object(
           max_attempts: Type.Optional(Type.Integer({ minimum: 1, maximum: 20 })),
           retry_base_ms: Type.Optional(Type.Integer({ minimum: 1 })),
           lease_ms: Type.Optional(Type.Integer({ minimum: 1000 })),
-          /** SPEC §18 off-peak hours: when batches with a window of 24h or more are held to peak_share of a model's concurrency. */
+          /** docs/CONTRACT.md §18 off-peak hours: when batches with a window of 24h or more are held to peak_share of a model's concurrency. */
           peak_hours: Type.Optional(Type.Array(Type.Object({ days: Type.String(), from: Type.String(), to: Type.String(), tz: Type.String() }, { additionalProperties: false }))),
           peak_share: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
         },
@@ -327,7 +327,7 @@ export function storageOf(url: string, env: Env): StorageConfig {
 
 /**
  * database.url → where records go: `sqlite:` (<data_dir>/offpeak.db),
- * `sqlite:PATH`, or `postgres://…` / `postgresql://…` (SPEC §14), with
+ * `sqlite:PATH`, or `postgres://…` / `postgresql://…` (docs/CONTRACT.md §14), with
  * OFFPEAK_PG_POOL connections at most (checked only for Postgres).
  */
 export function databaseOf(url: string, dataDir: string, pgPool?: string): DatabaseConfig {

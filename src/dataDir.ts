@@ -1,4 +1,4 @@
-// Least exposure on disk (SPEC §16): the data directory is 0700 and every
+// Least exposure on disk (docs/CONTRACT.md §16): the data directory is 0700 and every
 // file in it 0600. It holds webhook secrets in clear, chat messages, uploads
 // and batch outputs; another local user must read none of it.
 //

@@ -23,7 +23,7 @@ const CODES = {
   internal_error: 500,
   upstream_error: 502,
   upstream_unavailable: 503,
-  /** The database does not answer (a restart, a failover, a network cut: SPEC §17); has retry-after. */
+  /** The database does not answer (a restart, a failover, a network cut: docs/CONTRACT.md §17); has retry-after. */
   database_unavailable: 503,
   upstream_timeout: 504,
   overloaded: 529,

@@ -29,7 +29,7 @@
 //   in the log.
 // node:fs only (callback forms: on the thread pool): this module loads in every
 // batch Worker, and node:worker_threads and node:fs/promises cost each Worker
-// 0.4 and 0.2 MB more (SPEC §20; docs/OPERATING.md "Batch Workers").
+// 0.4 and 0.2 MB more (docs/CONTRACT.md §20; docs/OPERATING.md "Batch Workers").
 import { appendFileSync, close, closeSync, fdatasync, fsync, fsyncSync, open, openSync } from "node:fs";
 import { threadSettings } from "./threadSettings";
 

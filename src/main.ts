@@ -83,7 +83,7 @@ async function serve(argv: string[]): Promise<number> {
       if (stopping) return;
       stopping = true;
       server.ctx.log.info("shutting down", { signal });
-      // Hard stop if a clean shutdown hangs: SPEC §9 asks for exit within 10 s.
+      // Hard stop if a clean shutdown hangs: docs/CONTRACT.md §9 asks for exit within 10 s.
       setTimeout(() => process.exit(0), 9000).unref();
       server.stop().finally(resolve);
     };

@@ -1,7 +1,7 @@
 import { ApiError } from "./errors";
 
 /**
- * SPEC metadata: an object of at most 16 string pairs, keys ≤ 64 and values ≤ 512
+ * Metadata (docs/CONTRACT.md §5): an object of at most 16 string pairs, keys ≤ 64 and values ≤ 512
  * characters. Routes declare metadata as unknown and check it here, because a
  * TypeBox Record would silently coerce an array into an object.
  */

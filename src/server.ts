@@ -47,14 +47,14 @@ export async function startServer(
   } = {},
 ): Promise<RunningServer> {
   const log = createLogger(config.logLevel);
-  // Before anything is created in it: 0700 and 0600 from here on (SPEC §16; src/dataDir.ts).
+  // Before anything is created in it: 0700 and 0600 from here on (docs/CONTRACT.md §16; src/dataDir.ts).
   const openPaths = secureDataDir(config.dataDir, config.database);
   const listed = (tightened: boolean) => openPaths.filter((p) => p.tightened === tightened).map((p) => `${p.path} (was ${p.was})`);
   if (listed(true).length > 0) log.warn("data directory was open to other users: tightened", { paths: listed(true) });
   if (listed(false).length > 0) log.warn("data directory is open to other users and could not be tightened: chmod it yourself", { paths: listed(false) });
   // A Postgres that does not answer yet is waited for (logged at each try), up to database.start_wait_s.
   const db = await openDb(config.database, { wait: { ms: config.databaseStartWaitMs, log: (msg, fields) => log.warn(msg, fields) } });
-  // Keys revoked by other nodes or the keys CLI: their open streams here end too (SPEC §16).
+  // Keys revoked by other nodes or the keys CLI: their open streams here end too (docs/CONTRACT.md §16).
   const stopRevocations = watchRevocations(db);
   const st = config.storage;
   const store: BlobStore =
@@ -111,7 +111,7 @@ export async function startServer(
   const threads = config.httpThreads;
   // Uploads are bounded by max_file_bytes in the handler, not by Bun.serve's body size.
   const listen = () => Bun.serve({ port: config.port, hostname: config.host, maxRequestBodySize: Number.MAX_SAFE_INTEGER, idleTimeout: 255, fetch: handler.fetch });
-  // With front threads (SPEC §20) they are the listeners, on a port they
+  // With front threads (docs/CONTRACT.md §20) they are the listeners, on a port they
   // share (SO_REUSEPORT), and this thread serves only what they relay. The
   // port is bound here first, plainly, and let go: so a taken port fails as
   // it would without them (a shared one would let a second offpeak start
@@ -139,7 +139,7 @@ export async function startServer(
   const webhooks = new WebhookSender(ctx, { clock: opts.webhookClock });
   webhooks.start();
   const url = `http://${config.host}:${server.port}`;
-  // For people, on stdout, before the JSON log lines (stderr) of what follows: SPEC §19.
+  // For people, on stdout, before the JSON log lines (stderr) of what follows: docs/CONTRACT.md §19.
   if (!opts.quiet)
     process.stdout.write(
       startBanner({

@@ -3,7 +3,7 @@
 // src/batches/finalize.ts. They come from the environment, which only
 // config.ts reads: it sets the main thread's when it loads, and hands the
 // batch Workers theirs in their init message (batches/pool.ts), since a
-// Worker does not load config.ts (SPEC §20: each module a Worker loads
+// Worker does not load config.ts (docs/CONTRACT.md §20: each module a Worker loads
 // costs it memory). Until set, a thread has the defaults (flushes on).
 //
 // It imports nothing: it loads in every batch Worker.

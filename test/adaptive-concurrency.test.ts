@@ -1,4 +1,4 @@
-// Adaptive concurrency (SPEC §18, max_concurrency "auto"): the controller
+// Adaptive concurrency (docs/CONTRACT.md §18, max_concurrency "auto"): the controller
 // (src/inference/admission/adaptive.ts) against a simulated engine, window by window;
 // the scheduler that feeds it and applies its limit (interactive first
 // within it, a cluster share as its ceiling, releases that count what they

@@ -1,4 +1,4 @@
-// A batch of one shard on a model with max_concurrency "auto" (SPEC §18):
+// A batch of one shard on a model with max_concurrency "auto" (docs/CONTRACT.md §18):
 // the shard's lines in flight follow the model's limit, so the controller
 // can raise the limit past any fixed per-shard bound (64) up to
 // max_concurrency_limit while the engine's throughput still rises

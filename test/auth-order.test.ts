@@ -1,4 +1,4 @@
-// SPEC §2: a valid key without the needed scope gets 403 — before its body
+// docs/CONTRACT.md §2: a valid key without the needed scope gets 403 — before its body
 // is parsed or validated, so a bad body never turns the 403 into a 400 and
 // the refusal says nothing about what the body would have done.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";

@@ -1,4 +1,4 @@
-// SPEC §2: 401 / 403 / 404 on every files and keys route, projects as
+// docs/CONTRACT.md §2: 401 / 403 / 404 on every files and keys route, projects as
 // isolation boundaries, and how keys are made, shown, stored and revoked.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";

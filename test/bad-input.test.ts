@@ -1,4 +1,4 @@
-// SPEC §10 for files and keys: bad input gets a clear 4xx with the OpenAI
+// docs/CONTRACT.md §10 for files and keys: bad input gets a clear 4xx with the OpenAI
 // error body, and changes nothing — no file record, no bytes in files/, no
 // leftovers in tmp/.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
@@ -241,7 +241,7 @@ describe("POST /files purpose=batch: line checks", () => {
     expect(err.message).toMatch(/\bline 3\b/);
   });
 
-  test("non-JSON line → the message gives the byte column and the reason (SPEC §19)", async () => {
+  test("non-JSON line → the message gives the byte column and the reason (docs/CONTRACT.md §19)", async () => {
     // A missing comma after "method": the byte where the next key starts (after a multi-byte "é").
     const bad = '{"custom_id": "é", "method": "POST" "url": "/v1/chat/completions", "body": {"model": "offpeak-echo"}}';
     const err = await rejected(t, () => uploadRaw(t, lines(good("a"), good("b"), bad)), 400, { code: "invalid_file" });

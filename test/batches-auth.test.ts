@@ -1,4 +1,4 @@
-// SPEC §2, §3, §10 on every batch route: 401 without a valid key (also a
+// docs/CONTRACT.md §2, §3, §10 on every batch route: 401 without a valid key (also a
 // revoked key, or a key in the query string), 403 without the scope, 404 for
 // another project's batch exactly as for an unknown id, and 404 for path ids
 // full of junk.

@@ -1,4 +1,4 @@
-// Batches survive their server (SPEC §5, §9): a child-process server running
+// Batches survive their server (docs/CONTRACT.md §5, §9): a child-process server running
 // a batch against a fake upstream is killed with SIGKILL (or stopped with
 // SIGTERM) mid-batch and restarted on the same data dir; the batch must then
 // complete with every custom_id exactly once, and the fake upstream's

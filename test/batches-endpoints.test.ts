@@ -1,4 +1,4 @@
-// SPEC §13 (and §4, §5): /v1/responses and /v1/completions as batch line
+// docs/CONTRACT.md §13 (and §4, §5): /v1/responses and /v1/completions as batch line
 // urls and batch endpoints — accepted at upload, checked at batch
 // validation (a line's url must be the batch's endpoint, its model one that
 // serves it), run on offpeak-echo and on an upstream (with retries), each

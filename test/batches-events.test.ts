@@ -1,4 +1,4 @@
-// GET /batches/{id}/events (SPEC §12): the record at once, again on changes of
+// GET /batches/{id}/events (docs/CONTRACT.md §12): the record at once, again on changes of
 // status or request_counts, keep-alives, closed after the final state; one
 // reader however many watchers.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";

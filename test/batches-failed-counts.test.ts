@@ -1,4 +1,4 @@
-// final-state invariants of SPEC §5.
+// final-state invariants of docs/CONTRACT.md §5.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { chatReq, createBatch, waitBatch } from "./helpers/batches";
 import { startTestServer, type TestServer } from "./helpers/server";

@@ -44,7 +44,7 @@ describe("upstream 2xx with a non-JSON body", () => {
       }
     });
     expect({ status: done.status, bad }).toEqual({ status: done.status, bad: [] });
-    // Not an answer: the error file, response null, an error saying why (SPEC §5: only 2xx answers go to the output).
+    // Not an answer: the error file, response null, an error saying why (docs/CONTRACT.md §5: only 2xx answers go to the output).
     expect(done.output_file_id).toBeNull();
     expect(text.trim().split("\n").map((l) => JSON.parse(l))).toEqual([
       { id: expect.stringMatching(/^batch_req_/), custom_id: "r-1", response: null, error: { code: "upstream_invalid_response", message: expect.stringContaining("not JSON: OK") } },

@@ -1,4 +1,4 @@
-// GET /batches/{id}/output?kind=output|error (SPEC §12): partial results while
+// GET /batches/{id}/output?kind=output|error (docs/CONTRACT.md §12): partial results while
 // the batch runs (always a subset of the final file's lines), the final
 // files' exact bytes after it ends.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";

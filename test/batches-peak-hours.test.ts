@@ -1,4 +1,4 @@
-// Off-peak hours end to end (SPEC §18): while a batch with a window of 24h
+// Off-peak hours end to end (docs/CONTRACT.md §18): while a batch with a window of 24h
 // or more is held to the peak share, its record says so (status_details
 // peak_hours, through the API); and on a cluster the nodes share one cap:
 // two nodes on one Postgres and one bucket keep a capped batch's lines in

@@ -1,4 +1,4 @@
-// SPEC §5: request_counts move while the batch runs (updated at least every
+// docs/CONTRACT.md §5: request_counts move while the batch runs (updated at least every
 // second), also against a slow model whose requests finish in bursts: the
 // counts of a burst must show before the next request finishes.
 import { afterAll, beforeAll, expect, test } from "bun:test";

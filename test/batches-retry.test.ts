@@ -1,4 +1,4 @@
-// POST /batches/{id}/retry (SPEC §12): a new input file of the failed lines'
+// POST /batches/{id}/retry (docs/CONTRACT.md §12): a new input file of the failed lines'
 // original requests, a new batch on it, metadata.retry_of; 409s.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type OpenAI from "openai";

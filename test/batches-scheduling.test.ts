@@ -1,4 +1,4 @@
-// Batch scheduling (SPEC §18): the batch order (earliest deadline hour, then
+// Batch scheduling (docs/CONTRACT.md §18): the batch order (earliest deadline hour, then
 // projects in turn, then their batches) where shards are claimed and where
 // batch lines wait for a model's slots, and off-peak hours (a cap on batches
 // with a window of 24h or more, lifted for one that would miss its deadline).

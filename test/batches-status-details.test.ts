@@ -1,4 +1,4 @@
-// SPEC §18/§19: a running batch's record says when it should end
+// docs/CONTRACT.md §18/§19: a running batch's record says when it should end
 // (`estimated_completion_at`) and why it is not moving (`status_details`:
 // upstream_down, rate_limited, queued; peak_hours is reserved), both null
 // once it ends; the CLI's progress line and `batches get` show them. A real
@@ -85,7 +85,7 @@ async function row(id: string) {
 const FINAL = ["completed", "failed", "expired", "cancelled"];
 const isFinal = (b: any) => FINAL.includes(b.status);
 
-/** Both fields are always in the record (null, not omitted: SPEC §1). */
+/** Both fields are always in the record (null, not omitted: docs/CONTRACT.md §1). */
 function expectFields(b: any): void {
   expect(Object.hasOwn(b, "estimated_completion_at") && Object.hasOwn(b, "status_details")).toBe(true);
   if (b.status_details !== null) {

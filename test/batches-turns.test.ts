@@ -1,4 +1,4 @@
-// Batch Workers and memory (SPEC §20). The default Worker count is one per
+// Batch Workers and memory (docs/CONTRACT.md §20). The default Worker count is one per
 // usable core, at most 8. CPU work goes by turns (src/batches/turns.ts): at
 // most that many Workers parse lines at once, a Worker that waits for a turn
 // gets it when one is given back (not before), a Worker that hands its turn

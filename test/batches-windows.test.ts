@@ -1,4 +1,4 @@
-// SPEC §18: completion_window is `Nh` or `Nd` from 1h to 7d (24h the
+// docs/CONTRACT.md §18: completion_window is `Nh` or `Nd` from 1h to 7d (24h the
 // default, what OpenAI's SDKs send); anything else is a 400 naming
 // completion_window that stores nothing; expires_at = created_at + window.
 // And the CLI's --window (batches create, batch run).

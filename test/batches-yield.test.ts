@@ -1,4 +1,4 @@
-// Urgent work reaches Workers that are mid-shard (SPEC §18): a 20-line batch
+// Urgent work reaches Workers that are mid-shard (docs/CONTRACT.md §18): a 20-line batch
 // of project B must not stay `validating`, nor wait to run, while project A's
 // long shards hold every batch Worker.
 //

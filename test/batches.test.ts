@@ -1,4 +1,4 @@
-// Batches (SPEC §5): the official `openai` SDK end to end against a real
+// Batches (docs/CONTRACT.md §5): the official `openai` SDK end to end against a real
 // server — create, poll, download, exactly-once; validation failures with
 // line numbers; POST /batches errors; list pagination; cancel; expiry;
 // retries against a fake OpenAI-compatible upstream on loopback; progress.
@@ -924,7 +924,7 @@ describe("upstream failures without an HTTP answer", () => {
       client,
       ids.map((id) => chatReq(id, `to nowhere ${id}`, { model: "dead-chat" })),
     );
-    // SPEC §11: an outage is not the lines' failure. Give them time to have
+    // docs/CONTRACT.md §11: an outage is not the lines' failure. Give them time to have
     // burnt every attempt under the old rules (3 attempts, 5 ms backoff).
     await Bun.sleep(1500);
     const running = await client.batches.retrieve(batch.id);

@@ -1,4 +1,4 @@
-// SPEC §9: one compiled executable serves everything, with no node_modules,
+// docs/CONTRACT.md §9: one compiled executable serves everything, with no node_modules,
 // no source tree and no migrations folder beside it. Builds it with the same
 // `bun build --compile` command as package.json's build script (into a temp
 // dir, so the working tree is not touched), copies it ALONE into an empty
@@ -129,7 +129,7 @@ test("the executable runs alone in an empty folder: upload, validate, download b
   expect((await fetch(`${url}/api/v1/files`)).status).toBe(401);
   expect((await fetch(`${url}/docs`)).status).toBe(200);
 
-  // The web console is inside too: its page, and every script and style it names (SPEC §15).
+  // The web console is inside too: its page, and every script and style it names (docs/CONTRACT.md §15).
   const page = await fetch(`${url}/`);
   expect(page.status).toBe(200);
   expect(page.headers.get("content-type")).toMatch(/^text\/html/);

@@ -1,4 +1,4 @@
-// SPEC §6: a chat-session stream sends `: keep-alive` comments while nothing
+// docs/CONTRACT.md §6: a chat-session stream sends `: keep-alive` comments while nothing
 // else goes out, so proxies do not drop a quiet stream. The interval is
 // configured (OFFPEAK_SSE_KEEPALIVE_MS, default 15 s); here INTERVAL_MS,
 // against an upstream that sends its first chunk at once and then stays

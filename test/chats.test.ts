@@ -1,4 +1,4 @@
-// SPEC §6 chat sessions: POST /chats, GET /chats (cursor pagination),
+// docs/CONTRACT.md §6 chat sessions: POST /chats, GET /chats (cursor pagination),
 // GET /chats/{id} with messages, DELETE /chats/{id}, POST /chats/{id}/stream
 // (SSE chat.completion.chunk events ending in [DONE]; the user message and
 // the reply are stored; the whole history goes to the model on every turn;

@@ -69,7 +69,7 @@ beforeAll(async () => {
   // A slow-enough echo model (2 ms per line, 2 at a time: 8000 lines take 8 s) so a batch can be cancelled while it runs.
   const config = join(work, "config.json");
   writeFileSync(config, JSON.stringify({ models: { "offpeak-echo": { latency_ms: 2, max_concurrency: 2 } } }));
-  // The webhook test registers a loopback URL, which only an opened host may be (SPEC §16).
+  // The webhook test registers a loopback URL, which only an opened host may be (docs/CONTRACT.md §16).
   t = await startTestServer({ argv: ["--config", config], env: { OFFPEAK_BATCH_WORKERS: "2", OFFPEAK_WEBHOOK_ALLOWED_HOSTS: "127.0.0.1" } });
 });
 
@@ -493,7 +493,7 @@ function printedCommand(text: string, label: string): string {
   return line.trim().slice(label.length + 2);
 }
 
-describe("resuming a batch (SPEC §19)", () => {
+describe("resuming a batch (docs/CONTRACT.md §19)", () => {
   test("batches wait --out --errors downloads the results when the batch ends; an older errors file there is replaced", async () => {
     const lines = ids(30, "wo").map((id) => chatLine(id));
     lines.splice(4, 0, chatLine("wo-bad", "x", { n: 0 }));

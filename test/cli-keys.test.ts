@@ -1,4 +1,4 @@
-// SPEC §2 (CLI keys, bootstrap key) and §9 (signals): the real entry point
+// docs/CONTRACT.md §2 (CLI keys, bootstrap key) and §9 (signals): the real entry point
 // `bun src/main.ts`, run as a child process.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
@@ -109,7 +109,7 @@ async function waitHealthy(url: string, proc: Subprocess, stderr: () => string):
   }
 }
 
-/** Sends the signal and resolves with the exit code, or "still running" after 10 s (SPEC §9). */
+/** Sends the signal and resolves with the exit code, or "still running" after 10 s (docs/CONTRACT.md §9). */
 async function stopWith(proc: Subprocess, signal: NodeJS.Signals): Promise<number | string> {
   proc.kill(signal);
   const code = await Promise.race([proc.exited, Bun.sleep(10_000).then(() => "still running after 10 s")]);
@@ -263,7 +263,7 @@ describe("offpeak serve", () => {
     const m = await s.out.waitFor(/\bsk-op-[0-9A-Za-z]{40}\b/);
     const key = m[0];
     expect(s.out.text.match(/sk-op-[0-9A-Za-z]+/g)).toEqual([key]);
-    // SPEC §19: a banner for people says where the console, the API and the data are, and frames the key.
+    // docs/CONTRACT.md §19: a banner for people says where the console, the API and the data are, and frames the key.
     await s.out.waitFor(SERVE_READY);
     const banner = s.out.text;
     expect(banner).toMatch(new RegExp(`^\\s*Console\\s+${s.url}/\\s*$`, "m"));
@@ -347,7 +347,7 @@ describe("offpeak serve", () => {
   });
 });
 
-describe("OFFPEAK_ADMIN_KEY in GET /keys (SPEC §19)", () => {
+describe("OFFPEAK_ADMIN_KEY in GET /keys (docs/CONTRACT.md §19)", () => {
   let t: TestServer;
   beforeAll(async () => {
     t = await startTestServer();

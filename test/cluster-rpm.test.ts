@@ -1,4 +1,4 @@
-// A key's rpm/tpm over three nodes on one Postgres (SPEC §14, §17: "rpm 60
+// A key's rpm/tpm over three nodes on one Postgres (docs/CONTRACT.md §14, §17: "rpm 60
 // over three nodes admits 54–66 in the minute"), hammered evenly or not:
 // each traffic pattern gets a fresh key, made just after a window boundary,
 // and sends at twice the limit's rate through its nodes for two whole

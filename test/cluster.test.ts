@@ -1,4 +1,4 @@
-// Three nodes on one Postgres and one bucket (SPEC §14): started together
+// Three nodes on one Postgres and one bucket (docs/CONTRACT.md §14): started together
 // (migrations under a lock), they serve the API as one — keys, files and
 // batches made on one are seen on all — they share a batch's shards and a
 // model's max_concurrency, and when one is killed the others finish its

@@ -1,4 +1,4 @@
-// SPEC §13: POST /completions (legacy text completions) with the official
+// docs/CONTRACT.md §13: POST /completions (legacy text completions) with the official
 // `openai` SDK — offpeak-echo answers with the prompt's text (max_tokens,
 // stop, n, echo, prompt arrays and token ids; plain and streamed), upstream
 // models passed through (a fake engine; a scripted one for aborts and

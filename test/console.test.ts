@@ -1,4 +1,4 @@
-// The web console (SPEC §15) in a real browser: Debian's chromium driven by
+// The web console (docs/CONTRACT.md §15) in a real browser: Debian's chromium driven by
 // playwright-core against a real server on port 0. Things are found as a
 // person finds them (label, role, text), never by CSS class.
 //
@@ -93,7 +93,7 @@ suite("web console in chromium", () => {
     const config = cfg.write("console.json", {
       models: { "offpeak-echo": { latency_ms: 40, max_concurrency: 2, pricing: { input_per_million: 2, output_per_million: 6 } } },
     });
-    // The webhooks page registers a loopback URL, which only an opened host may be (SPEC §16).
+    // The webhooks page registers a loopback URL, which only an opened host may be (docs/CONTRACT.md §16).
     t = await startTestServer({ argv: ["--config", config], env: { OFFPEAK_WEBHOOK_ALLOWED_HOSTS: "127.0.0.1" } });
     browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
     // From source the bundle is made on the first request: not part of any page's timing.
@@ -229,7 +229,7 @@ suite("web console in chromium", () => {
     const alert = page.getByRole("alert");
     await alert.waitFor();
     expect(await alert.textContent()).toMatch(/Line 3\b/);
-    // Where on the line and why (SPEC §19).
+    // Where on the line and why (docs/CONTRACT.md §19).
     expect(await alert.textContent()).toContain("Line 3, column 2: not valid JSON: expected a key in double quotes, found 'not'");
     expect(await alert.textContent()).toMatch(/Fix line 3/);
     expect(await page.getByRole("button", { name: "Start batch" }).isDisabled()).toBe(true);
@@ -343,7 +343,7 @@ suite("web console in chromium", () => {
     await page.getByText("No endpoints yet.").waitFor();
   }, T);
 
-  test("a batch's page lists its first failed lines: input line, custom_id and message (SPEC §19)", async () => {
+  test("a batch's page lists its first failed lines: input line, custom_id and message (docs/CONTRACT.md §19)", async () => {
     const input = lines(12, "fl");
     input[2] = chatLine("fl-bad-3", "x", { n: 0 }); // the echo model refuses n=0
     input[8] = chatLine("fl-bad-9", "x", { n: 0 });
@@ -368,7 +368,7 @@ suite("web console in chromium", () => {
     await page.getByText("2 failed lines.").waitFor();
   }, T);
 
-  test("a batch's page shows its estimated completion, and a notice saying why it waits while its upstream is down (SPEC §18/§19)", async () => {
+  test("a batch's page shows its estimated completion, and a notice saying why it waits while its upstream is down (docs/CONTRACT.md §18/§19)", async () => {
     // A server of its own, with a real fake engine as the upstream "vllm".
     const fake = await startFakeUpstream({ models: ["fake-chat"], latencyMs: 20 });
     const upCfg = writeUpstreamConfig("offpeak-console-upstream-", { name: "vllm", base_url: fake.baseUrl, models: ["fake-chat"], max_concurrency: 4 });
@@ -488,7 +488,7 @@ suite("web console in chromium", () => {
     await page.getByText("ok", { exact: true }).first().waitFor();
   }, T);
 
-  test("status for a non-admin key (SPEC §16: a narrower /status) still shows health and models", async () => {
+  test("status for a non-admin key (docs/CONTRACT.md §16: a narrower /status) still shows health and models", async () => {
     const key = await t.createKey({ name: "status-reader", project: "status-reader", scopes: ["files:read"] });
     const page = await newPage();
     await signIn(page, key, "#/status");

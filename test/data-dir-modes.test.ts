@@ -1,4 +1,4 @@
-// SPEC §16, least exposure on disk: the data directory is created 0700 and
+// docs/CONTRACT.md §16, least exposure on disk: the data directory is created 0700 and
 // every file in it is 0600 (database, WAL, uploads, parts, outputs), whatever
 // the umask offpeak was started with; a data directory left open by an older
 // version is tightened at start, by `serve` and by `keys`. Real processes

@@ -1,4 +1,4 @@
-// /docs (SPEC §8, §16): the API reference is served wholly by the server,
+// /docs (docs/CONTRACT.md §8, §16): the API reference is served wholly by the server,
 // from files inside it, under the console's CSP, and reads the OpenAPI
 // document at /docs/json; both need no key. A real server on port 0; the
 // page itself in Debian's chromium (as test/console.test.ts) with every

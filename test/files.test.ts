@@ -1,4 +1,4 @@
-// Files API (SPEC §1, §4, §8 healthz/docs): the official `openai` SDK end to
+// Files API (docs/CONTRACT.md §1, §4, §8 healthz/docs): the official `openai` SDK end to
 // end, then the details the SDK does not reach (cursors, ranges, expiry,
 // the /v1 mount, request ids) with plain fetch.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
@@ -43,7 +43,7 @@ async function listJson(query: string, key: string = ADMIN_KEY): Promise<any> {
   return json(res);
 }
 
-/** Content-Length is the body's size, whichever storage holds the file (SPEC §17; src/storage/sized.ts). */
+/** Content-Length is the body's size, whichever storage holds the file (docs/CONTRACT.md §17; src/storage/sized.ts). */
 function expectLength(res: Response, n: string | number) {
   expect(res.headers.get("content-length")).toBe(String(n));
 }
@@ -460,7 +460,7 @@ describe("healthz, docs, request ids", () => {
     expect(ids.size).toBe(responses.length);
   });
 
-  test("unknown routes answer a 404 JSON error (to a valid key: outside the public list, no key is a 401, SPEC §16)", async () => {
+  test("unknown routes answer a 404 JSON error (to a valid key: outside the public list, no key is a 401, docs/CONTRACT.md §16)", async () => {
     const keyed = { headers: { authorization: `Bearer ${t.admin}` } };
     for (const res of [await t.api("/nope"), await fetch(`${t.url}/definitely/not/here`, keyed)]) {
       expect(res.status).toBe(404);

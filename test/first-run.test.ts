@@ -1,4 +1,4 @@
-// SPEC §19, first run: `npx offpeak …` in a clone (package.json bin and its
+// docs/CONTRACT.md §19, first run: `npx offpeak …` in a clone (package.json bin and its
 // launcher), install scripts covered by allowScripts (a clean `npm install`
 // warns about none), the start banner, the name the CLI gives itself in the
 // commands it prints, and where and why an upload's line is not JSON.

@@ -3,7 +3,7 @@
 // line, no split, no regular expression per line) and decodes a body that
 // came whole with its head straight from the packet. These are the edges that
 // rewrite touched, each answer written whole (one read: the fast path) and
-// byte by byte (the partial-head path): what llhttp refuses is refused (SPEC
+// byte by byte (the partial-head path): what llhttp refuses is refused (docs/CONTRACT.md
 // §17), what it takes is read the same as before.
 import { afterAll, describe, expect, test } from "bun:test";
 import type { TCPSocketListener } from "bun";

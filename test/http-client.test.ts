@@ -351,7 +351,7 @@ describe("failures", () => {
     expect(await (await postOwn(up.url, null, "c", never())).json()).toEqual({ conn: 3 });
   });
 
-  test("a request the upstream read on a kept connection and dropped unanswered is not sent again (SPEC §17)", async () => {
+  test("a request the upstream read on a kept connection and dropped unanswered is not sent again (docs/CONTRACT.md §17)", async () => {
     const up = scripted((r, s) => {
       // The first connection answers once, then reads the next request and drops it (a worker killed mid-request).
       if (r.conn === 1 && s.data.served === 2) return void s.terminate();

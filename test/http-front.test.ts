@@ -1,4 +1,4 @@
-// Front threads (server.http_threads, src/http/front; SPEC §20): the
+// Front threads (server.http_threads, src/http/front; docs/CONTRACT.md §20): the
 // listeners of a server that has them, answering chat completions for
 // upstream models themselves and relaying everything else to the main
 // thread. A client must not be able to tell: every question here is asked

@@ -1,4 +1,4 @@
-// SPEC §2, §3, §10 on every inference route (chat completions, embeddings,
+// docs/CONTRACT.md §2, §3, §10 on every inference route (chat completions, embeddings,
 // responses, completions, models, chats, status), under both bases: 401 (with WWW-Authenticate:
 // Bearer) without a valid key — missing, malformed, unknown, revoked, or
 // only in the query string; 403 without the `inference` scope (GET /status

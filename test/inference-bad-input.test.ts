@@ -1,4 +1,4 @@
-// SPEC §3 / §10 on the inference routes: malformed JSON and wrong content
+// docs/CONTRACT.md §3 / §10 on the inference routes: malformed JSON and wrong content
 // types → 400 (never the framework's 422); missing model/messages/input →
 // 400 naming the param; an unknown model → 404 model_not_found; bad types →
 // 400 naming the param; unknown fields ignored. A refused request reaches no

@@ -1,4 +1,4 @@
-// SPEC §6: the built-in `offpeak-echo` chat model through the official
+// docs/CONTRACT.md §6: the built-in `offpeak-echo` chat model through the official
 // `openai` SDK and raw fetch — the exact chat.completion shape with real
 // usage, streaming (chunks, include_usage, `data: [DONE]`), max_tokens /
 // max_completion_tokens → "length", n, stop, and reasoning_effort (a

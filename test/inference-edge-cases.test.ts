@@ -1,7 +1,7 @@
 // Edge cases of inference, each against a real offpeak server and, where an upstream is involved, a
 // scripted OpenAI-compatible engine on 127.0.0.1:
 // - an upstream's 2xx embeddings answer that is not JSON → 502 upstream_error;
-// - offpeak-embed never returns an all-zero vector (L2-normalised, SPEC §6);
+// - offpeak-embed never returns an all-zero vector (L2-normalised, docs/CONTRACT.md §6);
 // - offpeak-echo: max_tokens cutting the reasoning → finish_reason "length";
 // - §10 details: unknown reasoning_effort, stream_options without stream,
 //   temperature null on a chat-session stream, the param named for a bad
@@ -85,7 +85,7 @@ test("item 5: max_completion_tokens cutting the reasoning of an empty reply → 
   expect(full.choices[0].finish_reason).toBe("stop");
 });
 
-describe("item 9: validation details (SPEC §10)", () => {
+describe("item 9: validation details (docs/CONTRACT.md §10)", () => {
   test("reasoning_effort: an unknown value → 400 on offpeak-echo; known values and null are fine; upstreams get it untouched", async () => {
     for (const reasoning_effort of ["bogus", "HIGH", "", "toString"]) {
       await expectError(await post("/chat/completions", { model: "offpeak-echo", messages: msgs, reasoning_effort }), 400, { code: "invalid_value", param: "reasoning_effort" });

@@ -1,8 +1,8 @@
-// SPEC §6: the built-in `offpeak-embed` model — string, string[] and token
+// docs/CONTRACT.md §6: the built-in `offpeak-embed` model — string, string[] and token
 // array inputs; the npm SDK's default (it asks for base64 and decodes)
 // agrees exactly with encoding_format float; base64 is little-endian
 // float32; `dimensions` 1..4096 (else 400); vectors are L2-normalised and
-// deterministic. Also SPEC §6 model listing: GET /models, GET /models/{id},
+// deterministic. Also docs/CONTRACT.md §6 model listing: GET /models, GET /models/{id},
 // SDK models.list()/retrieve().
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type OpenAI from "openai";

@@ -1,4 +1,4 @@
-// SPEC §7: per-key rpm/tpm (keys made through POST /keys with rate_limits,
+// docs/CONTRACT.md §7: per-key rpm/tpm (keys made through POST /keys with rate_limits,
 // and the configured default) → 429 with retry-after and x-ratelimit-*
 // headers, which every inference response of a limited key carries; a
 // rejected request reaches no model and a bad one costs no quota. Each

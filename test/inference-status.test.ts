@@ -1,4 +1,4 @@
-// SPEC §8: GET /status (any valid key, no scope) with its exact shape and
+// docs/CONTRACT.md §8: GET /status (any valid key, no scope) with its exact shape and
 // values, `degraded` (still 200) when an upstream is down — at start or
 // later — and back to `ok` when it recovers; GET /healthz outside the base
 // without a key.
@@ -20,7 +20,7 @@ function expectStatusShape(s: any) {
   expect(s.uptime_s).toBeLessThan(600);
   expect(Object.keys(s.database).sort()).toEqual(["kind", "ok"]);
   expect(["sqlite", "postgres"]).toContain(s.database.kind);
-  // SPEC §14: the nodes on this database; a single server is one live node that runs what it reports.
+  // docs/CONTRACT.md §14: the nodes on this database; a single server is one live node that runs what it reports.
   expect(s.nodes.length).toBeGreaterThanOrEqual(1);
   for (const n of s.nodes) {
     expect(Object.keys(n).sort()).toEqual(["id", "last_seen", "live", "shards", "started_at"]);

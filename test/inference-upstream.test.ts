@@ -1,4 +1,4 @@
-// SPEC §6: OpenAI-compatible upstreams behind offpeak, against a scripted
+// docs/CONTRACT.md §6: OpenAI-compatible upstreams behind offpeak, against a scripted
 // engine on loopback (a real Bun.serve HTTP server) — models discovered from
 // the upstream's GET /models (OFFPEAK_UPSTREAM_URL/KEY) or named in the
 // config file with a model_map and api_key_env; non-streamed and streamed

@@ -1,4 +1,4 @@
-// SPEC §16, bounded request resources: JSON bodies over max_json_bytes are
+// docs/CONTRACT.md §16, bounded request resources: JSON bodies over max_json_bytes are
 // refused with 413 without being held (a declared Content-Length before a
 // byte of the body is read, a chunked body while it is counted), uploads
 // beyond the server's and a key's concurrency get 429 with retry-after, and

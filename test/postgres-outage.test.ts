@@ -1,4 +1,4 @@
-// Postgres goes away and comes back (SPEC §17): a restart mid-batch, and a
+// Postgres goes away and comes back (docs/CONTRACT.md §17): a restart mid-batch, and a
 // node started before its database. A Postgres of this file's own (never
 // the shared test server: it is halted mid-test) and a node in a child
 // process running a batch against a fake upstream that counts each line's

@@ -1,4 +1,4 @@
-// SPEC §13 with the official Python SDK: test/python/sdk_check.py drives
+// docs/CONTRACT.md §13 with the official Python SDK: test/python/sdk_check.py drives
 // Responses and Completions (plain, streamed, responses.stream()) and a
 // batch on each endpoint, on offpeak-echo and through a fake engine. Needs
 // a python3 that can `import openai` (or OFFPEAK_PYTHON naming one); without

@@ -1,4 +1,4 @@
-// SPEC §13: POST /responses with the official `openai` SDK — offpeak-echo
+// docs/CONTRACT.md §13: POST /responses with the official `openai` SDK — offpeak-echo
 // (a deterministic response object; the Responses event stream with rising
 // sequence_number; max_output_tokens → incomplete; reasoning), and upstream
 // models passed through (a fake engine for the SDK, a scripted one for

@@ -1,4 +1,4 @@
-// SPEC §16 "Revocation reaches open streams": a revoked key's open SSE
+// docs/CONTRACT.md §16 "Revocation reaches open streams": a revoked key's open SSE
 // streams — batch events, chat-session replies, streamed completions (chat,
 // responses, completions; built-in and passed through from an upstream) —
 // end within a second, wherever the revocation was made: DELETE /keys/{id}

@@ -1,4 +1,4 @@
-// SPEC §16: authentication fails closed. Every route of the app's own route
+// docs/CONTRACT.md §16: authentication fails closed. Every route of the app's own route
 // table (read from the app, so a route added later is covered without
 // editing this file) is asked as an attacker would: with no key, with a key
 // that lacks the route's scope, through hostile request targets and Host

@@ -1,4 +1,4 @@
-// SPEC §8 / §6: GET /status is "degraded" while an upstream that discovers
+// docs/CONTRACT.md §8 / §6: GET /status is "degraded" while an upstream that discovers
 // its own models (OFFPEAK_UPSTREAM_URL, or upstreams[] without `models`)
 // fails its check, even when it never had a model because it was down from
 // the start, and "ok" again once it answers. GET /models/{id} is in the
@@ -43,7 +43,7 @@ describe("an upstream that discovers its models", () => {
       expect(down.models.map((m: any) => m.id)).toEqual(["offpeak-echo", "offpeak-embed"]);
       expect(down.models.every((m: any) => m.healthy)).toBe(true);
       expect(Object.keys(down).sort()).toEqual(["batches", "database", "models", "nodes", "peak_hours", "status", "storage", "upstreams", "uptime_s", "version"]);
-      // SPEC §11: the upstream itself is listed, down, with why.
+      // docs/CONTRACT.md §11: the upstream itself is listed, down, with why.
       expect(down.upstreams).toEqual([{ name: "upstream", healthy: false, since: expect.any(Number), last_error: expect.stringContaining("GET /models") }]);
       await expectError(await t.api(`/models/${SLASH_ID}`), 404, { code: "model_not_found", param: "model" });
 

@@ -1,4 +1,4 @@
-// SPEC §16: GET /status for a non-admin key shows its own project's batch
+// docs/CONTRACT.md §16: GET /status for a non-admin key shows its own project's batch
 // counts only, and nothing about the machines and network behind offpeak (no
 // host names, pids, upstream URLs or upstream error texts); an admin key sees
 // all of it. The upstream here is down, so that there is an error text to hide.

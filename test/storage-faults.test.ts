@@ -1,4 +1,4 @@
-// A bucket that misbehaves (SPEC §17): with a proxy in front of the
+// A bucket that misbehaves (docs/CONTRACT.md §17): with a proxy in front of the
 // S3-compatible server answering a few percent of the calls with 500
 // InternalError or 503 SlowDown, resetting some connections and cutting some
 // downloads in the middle (./helpers/faultProxy.ts), a batch still ends

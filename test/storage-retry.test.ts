@@ -1,4 +1,4 @@
-// Retrying bucket calls where they fail (SPEC §17; src/storage/retry.ts):
+// Retrying bucket calls where they fail (docs/CONTRACT.md §17; src/storage/retry.ts):
 // which failures are retried, the backoff (exponential, full jitter, at
 // least 5 tries over about 30 s), streams that resume at the first byte not
 // delivered, and the request signing that multipart uploads use

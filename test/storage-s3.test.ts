@@ -1,4 +1,4 @@
-// Files on S3 (SPEC §14): the Files and Batch APIs with
+// Files on S3 (docs/CONTRACT.md §14): the Files and Batch APIs with
 // --storage-url s3://BUCKET/PREFIX against a real S3-compatible server that
 // the test starts itself (s3rver from npm: ./helpers/s3.ts). Uploads stream
 // to the bucket and a rejected one leaves nothing there (nor an unfinished

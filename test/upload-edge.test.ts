@@ -1,4 +1,4 @@
-// upload edge cases that must be a clear 4xx and leave nothing stored (SPEC §4, §10).
+// upload edge cases that must be a clear 4xx and leave nothing stored (docs/CONTRACT.md §4, §10).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { toFile } from "openai";
 import { chatLine, startTestServer, storedBlobs, type TestServer } from "./helpers/server";

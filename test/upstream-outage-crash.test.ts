@@ -1,4 +1,4 @@
-// SPEC §11 with §5's restart rule: a server killed (SIGKILL) while its
+// docs/CONTRACT.md §11 with §5's restart rule: a server killed (SIGKILL) while its
 // upstream is down, and started again on the same data dir while the engine
 // is still away, finishes the batch once the engine returns: completed,
 // failed 0, every custom_id exactly once.

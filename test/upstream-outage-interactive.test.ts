@@ -1,4 +1,4 @@
-// SPEC §11, interactive side: while an upstream is down, requests for its
+// docs/CONTRACT.md §11, interactive side: while an upstream is down, requests for its
 // models answer 503 (server_error, upstream_unavailable) with retry-after at
 // once, instead of waiting for a connection or a timeout; GET /status and
 // /metrics show the state and its changes.
@@ -45,7 +45,7 @@ const post = (path: string, body: unknown) =>
   t.api(path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body), signal: AbortSignal.timeout(CLIENT_WAIT_MS) });
 const chatBody = (content: string, extra: Record<string, unknown> = {}) => ({ model: "fake-chat", messages: [{ role: "user", content }], ...extra });
 
-/** The fast 503 of SPEC §11: OpenAI error body, server_error / upstream_unavailable, a retry-after in whole seconds. */
+/** The fast 503 of docs/CONTRACT.md §11: OpenAI error body, server_error / upstream_unavailable, a retry-after in whole seconds. */
 async function expectUnavailable(res: Response) {
   const retryAfter = res.headers.get("retry-after");
   await expectError(res, 503, { type: "server_error", code: "upstream_unavailable" });

@@ -1,4 +1,4 @@
-// SPEC §11, batches: trouble at the upstream that is shorter than the window
+// docs/CONTRACT.md §11, batches: trouble at the upstream that is shorter than the window
 // never turns into failed lines. A real fake engine on loopback is stopped
 // and restarted on the same port in the middle of a batch, answers 429 with
 // retry-after for a phase, 503 for 30% of attempts, and 500 forever for one

@@ -1,4 +1,4 @@
-// An upload validated by several scanner Workers (SPEC §20): the file is cut
+// An upload validated by several scanner Workers (docs/CONTRACT.md §20): the file is cut
 // into blocks at line ends (src/jsonl/lineBlocks.ts), each block checked on
 // its own with lines numbered from 1, and the blocks put back in the file's
 // order (src/jsonl/sequencer.ts). Whatever the cut and whatever order the

@@ -1,4 +1,4 @@
-// Where webhooks may go (SPEC §16): internal addresses in any spelling are
+// Where webhooks may go (docs/CONTRACT.md §16): internal addresses in any spelling are
 // refused at creation and again when a delivery connects, to the address
 // actually dialled; redirects are not followed; delivery records hold a
 // status code or a coarse class, never the receiver's body or an error's text.

@@ -1,4 +1,4 @@
-// Webhook endpoints and signed, durable, at-least-once delivery (SPEC §12),
+// Webhook endpoints and signed, durable, at-least-once delivery (docs/CONTRACT.md §12),
 // checked with the official SDK's `webhooks.unwrap`.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
@@ -60,7 +60,7 @@ async function createEndpoint(t: TestServer, body: Record<string, unknown>, key?
   return res;
 }
 
-/** The receivers here are on loopback, which webhooks may reach only when opened (SPEC §16; test/webhooks-egress.test.ts). */
+/** The receivers here are on loopback, which webhooks may reach only when opened (docs/CONTRACT.md §16; test/webhooks-egress.test.ts). */
 const HOOK_ENV = { OFFPEAK_WEBHOOK_RETRY_BASE_MS: "200", OFFPEAK_WEBHOOK_ALLOWED_HOSTS: "127.0.0.1" };
 
 let t: TestServer;
@@ -237,7 +237,7 @@ test("durable: a receiver down when the batch ends gets the event after offpeak 
     await eventually(async () => (await json(await s!.api(`/webhook_endpoints/${ep.id}/deliveries`))).data.length >= 1, "a failed attempt", 10_000, 50);
     const failedTry = (await json(await s.api(`/webhook_endpoints/${ep.id}/deliveries`))).data.at(-1);
     expect(failedTry.status_code).toBeNull();
-    expect(failedTry.error).toBe("connect_failed"); // a coarse class, never the error's text (SPEC §16)
+    expect(failedTry.error).toBe("connect_failed"); // a coarse class, never the error's text (docs/CONTRACT.md §16)
     await s.stop();
     s = null;
     r2.start(port);

@@ -5,7 +5,7 @@
 // any parsing.
 //
 // We do not use @elysiajs/bearer: it falls back to a `?access_token=` query
-// parameter, and SPEC §2/§10 require a key in the query string to be refused.
+// parameter, and docs/CONTRACT.md §2/§10 require a key in the query string to be refused.
 import { attached } from "../attached";
 import { ApiError } from "../errors";
 import { hasScope, type Scope } from "./scopes";

@@ -1,4 +1,4 @@
-// The one place that says which requests need no key (SPEC §16): an explicit
+// The one place that says which requests need no key (docs/CONTRACT.md §16): an explicit
 // list. Everything else, under the API base or not, needs a valid key, so a
 // route added anywhere is protected until it is put here, and a path that
 // some layer reads differently from another still needs a key.

@@ -1,4 +1,4 @@
-// Revocation reaches open streams (SPEC §16). A key is checked when a
+// Revocation reaches open streams (docs/CONTRACT.md §16). A key is checked when a
 // request arrives; an SSE stream (batch events, a chat session's reply, a
 // streamed completion) can outlive that check by minutes, so every open
 // stream registers here under its key, and revoking the key ends them:

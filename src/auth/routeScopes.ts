@@ -1,7 +1,7 @@
 // The scope each API route needs, decided from the method and path alone so
 // that onRequest can answer 403 before the body is parsed or validated: a
 // key without the scope learns nothing about what its body would have done
-// (SPEC §2: a valid key without the needed scope gets 403). This is the
+// (docs/CONTRACT.md §2: a valid key without the needed scope gets 403). This is the
 // only place a route's scope is decided (the auth tests check every route
 // with and without it).
 import { ENDPOINT_KINDS } from "../endpoints";

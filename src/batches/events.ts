@@ -1,4 +1,4 @@
-// GET /batches/{id}/events (SPEC §12): the batch record as an SSE stream,
+// GET /batches/{id}/events (docs/CONTRACT.md §12): the batch record as an SSE stream,
 // again on every change of status, request_counts, status_details or
 // estimated_completion_at, closed after a final state.
 //
@@ -26,7 +26,7 @@ const KEEP_ALIVE = encoder.encode(": keep-alive\n\n");
 type Sink = ReadableStreamDefaultController<Uint8Array>;
 
 const isFinal = (status: string) => (FINAL_STATES as readonly string[]).includes(status);
-// status_details and the estimate too (SPEC §18): a batch that stops moving changes no count.
+// status_details and the estimate too (docs/CONTRACT.md §18): a batch that stops moving changes no count.
 const changeKey = (b: BatchRow) => `${b.status}/${b.total}/${b.completed}/${b.failed}/${b.statusDetailsCode}/${b.statusDetailsMessage}/${b.statusDetailsSince}/${b.estimatedCompletionAt}`;
 
 class Watched {

@@ -126,7 +126,7 @@ export async function finalizeBatch(ctx: AppContext, batch: BatchRow): Promise<v
         costAmount: sum("costAmount"),
         leaseOwner: null,
         leaseExpiresAt: null,
-        // A finished batch has neither (SPEC §18).
+        // A finished batch has neither (docs/CONTRACT.md §18).
         estimatedCompletionAt: null,
         statusDetailsCode: null,
         statusDetailsMessage: null,

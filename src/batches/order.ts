@@ -1,4 +1,4 @@
-// The order batches are served in (SPEC §18).
+// The order batches are served in (docs/CONTRACT.md §18).
 //
 // One order, used in both places where batches compete: where shards are
 // claimed for Workers (db/claims.ts, from the database, so every node of a

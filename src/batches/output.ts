@@ -1,4 +1,4 @@
-// GET /batches/{id}/output?kind=output|error (SPEC §12): the result lines
+// GET /batches/{id}/output?kind=output|error (docs/CONTRACT.md §12): the result lines
 // written so far, as JSON Lines, also while the batch runs; after it ends,
 // the same bytes as its output or error file.
 //
@@ -48,7 +48,7 @@ async function finalFile(ctx: AppContext, fileId: string | null): Promise<Respon
   const { files } = ctx.db.t;
   const [row] = fileId ? await ctx.db.select().from(files).where(eq(files.id, fileId)) : [];
   if (!row) return new Response("", { headers: { ...JSONL, "content-length": "0" } });
-  // With Content-Length, whichever storage holds it (SPEC §17; src/files/content.ts).
+  // With Content-Length, whichever storage holds it (docs/CONTRACT.md §17; src/files/content.ts).
   return new Response(await fileBodyWithLength(ctx, row), { headers: { ...JSONL, "content-length": String(row.bytes) } });
 }
 

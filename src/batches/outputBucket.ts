@@ -1,5 +1,5 @@
 // GET /batches/{id}/output while a batch runs, when the files are in a
-// bucket (SPEC §12, §14): any node answers with the lines of every shard,
+// bucket (docs/CONTRACT.md §12, §14): any node answers with the lines of every shard,
 // wherever it runs. A shard that is done: its part object (uploaded before
 // it was marked done). One this node runs: its local part file, cut after
 // its last line. One another node runs (or that paused): its checkpoints in

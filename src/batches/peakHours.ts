@@ -1,4 +1,4 @@
-// Off-peak hours (SPEC §18, batches.peak_hours and batches.peak_share): the
+// Off-peak hours (docs/CONTRACT.md §18, batches.peak_hours and batches.peak_share): the
 // calendar of peak windows, and the share of a model's concurrency that
 // batches with a window of 24h or more get now. Which batches are capped,
 // and the deadline override, are the runner's (runner/peakCap.ts); the cap

@@ -1,4 +1,4 @@
-// POST /batches/{id}/retry (SPEC §12): a new input file made of the original
+// POST /batches/{id}/retry (docs/CONTRACT.md §12): a new input file made of the original
 // request lines of every line in the batch's error file, and a new batch on
 // it with the same endpoint and window, metadata + retry_of.
 //

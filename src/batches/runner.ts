@@ -48,7 +48,7 @@ const retryDelayMs = (failures: number) => Math.min(1000 * 2 ** (failures - 1), 
 export class BatchRunner {
   /** This node's id (src/nodes/identity.ts). */
   readonly owner: string;
-  /** estimated_completion_at and status_details of the batches running here (SPEC §18). */
+  /** estimated_completion_at and status_details of the batches running here (docs/CONTRACT.md §18). */
   readonly progress: BatchProgress;
   private readonly q: TickQueries;
   private readonly live = new LiveShards();

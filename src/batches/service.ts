@@ -18,7 +18,7 @@ export const ACTIVE_STATES = ["validating", "in_progress", "finalizing", "cancel
 /** Clears estimated_completion_at and status_details (a batch stopping or ending). */
 export const NO_PROGRESS = { estimatedCompletionAt: null, statusDetailsCode: null, statusDetailsMessage: null, statusDetailsSince: null } as const;
 
-/** status_details as sent (SPEC §18); null once a batch is final, whatever its row holds. */
+/** status_details as sent (docs/CONTRACT.md §18); null once a batch is final, whatever its row holds. */
 function statusDetailsOf(b: BatchRow): StatusDetails | null {
   if (!b.statusDetailsCode || (FINAL_STATES as readonly string[]).includes(b.status)) return null;
   return { code: b.statusDetailsCode as StatusDetailCode, message: b.statusDetailsMessage ?? "", since: b.statusDetailsSince ?? b.createdAt };
@@ -70,10 +70,10 @@ export interface CreateBatchInput {
 }
 
 
-/** The longest completion_window (SPEC §18): 7d = 168h. */
+/** The longest completion_window (docs/CONTRACT.md §18): 7d = 168h. */
 export const MAX_WINDOW_HOURS = 168;
 
-/** Hours of a completion_window: `Nh` or `Nd`, from 1h to 7d (SPEC §18); anything else is a 400. */
+/** Hours of a completion_window: `Nh` or `Nd`, from 1h to 7d (docs/CONTRACT.md §18); anything else is a 400. */
 export function windowHours(window: string): number {
   const m = /^([1-9]\d{0,2})([hd])$/.exec(window); // no leading zeros: "001h" is not how anyone writes 1h
   const hours = m ? Number(m[1]) * (m[2] === "d" ? 24 : 1) : NaN;
@@ -146,7 +146,7 @@ export async function cancelBatch(ctx: AppContext, project: string, id: string):
   if (row.status !== "validating" && row.status !== "in_progress")
     throw new ApiError("invalid_state", `Cannot cancel a batch in status '${row.status}'`);
   // A batch past its deadline is already being expired and ends `expired`;
-  // it is not in a final state yet, so no 409 (SPEC §5): the record as it is.
+  // it is not in a final state yet, so no 409 (docs/CONTRACT.md §5): the record as it is.
   if (row.stopReason === "expired") return row;
   const [updated] = await ctx.db
     .update(batches)

@@ -1,4 +1,4 @@
-// A running batch's `estimated_completion_at` and `status_details` (SPEC §18):
+// A running batch's `estimated_completion_at` and `status_details` (docs/CONTRACT.md §18):
 // when it should end at its recent rate, and why it is not moving.
 //
 // Decided on the node that runs the batch's shards (only it sees the upstream
@@ -44,7 +44,7 @@ export interface TrackedBatch {
 }
 
 /**
- * Peak hours (SPEC §18, batches.peak_hours): set by whoever caps batches
+ * Peak hours (docs/CONTRACT.md §18, batches.peak_hours): set by whoever caps batches
  * during peak hours; returns a message (e.g. "peak hours until 20:00
  * Europe/Berlin: limited to 25% of the model's capacity") while `batch` is
  * held back by them, else null. The runner sets it (runner/peakCap.ts heldBack).
@@ -178,7 +178,7 @@ function prepare(db: Db) {
 
 /** One per runner: the batches whose shards run on this node. */
 export class BatchProgress {
-  /** SPEC §18 peak hours: see PeakHoursHook. */
+  /** docs/CONTRACT.md §18 peak hours: see PeakHoursHook. */
   peakHours: PeakHoursHook | null = null;
   private readonly entries = new Map<string, Entry>();
   private readonly q: ReturnType<typeof prepare>;

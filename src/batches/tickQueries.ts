@@ -15,7 +15,7 @@ export function prepareTickQueries(db: Db, owner: string) {
     /** Batches past their deadline get stopReason "expired" (params: now, in seconds + 1). */
     markExpired: db
       .update(batches)
-      // (A batch being stopped is not waiting for anything: status_details and its estimate go, SPEC §18.)
+      // (A batch being stopped is not waiting for anything: status_details and its estimate go, docs/CONTRACT.md §18.)
       .set({ stopReason: "expired", estimatedCompletionAt: null, statusDetailsCode: null, statusDetailsMessage: null, statusDetailsSince: null })
       .where(and(inArray(batches.status, ["validating", "in_progress"]), isNull(batches.stopReason), lt(batches.expiresAt, sql.placeholder("before"))))
       .prepare("tick_markExpired"),

@@ -1,4 +1,4 @@
-// Turns at the CPU for batch Workers (SPEC §20: memory does not grow with
+// Turns at the CPU for batch Workers (docs/CONTRACT.md §20: memory does not grow with
 // Workers). A busy batch Worker holds tens of MB that a waiting one need
 // not: the garbage of the lines it parsed and wrote since its heap was last
 // collected (bench/worker-memory.ts: 25–31 MB of heap sampled in each busy
@@ -30,7 +30,7 @@ export const WAITING = 1;
 
 /**
  * Past 8, more batch Workers made a 1M-line echo batch no faster on a
- * 16-core machine, while each added to peak RSS (as reported with SPEC §20);
+ * 16-core machine, while each added to peak RSS (as reported with docs/CONTRACT.md §20);
  * on 2 cores, Workers past the cores made it no faster (docs/OPERATING.md,
  * "Batch Workers"). The turns are capped the same way: memory bounded
  * however many cores the machine has.

@@ -22,12 +22,12 @@ export const chatsRoutes = (ctx: AppContext) =>
       detail: { summary: "Retrieve a chat session with its messages" },
     })
     .delete("/:id", ({ request, params }) => deleteChat(ctx, principalOf(request).project, params.id), { detail: { summary: "Delete a chat session" } })
-    // temperature null means not given (SPEC §1: absent values may be sent as
+    // temperature null means not given (docs/CONTRACT.md §1: absent values may be sent as
     // null), as for max_tokens; it is dropped here so no upstream is sent a null.
     .post("/:id/stream", ({ request, params, body }) => streamReply(ctx, principalOf(request), params.id, { ...body, temperature: body.temperature ?? undefined }, request), {
       parse: jsonOnly,
       // max_tokens is checked in streamReply: Elysia turns t.Integer into a
-      // union that also takes numeric strings, and "10" must be refused (SPEC §10).
+      // union that also takes numeric strings, and "10" must be refused (docs/CONTRACT.md §10).
       body: t.Object({
         content: t.String(),
         max_tokens: t.Optional(t.Unknown()),

@@ -69,7 +69,7 @@ export interface CreateOptions {
 export const WINDOW_FLAGS = { window: "string", "completion-window": "string" } as const;
 
 /**
- * --window (or --completion-window): `Nh` or `Nd` from 1h to 7d (SPEC §18),
+ * --window (or --completion-window): `Nh` or `Nd` from 1h to 7d (docs/CONTRACT.md §18),
  * default 24h. Checked here, before anything is uploaded: the server would
  * refuse it only after the upload.
  */

@@ -31,7 +31,7 @@ export interface Batch {
   completion_window: string;
   errors: { data: { code: string; message: string; param: string | null; line: number | null }[] } | null;
   request_counts: { total: number; completed: number; failed: number };
-  /** SPEC §18 (absent from older servers). */
+  /** docs/CONTRACT.md §18 (absent from older servers). */
   estimated_completion_at?: number | null;
   status_details?: { code: string; message: string; since: number | null } | null;
   [k: string]: unknown;

@@ -84,7 +84,7 @@ export function endpointOf(path: string): string | null {
   }
 }
 
-/** A batch line is at most 4 MiB (SPEC §10), plus blank lines before it. */
+/** A batch line is at most 4 MiB (docs/CONTRACT.md §10), plus blank lines before it. */
 const MAX_FIRST_LINE = 5 << 20;
 
 function urlOf(line: string): string | null {

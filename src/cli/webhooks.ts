@@ -1,5 +1,5 @@
 // offpeak webhooks create|list|rm (admin key): the webhook endpoints of a
-// running server (SPEC §12).
+// running server (docs/CONTRACT.md §12).
 import { connection, dispatchVerb, helped, parseVerb, positionals } from "./args";
 import { printJson, table, timeText } from "./format";
 import { Client, type List } from "./http";

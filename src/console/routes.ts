@@ -1,6 +1,6 @@
-// The web console (SPEC §15): a static single-page app under client/, served
+// The web console (docs/CONTRACT.md §15): a static single-page app under client/, served
 // at "/" by the server itself: no CDN, nothing fetched from elsewhere. The
-// API reference at "/docs" (client/docs.html, SPEC §16) is made and served
+// API reference at "/docs" (client/docs.html, docs/CONTRACT.md §16) is made and served
 // the same way, under the same CSP, from the OpenAPI document at /docs/json.
 //
 // Embedding: client/index.html and client/docs.html are imported as HTML

@@ -1,4 +1,4 @@
-// Claiming batch work (SPEC §14, §18): a claim makes pending shards of
+// Claiming batch work (docs/CONTRACT.md §14, §18): a claim makes pending shards of
 // running batches (in_progress or cancelling) `running` under a lease for
 // one owner, and counts the run (claims + 1: its checkpoints and its part
 // object are named for it).

@@ -1,5 +1,5 @@
 // The database: SQLite in the data dir (the default) or Postgres (clusters,
-// SPEC §14). This folder is the only place that knows which: the rest of the
+// docs/CONTRACT.md §14). This folder is the only place that knows which: the rest of the
 // code gets a `Db` — a Drizzle database typed as Postgres's async query
 // builder, with the tables of its dialect in `db.t` — and awaits its
 // queries. Dialect-specific SQL lives in `db.sql` (dialect.ts).

@@ -1,4 +1,4 @@
-// Postgres (SPEC §14): the records of a cluster of nodes. Bun's built-in SQL
+// Postgres (docs/CONTRACT.md §14): the records of a cluster of nodes. Bun's built-in SQL
 // client through drizzle-orm/bun-sql; a pool of connections per node.
 import { SQL } from "bun";
 import { drizzle } from "drizzle-orm/bun-sql";
@@ -138,7 +138,7 @@ class RevocationWatch {
 
 /**
  * Runs `body` until it gets past the database being unavailable (a node
- * started before its database, or during a restart: SPEC §17), with backoff
+ * started before its database, or during a restart: docs/CONTRACT.md §17), with backoff
  * (0.25 s doubling to 5 s) for at most `wait.ms` in all, telling `wait.log`
  * at each try; then it gives up with a DatabaseUnavailable that says so.
  * Without `wait` (the keys CLI) the first failure is the answer. Any other

@@ -1,5 +1,5 @@
 // The one place that tells "the database is not there" (a restart, a
-// failover, a network cut: SPEC §17) from every other database error. Such
+// failover, a network cut: docs/CONTRACT.md §17) from every other database error. Such
 // an error says nothing about the query: the same query is right again once
 // the database answers. So a request that needed it is answered 503
 // database_unavailable with retry-after (src/app.ts), and work that records

@@ -1,6 +1,6 @@
-// One module per endpoint kind (DESIGN.md, "One module per endpoint kind"):
-// what `/v1/chat/completions`, `/v1/embeddings`, `/v1/responses` and
-// `/v1/completions` each mean, said once. The upload validator, the batch
+// One module per endpoint kind: what `/v1/chat/completions`,
+// `/v1/embeddings`, `/v1/responses` and `/v1/completions` each mean, said
+// once. The upload validator, the batch
 // runner and its Workers, the interactive routes, scopes and rate-limit
 // headers look a kind up (./index.ts) instead of branching on the URL:
 // adding an endpoint is one more module here plus its interactive route.

@@ -5,7 +5,7 @@
 // src/db/schema/fileParts.ts) is read as one body across its parts; bytes
 // inside one part go out as that part's file blob, like a plain file.
 // Every download carries Content-Length (and Content-Range for a range),
-// whichever storage holds it (SPEC §17): a body that is a stream (from the
+// whichever storage holds it (docs/CONTRACT.md §17): a body that is a stream (from the
 // bucket, or across parts) is read before the answer (src/storage/sized.ts),
 // because Bun drops the header on a streamed body. A body on the disk is
 // noted as such (downloadResponse), for front threads to send it themselves.

@@ -4,7 +4,7 @@
 // Durable before acknowledged: the answer goes out only after the bytes
 // (flushed while they stream in), their name in files/, and the record's
 // commit are on disk (writer.commit(), syncCommits()).
-// Bounded (SPEC §16): an upload takes one of the server's and its key's
+// Bounded (docs/CONTRACT.md §16): an upload takes one of the server's and its key's
 // upload slots before it reads a byte (429 if none is free), and a client
 // that stops sending is ended after upload_idle_timeout_s (408); either way
 // nothing is stored and the upload's validator Workers are gone before its

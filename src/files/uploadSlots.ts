@@ -1,4 +1,4 @@
-// How many uploads may stream at once (SPEC §16): max_concurrent_uploads on
+// How many uploads may stream at once (docs/CONTRACT.md §16): max_concurrent_uploads on
 // this server, max_concurrent_uploads_per_key for one key. Each upload holds
 // a temp file and, for a batch file, its validator Workers (a scanner and
 // the duplicate finder, more scanners while a large file streams in: JS VMs,

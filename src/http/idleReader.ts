@@ -1,5 +1,5 @@
 // A request body reader that gives up on a client that stops sending
-// (SPEC §16: an upload idle for upload_idle_timeout_s is ended with 408).
+// (docs/CONTRACT.md §16: an upload idle for upload_idle_timeout_s is ended with 408).
 // Bun's own idleTimeout (255 s at most) let 60 uploads that stalled after
 // their file part's headers hold a temp file, two validator Workers and
 // ≈5 MB each for minutes, and a byte every few minutes kept them forever.

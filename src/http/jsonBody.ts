@@ -1,4 +1,4 @@
-// Routes with a request body take JSON only (SPEC §1, §10 "wrong content
+// Routes with a request body take JSON only (docs/CONTRACT.md §1, §10 "wrong content
 // type"). Elysia would otherwise parse form-urlencoded and multipart bodies
 // into objects too, so `model=offpeak-embed&input=x` sent as a form was
 // accepted as an embeddings request; and its own JSON parser only knows the
@@ -9,13 +9,13 @@
 // generic 400 "not valid JSON (or does not match its Content-Type)".)
 //
 // Every JSON body offpeak reads comes through here, and none is held past
-// max_json_bytes (SPEC §16): request.text() held whatever came, and one
+// max_json_bytes (docs/CONTRACT.md §16): request.text() held whatever came, and one
 // 400 MB POST to /chat/completions took the server from 119 to 908 MB.
 import { attached } from "../attached";
 import { ApiError } from "../errors";
 
 /**
- * limits.max_json_bytes unless configured (SPEC §16), 32 MiB: far above any
+ * limits.max_json_bytes unless configured (docs/CONTRACT.md §16), 32 MiB: far above any
  * real chat or embeddings request, far below what a hostile body could make
  * the server hold. Here, not in config.ts: front threads read bodies
  * without loading the config.

@@ -1,6 +1,6 @@
 // The path of a request, decided once, for routing and authentication alike.
 //
-// Routing and authentication must read the same path (SPEC §16): when they
+// Routing and authentication must read the same path (docs/CONTRACT.md §16): when they
 // disagreed, `Host: x` with the target `/aa/api/v1/keys` made the auth check
 // see `/aa/api/v1/keys` (outside the API base, so public) while Elysia's
 // router, which takes the path from a fixed offset of the URL, routed it to

@@ -98,7 +98,7 @@ export function sseResponse(
         if (closed) return;
         // After the first byte the status is sent: report in-band, then end.
         // Only our own errors are worded for clients; anything else (a database
-        // or parser message) would leak internals (SPEC §3), so it is generic.
+        // or parser message) would leak internals (docs/CONTRACT.md §3), so it is generic.
         const body =
           e instanceof InBandError
             ? e.payload

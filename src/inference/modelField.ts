@@ -4,7 +4,7 @@ import { ApiError } from "../errors";
 
 /**
  * Runs before the schema (a transform hook), whose generic answer to a
- * missing model is invalid_value: an absent (or null, SPEC §1) model is
+ * missing model is invalid_value: an absent (or null, docs/CONTRACT.md §1) model is
  * missing_field, as the error table says. Used by every inference route that takes a body.
  */
 export function requireModel({ body }: { body: unknown }): void {

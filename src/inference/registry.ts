@@ -70,7 +70,7 @@ export class ModelRegistry {
     const mc: ModelConfig = this.config.models[id] ?? {};
     const upstreamIdx = upstream ? this.health.indexOf(upstream) : -1;
     const health = this.health;
-    // SPEC §18: "auto" unless a number is configured. Built-ins stay
+    // docs/CONTRACT.md §18: "auto" unless a number is configured. Built-ins stay
     // unlimited unless a number is configured: they answer in this process,
     // and "auto" has no engine to measure there.
     const configured = mc.max_concurrency ?? upstream?.max_concurrency ?? (kind === "upstream" ? "auto" : null);
@@ -131,7 +131,7 @@ export class ModelRegistry {
   private lastDiscovery = 0;
   private discovering: Promise<void> | null = null;
 
-  /** True when no upstream is down (SPEC §11: status "degraded" while one is). */
+  /** True when no upstream is down (docs/CONTRACT.md §11: status "degraded" while one is). */
   upstreamsHealthy(): boolean {
     return this.health.allUp();
   }
@@ -140,7 +140,7 @@ export class ModelRegistry {
    * Re-checks upstream health if the last check is older than `maxAgeMs`
    * (concurrent callers share one check). GET /status uses it: the 60 s
    * background sweep alone would report an upstream that went down as
-   * healthy (status "ok") for up to a minute (SPEC §8: degraded when a
+   * healthy (status "ok") for up to a minute (docs/CONTRACT.md §8: degraded when a
    * dependency check fails).
    */
   refreshHealth(maxAgeMs: number, timeoutMs: number): Promise<void> {

@@ -1,4 +1,4 @@
-// Checks a batch input file line by line while it streams in (SPEC §4).
+// Checks a batch input file line by line while it streams in (docs/CONTRACT.md §4).
 //
 // Speed: lines are found with a native indexOf on the raw bytes, and each is
 // checked by a byte-level scanner (./lineScan.ts) with no decoding and no
@@ -176,7 +176,7 @@ export class BatchFileValidator {
     try {
       value = JSON.parse(line);
     } catch (e) {
-      // Where and why (SPEC §19): the byte column and the reason, worked out only now that the line is refused.
+      // Where and why (docs/CONTRACT.md §19): the byte column and the reason, worked out only now that the line is refused.
       return this.fail(n, "invalid_file", null, invalidJsonMessage(n, line, e));
     }
     if (typeof value !== "object" || value === null || Array.isArray(value))

@@ -1,4 +1,4 @@
-// Where and why a line is not JSON, for the upload's error message (SPEC
+// Where and why a line is not JSON, for the upload's error message (docs/CONTRACT.md
 // §19: "line 3, column 17: not valid JSON: expected ',' or '}' after an
 // object member, found 'x'"). JSON.parse says neither in Bun (JavaScriptCore
 // words it "JSON Parse error: Expected '}'", with no position), so this

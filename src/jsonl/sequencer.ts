@@ -1,4 +1,4 @@
-// Puts an upload checked by several scanner Workers back together (SPEC
+// Puts an upload checked by several scanner Workers back together (docs/CONTRACT.md
 // §20: validation uses the cores it is given). The file is cut into blocks
 // at line ends (./lineBlocks.ts); each scanner checks whole blocks with
 // lines numbered from 1 (BatchFileValidator.startBlock) and sends what it

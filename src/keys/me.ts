@@ -1,5 +1,5 @@
 // GET /me: what the calling key is — its id, project and scopes — so that a
-// client (the web console, SPEC §15) offers only what the key may do.
+// client (the web console, docs/CONTRACT.md §15) offers only what the key may do.
 //
 // Any valid key may ask (routeScopes.ts gives "me" no scope), and it learns
 // nothing it could not learn by trying: probing instead would mean sending

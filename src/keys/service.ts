@@ -54,7 +54,7 @@ export function keyView(row: KeyRow): KeyView {
 }
 
 /**
- * OFFPEAK_ADMIN_KEY as GET /keys lists it (SPEC §19): an admin key of
+ * OFFPEAK_ADMIN_KEY as GET /keys lists it (docs/CONTRACT.md §19): an admin key of
  * project default that lives in the server's environment, not the database,
  * so it has no creation time and is not revocable through the API. Its
  * prefix shows at most a quarter of it (a short chosen key stays unguessable).

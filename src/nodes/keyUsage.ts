@@ -1,4 +1,4 @@
-// Per-key rate limits for a cluster (SPEC §14, §17: a key's rpm/tpm hold
+// Per-key rate limits for a cluster (docs/CONTRACT.md §14, §17: a key's rpm/tpm hold
 // cluster-wide within 10%). The budget of a key's window lives in one row
 // of key_usage (node_id POOL): `requests` and `tokens` are what the nodes
 // have taken of the window, and `reserved_requests`/`reserved_tokens` what

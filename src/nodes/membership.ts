@@ -1,4 +1,4 @@
-// The nodes serving one database (SPEC §14): each process heartbeats its row
+// The nodes serving one database (docs/CONTRACT.md §14): each process heartbeats its row
 // in `nodes` and reads the live ones, every HEARTBEAT_MS. A node is live
 // while its last heartbeat is within batches.lease_ms (the same bound after
 // which its shard leases are taken over).
@@ -72,7 +72,7 @@ export class Membership {
   private beat(): Promise<void> {
     this.beating ??= this.heartbeat()
       .catch((e) => {
-        // The database away (SPEC §17): said every few seconds, not every beat; the shares stay as they were.
+        // The database away (docs/CONTRACT.md §17): said every few seconds, not every beat; the shares stay as they were.
         const down = databaseUnavailable(e);
         if (down) this.noteUnavailable("node heartbeat", down, { node: this.id });
         else this.ctx.log.error("node heartbeat failed", { node: this.id, error: String(e) });

@@ -12,7 +12,7 @@ const HEALTH_MAX_AGE_MS = 1_000;
 const HEALTH_TIMEOUT_MS = 3_000;
 
 /**
- * What a key sees (SPEC §16): an admin key, everything; any other key, its
+ * What a key sees (docs/CONTRACT.md §16): an admin key, everything; any other key, its
  * own project's batch counts, and nothing that tells about the machines or
  * the network behind offpeak: no node ids (they carry host names and pids),
  * no upstream URLs, and no upstream error texts (they quote addresses,
@@ -48,7 +48,7 @@ export async function statusReport(ctx: AppContext, who: Pick<Principal, "projec
     return { id: m.id, owned_by: m.ownedBy, healthy: m.healthy, in_flight: s.inFlight, queued: s.queued };
   });
   // Upstreams are checked as well as models: one that discovers its models
-  // and has been down since start has no model to report unhealthy (SPEC §11).
+  // and has been down since start has no model to report unhealthy (docs/CONTRACT.md §11).
   const upstreams = ctx.registry.health.report();
   const nodes = dbOk && admin ? await ctx.members?.report().catch(() => null) : null;
   const ok = dbOk && storageOk && models.every((m) => m.healthy) && upstreams.every((u) => u.healthy);
@@ -59,12 +59,12 @@ export async function statusReport(ctx: AppContext, who: Pick<Principal, "projec
     database: { ok: dbOk, kind: ctx.db.engine },
     storage: { ok: storageOk, free_bytes: free },
     batches: counts,
-    // SPEC §18 off-peak hours: whether it is peak now, and the share of a model's concurrency batches with a window of 24h or more get now.
+    // docs/CONTRACT.md §18 off-peak hours: whether it is peak now, and the share of a model's concurrency batches with a window of 24h or more get now.
     peak_hours: ((p) => ({ peak: p.peak, peak_share_now: p.share }))(peakNow(ctx.config.batches)),
     models,
     // Upstream names are the operator's labels, already public as models' owned_by.
     upstreams: admin ? upstreams : upstreams.map(({ name, healthy, since }) => ({ name, healthy, since })),
-    // The nodes on this database (SPEC §14): live ones and those stopped in the last 10 minutes.
+    // The nodes on this database (docs/CONTRACT.md §14): live ones and those stopped in the last 10 minutes.
     ...(admin ? { nodes: nodes ?? [] } : {}),
   };
 }

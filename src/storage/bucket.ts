@@ -336,6 +336,6 @@ const unescapeXml = (s: string) => s.replace(/&quot;/g, '"').replace(/&lt;/g, "<
 /** URI encoding as Signature V4 wants it: everything but A-Z a-z 0-9 - _ . ~ */
 const rfc3986 = (s: string) => encodeURIComponent(s).replace(/[!'()*]/g, (c) => "%" + c.charCodeAt(0).toString(16).toUpperCase());
 // Bun's own hasher, not node:crypto: this module loads in every batch Worker,
-// and node:crypto cost each 0.6 MB of memory (SPEC §20; docs/OPERATING.md "Batch Workers").
+// and node:crypto cost each 0.6 MB of memory (docs/CONTRACT.md §20; docs/OPERATING.md "Batch Workers").
 const sha256Hex = (s: string) => new Bun.CryptoHasher("sha256").update(s).digest("hex");
 const hmac = (key: string | Buffer, data: string) => new Bun.CryptoHasher("sha256", key).update(data).digest();

@@ -1,5 +1,7 @@
-// Retrying a bucket call where it failed (SPEC §17, DESIGN.md "Retry a
-// failed call where it failed"). Real S3 answers 500 InternalError and 503
+// Retrying a bucket call where it failed (docs/CONTRACT.md §17): the call
+// that failed is tried again, never the larger work around it (one 500 from
+// the bucket once made a node run a whole shard again and send most of its
+// lines to the engine twice). Real S3 answers 500 InternalError and 503
 // SlowDown now and then, and connections get reset; AWS tells clients to
 // try the same call again after a while. Every call to the bucket goes
 // through withRetries (./bucket.ts is the only place that calls Bun's S3

@@ -2,7 +2,7 @@
 // A blob `key` is the object `PREFIX/key`; part `idx` of a composed blob
 // is the object `PREFIX/key.parts/idx.claim`, uploaded by the batch Worker
 // that wrote it. Every call to the bucket goes through ./bucket.ts, which
-// tries a failed call again where it failed (./retry.ts, SPEC §17).
+// tries a failed call again where it failed (./retry.ts, docs/CONTRACT.md §17).
 //
 // Uploads stream to the bucket as a multipart upload made by ./bucket.ts,
 // one part at a time as the bytes come: memory holds at most QUEUE + 1

@@ -1,4 +1,4 @@
-// Download bodies that Bun sends with a Content-Length (SPEC §17: whichever
+// Download bodies that Bun sends with a Content-Length (docs/CONTRACT.md §17: whichever
 // node and whichever storage serves a download).
 //
 // Bun 1.4.5 drops a Content-Length that a handler sets on a ReadableStream

@@ -1,4 +1,4 @@
-// Which IP addresses a webhook may be sent to (SPEC §16). An address is
+// Which IP addresses a webhook may be sent to (docs/CONTRACT.md §16). An address is
 // judged as bytes, never as text: the URL parser and the resolver already
 // turn `0x7f000001`, `2130706433`, `0177.0.0.1` and `127.1` into 127.0.0.1,
 // and IPv6 forms that carry an IPv4 address (mapped, compatible, NAT64,

@@ -1,4 +1,4 @@
-// Where webhooks may go (SPEC §16). Anyone with an admin key picks the URL,
+// Where webhooks may go (docs/CONTRACT.md §16). Anyone with an admin key picks the URL,
 // and the server then POSTs to it from inside the network it runs in: left
 // open, that is a way to reach the cloud metadata service, a database's
 // HTTP port or an admin UI on loopback. So a host that is, or resolves to,

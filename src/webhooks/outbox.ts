@@ -1,4 +1,4 @@
-// The webhook outbox (SPEC §12): a batch's final state and its events are
+// The webhook outbox (docs/CONTRACT.md §12): a batch's final state and its events are
 // written in one transaction, so an event exists exactly when the state does,
 // whatever crashes in between; the sender delivers them afterwards.
 import { eq } from "drizzle-orm";

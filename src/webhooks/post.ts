@@ -11,7 +11,7 @@
 import { checkTarget, hostKey, type EgressPolicy, type Resolver, systemResolver } from "./egress";
 import { ipBytes } from "./addresses";
 
-/** The `error` of a delivery record when no answer came (SPEC §16): documented in OPERATING.md. */
+/** The `error` of a delivery record when no answer came (docs/CONTRACT.md §16): documented in OPERATING.md. */
 export type DeliveryError = "target_not_allowed" | "dns_failed" | "connect_failed" | "timeout" | "tls_error";
 
 export interface Attempt {

@@ -14,7 +14,7 @@ const CreateBody = t.Object(
   { additionalProperties: true },
 );
 
-/** SPEC §12, scope `admin` (routeScopes.ts). */
+/** docs/CONTRACT.md §12, scope `admin` (routeScopes.ts). */
 export const webhooksRoutes = (ctx: AppContext) =>
   new Elysia({ prefix: "/webhook_endpoints", detail: { tags: ["webhooks"] } })
     .post(

@@ -1,4 +1,4 @@
-// Delivers the webhook outbox (SPEC §12): at least once, in the background,
+// Delivers the webhook outbox (docs/CONTRACT.md §12): at least once, in the background,
 // with bounded concurrency. A slow or dead receiver delays nothing else: every
 // delivery is an async request with its own 10 s timeout, at most
 // PER_ENDPOINT of them per endpoint (no head-of-line blocking across

@@ -1,4 +1,4 @@
-// Webhook endpoints (SPEC §12): admin-only, per project. `admin` is a global
+// Webhook endpoints (docs/CONTRACT.md §12): admin-only, per project. `admin` is a global
 // role (as for keys): an admin key sees and removes every project's endpoints.
 import { and, desc, eq, lt } from "drizzle-orm";
 import type { AppContext } from "../context";
@@ -67,7 +67,7 @@ function checkUrl(raw: unknown): string {
 const CREATE_LOOKUP_MS = 5000;
 
 /**
- * SPEC §16: a URL whose host is, or resolves to, an internal address is
+ * docs/CONTRACT.md §16: a URL whose host is, or resolves to, an internal address is
  * refused unless webhooks.allowed_hosts opens it. A name that does not
  * resolve (yet) is accepted: every delivery checks again, and dials only
  * what it checked (./post.ts).

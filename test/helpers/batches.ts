@@ -1,13 +1,13 @@
 // Helpers shared by the batch tests: upload a JSONL batch file through the
 // official SDK, poll a batch, download and parse result files, and check the
-// exactly-once contract of SPEC §5.
+// exactly-once contract of docs/CONTRACT.md §5.
 import { expect } from "bun:test";
 import OpenAI, { toFile } from "openai";
 import { pollUntil as poll } from "./wait";
 
 export const FINAL = ["completed", "failed", "expired", "cancelled"];
 
-/** Every field of the batch record (SPEC §5), sorted. */
+/** Every field of the batch record (docs/CONTRACT.md §5), sorted. */
 export const BATCH_KEYS = [
   "cancelled_at",
   "cancelling_at",
@@ -118,7 +118,7 @@ export function expectExactlyOnce(ids: string[], out: ResultLine[], err: ResultL
   expect(out.length + err.length).toBe(ids.length);
 }
 
-/** The line shape of SPEC §5: exactly {id, custom_id, response, error}. */
+/** The line shape of docs/CONTRACT.md §5: exactly {id, custom_id, response, error}. */
 export function expectLineShape(l: ResultLine): void {
   expect(Object.keys(l).sort()).toEqual(["custom_id", "error", "id", "response"]);
   expect(l.id).toMatch(BATCH_REQ_ID);

@@ -1,4 +1,4 @@
-// An engine model for tests and benchmarks (SPEC §18, adaptive
+// An engine model for tests and benchmarks (docs/CONTRACT.md §18, adaptive
 // concurrency): a real OpenAI-compatible HTTP server on loopback whose
 // latency grows with the requests in flight the way a continuous-batching
 // engine's does, deterministically.

@@ -13,7 +13,7 @@
 // how many times each batch line was sent upstream. Routes answer with and
 // without the /v1 prefix.
 //
-// For upstream trouble (SPEC §11) it can also go away and come back on the
+// For upstream trouble (docs/CONTRACT.md §11) it can also go away and come back on the
 // same port (`down()` closes the listener and drops open connections, so
 // clients get "connection refused"; `up()` listens again with the same knobs
 // and counters), or accept requests and never answer them (`hang`). GET

@@ -1,7 +1,7 @@
 // A bucket that misbehaves on purpose: a loopback HTTP proxy in front of an
 // S3-compatible server (s3rver, ./s3.ts) that answers a chosen share of the
 // requests it receives with what real S3 answers now and then and expects
-// clients to retry (SPEC §17): 500 InternalError, 503 SlowDown, or a
+// clients to retry (docs/CONTRACT.md §17): 500 InternalError, 503 SlowDown, or a
 // connection reset (before any answer, or in the middle of an object's
 // body). Everything else is passed through unchanged: method, path, query
 // and every header (the Host the client signed with included), so the

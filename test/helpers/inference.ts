@@ -1,4 +1,4 @@
-// Helpers for the inference tests (SPEC §6–§8): a scripted OpenAI-compatible
+// Helpers for the inference tests (docs/CONTRACT.md §6–§8): a scripted OpenAI-compatible
 // upstream on loopback whose every answer a test can control (streams sent
 // piece by piece, held until the test says so, errors, stalls), an SSE
 // reader, OpenAI error-body checks and small async utilities.
@@ -59,7 +59,7 @@ export function configWriter(prefix: string) {
   };
 }
 
-/** Asserts the exact OpenAI error body (SPEC §3) and returns the error object. */
+/** Asserts the exact OpenAI error body (docs/CONTRACT.md §3) and returns the error object. */
 export async function expectError(res: Response, status: number, expected: { type?: string; code?: string | null; param?: string | null; message?: RegExp | string } = {}) {
   const text = await res.text();
   if (res.status !== status) throw new Error(`expected ${status}, got ${res.status}: ${text.slice(0, 500)}`);

@@ -1,4 +1,4 @@
-// Helpers for the upstream-trouble tests (SPEC §11): batch lines for a fake
+// Helpers for the upstream-trouble tests (docs/CONTRACT.md §11): batch lines for a fake
 // upstream's model, GET /status and /metrics readers, and a config file
 // naming one upstream.
 import { expect } from "bun:test";

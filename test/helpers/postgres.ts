@@ -33,7 +33,7 @@
 //   every process its file spawned (as of Bun 1.4), and this server is shared.
 // - startDedicatedPostgres(): a server for one test file alone, which it may
 //   halt (a fast shutdown, as a restart does; the data stays) and resume on
-//   the same port (SPEC §17, test/postgres-outage.test.ts). The watchdog
+//   the same port (docs/CONTRACT.md §17, test/postgres-outage.test.ts). The watchdog
 //   reads the wanted state from a file in the temp dir at each turn. Its
 //   port is below the kernel's ephemeral range (see freeFixedPort).
 // - Settings for speed, test use only: fsync, synchronous_commit and

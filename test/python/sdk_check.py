@@ -1,4 +1,4 @@
-"""The official Python SDK against an offpeak server (SPEC §13): Responses
+"""The official Python SDK against an offpeak server (docs/CONTRACT.md §13): Responses
 and Completions, plain and streamed, on offpeak-echo and (if
 OFFPEAK_UPSTREAM_MODEL names one) an upstream model, and a batch on each
 endpoint. Run by test/python-sdk.test.ts when python3 has the `openai`

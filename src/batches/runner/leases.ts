@@ -1,4 +1,4 @@
-// Leases (SPEC §14): a shard or a batch-level phase (validating, finalizing)
+// Leases (docs/CONTRACT.md §14): a shard or a batch-level phase (validating, finalizing)
 // belongs to the node whose id is in its row until the lease's expiry, which
 // that node's ticks push forward. A lease whose owner stopped renewing it is
 // free: its shards go back to pending for any node to claim, its batch phase
@@ -29,7 +29,7 @@ export class Leases {
   ) {}
 
   /**
-   * The database does not answer (a restart, a failover, a cut: SPEC §17):
+   * The database does not answer (a restart, a failover, a cut: docs/CONTRACT.md §17):
    * ticks fail until it does, Workers go on with the shards they hold and
    * their answers wait in their part files, and what they report is
    * recorded once it is back (ProgressRecords). Said once, not at every tick.

@@ -1,4 +1,4 @@
-// Off-peak hours on this node (SPEC §18): which of the batches running here
+// Off-peak hours on this node (docs/CONTRACT.md §18): which of the batches running here
 // are held to the model's peak share now, and the share the scheduler
 // applies. A batch's place in the batch order (its BatchKey: deadline hour,
 // project, batch, capped) is made here once and shared by all its lines'

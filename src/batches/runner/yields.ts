@@ -1,4 +1,4 @@
-// The batch order reaching Workers that are mid-shard (SPEC §18). Claims
+// The batch order reaching Workers that are mid-shard (docs/CONTRACT.md §18). Claims
 // follow the order (db/claims.ts) whenever a Worker comes free, but a shard
 // runs for minutes, so while every Worker here is busy, about once a second,
 // this asks whether a batch ahead in the order (an earlier deadline, or a

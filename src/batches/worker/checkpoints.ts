@@ -1,4 +1,4 @@
-// Checkpoints of a running shard's part files in the bucket (SPEC §14): on
+// Checkpoints of a running shard's part files in the bucket (docs/CONTRACT.md §14): on
 // a cluster, the node that runs a shard may die, and its local part files
 // die with it. So every CHECKPOINT_MS the Worker uploads what each part file
 // gained since the last checkpoint as one object, a segment:

@@ -3,7 +3,7 @@
 // transport (inference/upstream/transport.ts) in steps (./lineSteps.ts):
 // wait at the upstream's gate → attempt → judge → back off, again until an
 // answer, a final failure, the attempts or the deadline end it. An outage or
-// a 429 makes lines wait, never fail (SPEC §11).
+// a 429 makes lines wait, never fail (docs/CONTRACT.md §11).
 import { ApiError } from "../../errors";
 import type { EndpointKind } from "../../endpoints";
 import { endpointKind } from "../../endpoints";

@@ -1,7 +1,7 @@
 // The steps of one batch line's upstream request (execute.ts runs them in a
 // loop): wait at the gate → attempt → judge → back off.
 //
-// SPEC §11: an upstream outage is not the line's failure. Before each attempt
+// docs/CONTRACT.md §11: an upstream outage is not the line's failure. Before each attempt
 // the line waits at the upstream's gate (up, no 429 pause, room in the batch
 // window) and for a scheduler slot. Attempts that fail while the upstream
 // fails as a whole (it is down now, or went down since the attempt began) do
@@ -151,7 +151,7 @@ export function judge(req: BatchRequest, tried: Tried, model: PricedModel, call:
     body = { error: { message: text.slice(0, 2000), type: "upstream_error", param: null, code: null } };
   }
   const fate = classify(res, isJson);
-  // SPEC §5 shows a request id on every response: ours when the upstream sends none.
+  // docs/CONTRACT.md §5 shows a request id on every response: ours when the upstream sends none.
   const requestId = res.headers.get("x-request-id") ?? ids.next("req_");
   countUpstreamAttempt(model.id, sent, failureLabel(fate));
   const outcome = slotOutcome(res.status);
@@ -171,7 +171,7 @@ export function judge(req: BatchRequest, tried: Tried, model: PricedModel, call:
     case "engine_failure":
       return { kind: "retry", whole: true, waitMs: fate.retryAfterMs, last: { status: res.status, requestId, body }, outcome };
     case "request_error":
-      // SPEC §11: a 4xx other than 408/409/429 is the request's answer, recorded at once.
+      // docs/CONTRACT.md §11: a 4xx other than 408/409/429 is the request's answer, recorded at once.
       if (!fate.retry) return { kind: "done", result: { ok: false, line: resultLine(req.custom_id, res.status, requestId, body, null), usage: null }, outcome };
       return { kind: "retry", whole: false, waitMs: fate.retryAfterMs, last: { status: res.status, requestId, body }, outcome };
     default:

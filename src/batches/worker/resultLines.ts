@@ -1,4 +1,4 @@
-// The result lines a batch line ends as (SPEC §5): an answer in the output
+// The result lines a batch line ends as (docs/CONTRACT.md §5): an answer in the output
 // file, an error (a request's failed answer, or offpeak's own error with
 // `response: null`) in the error file.
 import { IdStream } from "../../ids";
@@ -49,7 +49,7 @@ export function splicedLine(customId: string, status: number, requestId: string 
 
 export function stoppedLine(customId: string, code: "batch_cancelled" | "batch_expired"): LineResult {
   // "completed", not "ran": after a crash, a request that was in flight when
-  // the batch was stopped may have reached the model (SPEC §5 allows it).
+  // the batch was stopped may have reached the model (docs/CONTRACT.md §5 allows it).
   const message = code === "batch_cancelled" ? "The batch was cancelled before this request completed." : "The batch expired before this request completed.";
   return { ok: false, line: resultLine(customId, null, null, null, { code, message }), usage: null };
 }

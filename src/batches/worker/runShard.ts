@@ -31,7 +31,7 @@ import { giveTurn, holdsTurn, takeTurn } from "./turns";
 /**
  * A part file's buffered results are written once they reach this (and at
  * the end of every turn of the event loop). 256 KiB, not 1 MiB: the buffer
- * is paid per Worker (SPEC §20), and a quarter of it cost no speed
+ * is paid per Worker (docs/CONTRACT.md §20), and a quarter of it cost no speed
  * (bench/workers-rss.ts, 2 Workers: 5.5–7.0 s against 5.0–7.7 s, peak RSS
  * 178–189 MB against 189–199).
  */

@@ -1,7 +1,7 @@
 import type { EndpointKind, TokenCounts } from "../../endpoints/kind";
 import type { PricedModel, ShardTotals } from "../types";
 
-/** Batch requests cost half of the interactive price (SPEC §5). */
+/** Batch requests cost half of the interactive price (docs/CONTRACT.md §5). */
 export const BATCH_DISCOUNT = 0.5;
 
 /** Reused for every line: reading usage allocates nothing. */

@@ -117,7 +117,7 @@ export function upload(file: File, purpose: string, onProgress: (sent: number, t
 }
 
 /**
- * Follows GET /batches/{id}/events (SPEC §12) with fetch and a stream
+ * Follows GET /batches/{id}/events (docs/CONTRACT.md §12) with fetch and a stream
  * reader: EventSource cannot send the Authorization header. Calls `onBatch`
  * with every record; resolves when the stream ends (after a final state, or
  * when the connection drops), rejects when it cannot be opened.

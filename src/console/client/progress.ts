@@ -38,7 +38,7 @@ export function speedOf(b: Batch, now = Date.now()): { rate: number | null; eta:
   }
   const since = b.in_progress_at ? now / 1000 - b.in_progress_at : 0;
   const rate = s.rate ?? (since >= 1 && done > 0 ? done / since : null);
-  // The server's estimate when it has one (SPEC §18: from its own recent rate); none while it says the batch waits.
+  // The server's estimate when it has one (docs/CONTRACT.md §18: from its own recent rate); none while it says the batch waits.
   const server = b.estimated_completion_at ? Math.max(0, b.estimated_completion_at - now / 1000) : null;
   const eta = server ?? (b.status_details ? null : rate && rate > 0 ? (total - done) / rate : null);
   return { rate, eta, took: null };

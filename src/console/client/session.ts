@@ -47,5 +47,5 @@ export function signOut() {
   }
 }
 
-/** SPEC §2: admin grants everything. */
+/** docs/CONTRACT.md §2: admin grants everything. */
 export const can = (me: Me, scope: string) => me.scopes.includes("admin") || me.scopes.includes(scope);

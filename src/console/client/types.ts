@@ -1,4 +1,4 @@
-// Shapes of the public API's answers (SPEC §4, §5, §8, §2, §12), as the console reads them.
+// Shapes of the public API's answers (docs/CONTRACT.md §4, §5, §8, §2, §12), as the console reads them.
 export interface ErrorBody {
   error?: { message?: string; type?: string; param?: string | null; code?: string | null };
 }
@@ -60,9 +60,9 @@ export interface Batch {
   usage: { input_tokens: number; output_tokens: number; total_tokens: number } | null;
   cost: { currency: string; amount: number; discount: number } | null;
   metadata: Record<string, string> | null;
-  /** SPEC §18: when it should end at its recent rate (Unix s); null until a rate is known, and once it ends. */
+  /** docs/CONTRACT.md §18: when it should end at its recent rate (Unix s); null until a rate is known, and once it ends. */
   estimated_completion_at?: number | null;
-  /** SPEC §18: why a running batch is not moving (upstream_down, rate_limited, peak_hours, queued). */
+  /** docs/CONTRACT.md §18: why a running batch is not moving (upstream_down, rate_limited, peak_hours, queued). */
   status_details?: { code: string; message: string; since: number | null } | null;
 }
 
@@ -74,7 +74,7 @@ export interface Status {
   storage: { ok: boolean; free_bytes: number | null };
   batches: { validating: number; in_progress: number; finalizing: number };
   models: { id: string; owned_by: string; healthy: boolean; in_flight: number; queued: number }[];
-  /** last_error is shown to admin keys only (SPEC §16): absent for others. */
+  /** last_error is shown to admin keys only (docs/CONTRACT.md §16): absent for others. */
   upstreams?: { name: string; healthy: boolean; since: number | null; last_error?: string | null }[];
 }
 

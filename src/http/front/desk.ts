@@ -6,7 +6,7 @@
 // the relay socket, where front threads send every other request.
 //
 // Why: on a many-core machine one thread doing every request's socket and
-// byte work is what limits the chat pass-through (SPEC §20: 0.52–0.60× a
+// byte work is what limits the chat pass-through (docs/CONTRACT.md §20: 0.52–0.60× a
 // naive proxy on 16 cores, whose fetch runs on a second thread). Front
 // threads take that work; the main thread keeps only the state.
 import { mkdtemp, rm } from "node:fs/promises";

@@ -82,7 +82,7 @@ export async function serveChat(request: Request, peer: string | null, main: Mai
   const t0 = performance.now();
   const auth = request.headers.get("authorization");
   // A key this thread has not seen accepted is checked before the body is
-  // read (SPEC §16: without a valid key nothing is read); a known one is
+  // read (docs/CONTRACT.md §16: without a valid key nothing is read); a known one is
   // checked again with the request, in the one ask.
   if (auth === null || !knownKeys.has(auth)) {
     const askedAt = keysEpoch;

@@ -55,7 +55,7 @@ export async function relay(request: Request, to: RelayTarget, peer: string | nu
   const length = res.headers.get("content-length");
   if (length === null || method === "HEAD" || !res.body) return res;
   // Bun drops the Content-Length of a body it streams (src/storage/sized.ts),
-  // and a download must keep it (SPEC §17): the answer is held whole here,
+  // and a download must keep it (docs/CONTRACT.md §17): the answer is held whole here,
   // as the main thread held it, in memory or in this thread's spool.
   try {
     return new Response(await withLength(res.body, Number(length), to.dataDir, to.spool), { status: res.status, statusText: res.statusText, headers: res.headers });

@@ -1,4 +1,4 @@
-// Adaptive concurrency (SPEC §18): how many requests an upstream engine
+// Adaptive concurrency (docs/CONTRACT.md §18): how many requests an upstream engine
 // should have in flight, found while it runs, for `max_concurrency: "auto"`.
 //
 // An inference engine that batches requests (vLLM, TGI, llama.cpp's server)

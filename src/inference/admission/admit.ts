@@ -89,7 +89,7 @@ type InSteps = Omit<Admitted, "release"> & { slot: Promise<Release> };
 
 /**
  * x-ratelimit-* headers for an inference answer that was refused before
- * admission (a bad request, an unknown model): SPEC §7 puts them on every
+ * admission (a bad request, an unknown model): docs/CONTRACT.md §7 puts them on every
  * inference response; such a request costs no quota, so nothing is counted.
  */
 export function rateLimitHeadersNow(ctx: AppContext, principal: Principal): Record<string, string> {

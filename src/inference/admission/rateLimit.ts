@@ -6,7 +6,7 @@
 // One node (SQLite): a key's window starts at its first request, and the
 // counts here are the whole truth.
 //
-// A cluster (Postgres, SPEC §14/§17: a key's rpm/tpm hold cluster-wide
+// A cluster (Postgres, docs/CONTRACT.md §14/§17: a key's rpm/tpm hold cluster-wide
 // within 10%): windows are whole wall-clock minutes on every node, and each
 // node admits out of budget it has taken from the key's row for the window
 // in the database (src/nodes/keyUsage.ts: one INSERT … ON CONFLICT DO

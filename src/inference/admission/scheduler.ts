@@ -44,7 +44,7 @@ export const ANSWERS = 3;
 export const HELD = 4;
 /** Slots given back after a 429 or 503 answer. */
 export const OVERLOADS = 5;
-/** 1 while batches are held to a peak share of this model (SPEC §18 off-peak hours): Workers then take no slot themselves, every batch line asks this thread, which keeps the cap. */
+/** 1 while batches are held to a peak share of this model (docs/CONTRACT.md §18 off-peak hours): Workers then take no slot themselves, every batch line asks this thread, which keeps the cap. */
 export const CAPPED = 6;
 
 /** What the holder of a slot saw, said when it gives the slot back. */
@@ -422,7 +422,7 @@ export class Scheduler {
   }
 
   /**
-   * Off-peak hours (SPEC §18): capped batches may hold `share` (0–1) of each
+   * Off-peak hours (docs/CONTRACT.md §18): capped batches may hold `share` (0–1) of each
    * limited model's slots; 1 lifts the cap. On a cluster it is a share of
    * the cluster's limit, and each node holds its part of it (setPlace).
    */
@@ -455,7 +455,7 @@ export class Scheduler {
   }
 
   /**
-   * This node's part of a limited model's max_concurrency (SPEC §14: the
+   * This node's part of a limited model's max_concurrency (docs/CONTRACT.md §14: the
    * limit is the cluster's total, shared among live nodes). Unlimited models
    * stay unlimited. For "auto" it is the part of max_concurrency_limit: the
    * controller's ceiling.

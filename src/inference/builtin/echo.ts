@@ -61,7 +61,7 @@ export function planEcho(body: Record<string, unknown>): EchoPlan {
     const text = reasoningText(lastUser, effort); // checkSampling let only known values through
     const reasoningTokens = countTokens(text);
     reasoning = truncate(text, reasoningTokens, typeof maxRaw === "number" ? maxRaw : Infinity);
-    // The limit was hit in the reasoning: the reply (perhaps empty) is cut too (SPEC §6: finish_reason length).
+    // The limit was hit in the reasoning: the reply (perhaps empty) is cut too (docs/CONTRACT.md §6: finish_reason length).
     if (reasoning.tokens < reasoningTokens) finish = "length";
   }
   // Only a reply that is cut needs splitting into tokens (the batch hot path rarely is).
@@ -85,7 +85,7 @@ export const REASONING_EFFORTS = Object.keys(REASONING_STEPS);
 
 /**
  * The echo model ignores sampling, but a request OpenAI would refuse must not
- * succeed here (SPEC §10: bad types → 400 naming the param). null = not given.
+ * succeed here (docs/CONTRACT.md §10: bad types → 400 naming the param). null = not given.
  */
 export function checkSampling(body: Record<string, unknown>): void {
   const range = (name: string, min: number, max: number) => {

@@ -1,4 +1,4 @@
-// offpeak-echo on the legacy Completions API (SPEC §13): each prompt's
+// offpeak-echo on the legacy Completions API (docs/CONTRACT.md §13): each prompt's
 // completion is the prompt's own text, cut at the first `stop` and at
 // `max_tokens`; `n` choices per prompt (a prompt array gives choices
 // prompt by prompt, index = prompt·n + k, as OpenAI numbers them); `echo`

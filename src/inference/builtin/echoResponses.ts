@@ -1,4 +1,4 @@
-// offpeak-echo on the Responses API (SPEC §13): the answer is the last user
+// offpeak-echo on the Responses API (docs/CONTRACT.md §13): the answer is the last user
 // text of `input` (a string input is one user message; several text parts
 // join with "\n", as in chat), in one assistant `message` item, after a
 // `reasoning` item when `reasoning.effort` asks for one. Deterministic: the

@@ -32,7 +32,7 @@ export function embedText(text: string, dimensions: number): Float32Array {
   let norm = norm2(v);
   // The signed features can cancel out exactly (the weights are powers of
   // two, so the sums are exact): e.g. "a c yo" at dimensions 1 gave [0], which
-  // is not L2-normalised (SPEC §6). Then one feature of the whole text is
+  // is not L2-normalised (docs/CONTRACT.md §6). Then one feature of the whole text is
   // added: a single term cannot cancel, the result stays deterministic, and
   // texts whose features do not cancel keep exactly the vectors they had.
   if (norm === 0) {
@@ -50,7 +50,7 @@ const isTokenId = (t: unknown): t is number => Number.isSafeInteger(t) && (t as 
 export function embeddingInputs(input: unknown): string[] {
   const bad = () => new ApiError("invalid_value", "input must be a non-empty string, an array of non-empty strings, or arrays of token ids (non-negative integers)", { param: "input" });
   // An empty text has no features: its vector would be all zeros, not
-  // L2-normalised (SPEC §6), so it is refused as the OpenAI API does.
+  // L2-normalised (docs/CONTRACT.md §6), so it is refused as the OpenAI API does.
   if (typeof input === "string") {
     if (input.length === 0) throw bad();
     return [input];

@@ -57,7 +57,7 @@ export async function callUpstream({ model, path, body, raw, clientSignal }: Ups
   }
 }
 
-/** SPEC §11: while the upstream is down, answer at once instead of waiting out a connection timeout; retry-after says when the next probe runs. */
+/** docs/CONTRACT.md §11: while the upstream is down, answer at once instead of waiting out a connection timeout; retry-after says when the next probe runs. */
 export function throwIfDown(model: ModelEntry): void {
   const health = model.health;
   if (health?.isDown(model.upstreamIdx)) throw unavailable(model, health.retryAfterSeconds(model.upstreamIdx));

@@ -1,5 +1,5 @@
 // What became of one call to an upstream, decided here for interactive
-// requests and batch lines alike (SPEC §11, §17). Every caller reads the
+// requests and batch lines alike (docs/CONTRACT.md §11, §17). Every caller reads the
 // same verdict and only chooses what to do with it:
 //
 //   answer          2xx. A batch line's answer goes to the output file.

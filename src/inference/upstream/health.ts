@@ -1,5 +1,5 @@
 // Whether each upstream is reachable, and how fast batch lines may go to it.
-// This module is the one owner of that state (SPEC §11). It lives in memory
+// This module is the one owner of that state (docs/CONTRACT.md §11). It lives in memory
 // shared by the main thread (interactive calls, probes, /status, /metrics)
 // and the batch Workers (batch lines), so that every request reads it with an
 // atomic load and reports its outcome with an atomic add: no message per
@@ -13,7 +13,7 @@
 //    or → up (it answered: the failures were about those requests, e.g. a
 //    500-on-every-try poison line or random 503s, and they count as attempts):
 //    only the main thread. Going down bumps the epoch: attempts made before
-//    it that failed as a whole are forgiven (SPEC §11).
+//    it that failed as a whole are forgiven (docs/CONTRACT.md §11).
 //  - down → up: only the main thread, when a probe (`GET {base_url}/models`)
 //    or a discovery succeeds.
 //
@@ -120,7 +120,7 @@ export function pausedFor(mem: HealthMemory, u: number, now = Date.now()): numbe
   return Math.max(0, mem.times[u * TIME_CELLS + PAUSE_UNTIL]! - now);
 }
 
-/** Whether the upstream's batch dispatch is held back by 429s now: paused (retry-after), or a 429 came within `withinMs` (a batch's status_details, SPEC §18). */
+/** Whether the upstream's batch dispatch is held back by 429s now: paused (retry-after), or a 429 came within `withinMs` (a batch's status_details, docs/CONTRACT.md §18). */
 export function rateLimitedNow(mem: HealthMemory, u: number, withinMs: number, now = Date.now()): boolean {
   const t = u * TIME_CELLS;
   return mem.times[t + PAUSE_UNTIL]! > now || now - mem.times[t + LAST_DECREASE]! < withinMs;

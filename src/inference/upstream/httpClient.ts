@@ -18,7 +18,7 @@
 // last-in first-out. Bodies: Content-Length, chunked, or up to the close;
 // gzip/deflate are decoded (we ask for identity; a server may not listen).
 // The caller's signal aborts the call (the connection is closed, not
-// reused). Strict, as SPEC §17 asks: heads and chunked framing are judged
+// reused). Strict, as docs/CONTRACT.md §17 asks: heads and chunked framing are judged
 // as llhttp (Node's parser) judges them (a refused answer is an
 // UpstreamProtocolError). Backpressure: a streamed body pauses the socket
 // while the reader is behind.
@@ -55,7 +55,7 @@ const MAX_IDLE = 256;
 const MAX_HEAD_BYTES = 64 * 1024;
 /** A chunk-size or trailer line may not be longer. */
 const MAX_LINE_BYTES = 4096;
-/** A status line and headers that began to arrive must be whole within this (SPEC §17: never wait long on a head it cannot parse). */
+/** A status line and headers that began to arrive must be whole within this (docs/CONTRACT.md §17: never wait long on a head it cannot parse). */
 const HEAD_DEADLINE_MS = 5_000;
 /** The most digits a Content-Length may have (15, under 2^53): llhttp refuses lengths that overflow; an absurd one would wait for bytes that never come. */
 const MAX_LENGTH_DIGITS = 15;
@@ -97,7 +97,7 @@ export class UpstreamConnectionError extends Error {
   }
 }
 
-/** The upstream answered, but not with HTTP that llhttp would take (SPEC §17), or not within the head deadline. */
+/** The upstream answered, but not with HTTP that llhttp would take (docs/CONTRACT.md §17), or not within the head deadline. */
 export class UpstreamProtocolError extends UpstreamConnectionError {
   override name = "UpstreamProtocolError";
 }

@@ -1,4 +1,4 @@
-// An interactive request for an upstream model, passed through (SPEC §6,
+// An interactive request for an upstream model, passed through (docs/CONTRACT.md §6,
 // §13): the same for every endpoint kind that answers with JSON or an SSE
 // stream (chat completions, responses, completions). The body goes upstream
 // untouched (but for the mapped model name); the answer comes back as the

@@ -1,4 +1,4 @@
-// One batch: live from its event stream (SPEC §12), polling if the stream
+// One batch: live from its event stream (docs/CONTRACT.md §12), polling if the stream
 // cannot be had; timestamps, errors with their line numbers, the first failed
 // lines (BatchErrors.tsx), metadata, and
 // what the key may do with it (cancel, retry the failed lines, downloads).
@@ -104,7 +104,7 @@ function DownloadButton({ fileId, filename, label, small }: { fileId: string; fi
 
 const WAITING_TITLES: Record<string, string> = Object.fromEntries(Object.entries(WAITING_WORDS).map(([k, v]) => [k, v[0]!.toUpperCase() + v.slice(1)]));
 
-/** Why a running batch is not moving (its status_details, SPEC §18/§19), as a notice above its progress. */
+/** Why a running batch is not moving (its status_details, docs/CONTRACT.md §18/§19), as a notice above its progress. */
 function Waiting({ batch }: { batch: Batch }) {
   const d = batch.status_details;
   if (!d || isFinal(batch)) return null;

@@ -1,4 +1,4 @@
-// A batch's first failed lines on its page (SPEC §19): the input line,
+// A batch's first failed lines on its page (docs/CONTRACT.md §19): the input line,
 // custom_id and message of each, from the error lines written so far
 // (GET /batches/{id}/output?kind=error, also while it runs), so that nobody
 // has to download the error file to see why lines fail. The input line is

@@ -15,7 +15,7 @@ import type { Batch, List, Me } from "../types";
 
 export const PAGE_SIZE = 25;
 
-/** Short words for a batch's status_details code (SPEC §18), for the list; the batch's page gives its message. */
+/** Short words for a batch's status_details code (docs/CONTRACT.md §18), for the list; the batch's page gives its message. */
 export const WAITING_WORDS: Record<string, string> = { upstream_down: "upstream down", rate_limited: "rate limited", peak_hours: "peak hours", queued: "queued" };
 
 export function Speed({ batch }: { batch: Batch }) {

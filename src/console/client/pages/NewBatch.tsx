@@ -9,7 +9,7 @@ import { go, href } from "../router";
 import type { Batch, FileRecord } from "../types";
 
 export const ENDPOINTS = ["/v1/chat/completions", "/v1/embeddings", "/v1/responses", "/v1/completions"];
-/** completion_window choices (SPEC §18: Nh or Nd from 1h to 7d; 24h is the default, and what OpenAI's SDKs send). */
+/** completion_window choices (docs/CONTRACT.md §18: Nh or Nd from 1h to 7d; 24h is the default, and what OpenAI's SDKs send). */
 export const WINDOWS = ["1h", "4h", "12h", "24h", "48h", "72h", "7d"];
 
 /** The `url` of the file's first request, to preselect the endpoint (reads at most 1 MB). */

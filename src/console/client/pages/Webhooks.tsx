@@ -1,4 +1,4 @@
-// Webhook endpoints (admin, SPEC §12): create (the signing secret is shown
+// Webhook endpoints (admin, docs/CONTRACT.md §12): create (the signing secret is shown
 // once), list every project's, delete, and see each one's delivery attempts.
 import { useEffect, useState } from "preact/hooks";
 import { api, request } from "../api";

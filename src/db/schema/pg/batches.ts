@@ -37,9 +37,9 @@ export const batches = pgTable(
     outputExpiresAfter: bigint("output_expires_after", { mode: "number" }),
     leaseOwner: text("lease_owner"),
     leaseExpiresAt: bigint("lease_expires_at", { mode: "number" }),
-    /** SPEC §18: when the batch should end at its recent rate (Unix s); null until a rate is known, and once it ends. Written by the runner running it. */
+    /** docs/CONTRACT.md §18: when the batch should end at its recent rate (Unix s); null until a rate is known, and once it ends. Written by the runner running it. */
     estimatedCompletionAt: bigint("estimated_completion_at", { mode: "number" }),
-    /** SPEC §18 status_details: why a running batch is not moving ("upstream_down", "rate_limited", "peak_hours", "queued"), its message and since when (Unix s); null while it moves and once it ends. */
+    /** docs/CONTRACT.md §18 status_details: why a running batch is not moving ("upstream_down", "rate_limited", "peak_hours", "queued"), its message and since when (Unix s); null while it moves and once it ends. */
     statusDetailsCode: text("status_details_code"),
     statusDetailsMessage: text("status_details_message"),
     statusDetailsSince: bigint("status_details_since", { mode: "number" }),

@@ -1,7 +1,7 @@
 import { sqliteTable, text, integer, primaryKey } from "drizzle-orm/sqlite-core";
 
 /**
- * A cluster's per-key budgets (SPEC §14): for a key in one wall-clock
+ * A cluster's per-key budgets (docs/CONTRACT.md §14): for a key in one wall-clock
  * minute, the row with node_id "*" holds what the nodes have taken of its
  * rpm/tpm (src/nodes/keyUsage.ts takes blocks of it atomically, so that
  * rpm/tpm hold for the cluster). Rows of past minutes are deleted.

@@ -1,7 +1,7 @@
 import { sqliteTable, text, integer } from "drizzle-orm/sqlite-core";
 
 /**
- * The processes serving this database (SPEC §14): each heartbeats its row.
+ * The processes serving this database (docs/CONTRACT.md §14): each heartbeats its row.
  * A node is live while last_seen is within batches.lease_ms; the cluster's
  * limits are shared among live nodes, and /status lists them.
  */

@@ -1,6 +1,6 @@
 import { sqliteTable, text, integer, index } from "drizzle-orm/sqlite-core";
 
-/** Where a project's batch events are delivered (SPEC §12). */
+/** Where a project's batch events are delivered (docs/CONTRACT.md §12). */
 export const webhookEndpoints = sqliteTable(
   "webhook_endpoints",
   {
