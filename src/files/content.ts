@@ -2,7 +2,7 @@
 // body is a lazily read file blob), with Content-Length and single Range; on
 // S3 read through this node (BlobStore.read).
 // A composed file (a batch's output or error file: its parts in order, see
-// src/db/schema/fileParts.ts) is read as one body across its parts; bytes
+// src/db/schema/*/fileParts.ts) is read as one body across its parts; bytes
 // inside one part go out as that part's file blob, like a plain file.
 // Every download carries Content-Length (and Content-Range for a range),
 // whichever storage holds it (docs/CONTRACT.md §17): a body that is a stream (from the

@@ -1,0 +1,70 @@
+// The repository explains itself: what its text cites opens inside it.
+// - No citation of documents that are not in the repository, nor text about
+//   how the work was organised (which issue or review asked for what).
+// - Every "docs/CONTRACT.md §n" lands on a heading of docs/CONTRACT.md.
+// - Every file path that the text names under src/, test/, docs/ or scripts/
+//   exists (a name with * in it stands for a set of files and is skipped).
+import { describe, expect, test } from "bun:test";
+import { existsSync, readFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+
+const ROOT = resolve(import.meta.dir, "..");
+
+/** The repository's own text files (tracked and new), the lock file and recorded timings aside. */
+function textFiles(): string[] {
+  const out = Bun.spawnSync(["git", "ls-files", "--cached", "--others", "--exclude-standard"], { cwd: ROOT }).stdout.toString();
+  return out
+    .split("\n")
+    .filter((f) => /\.(ts|tsx|md|sh|json|yaml|yml|toml|py|css|html)$/.test(f) || f === ".ci/run")
+    .filter((f) => f !== "package-lock.json" && !f.startsWith("test/timings/") && !f.startsWith("drizzle") && existsSync(join(ROOT, f)));
+}
+
+/** Text that points outside the repository or at how the work was organised. This file names the patterns, so it is left out. */
+const OUTSIDE: [RegExp, string][] = [
+  [/\bSPEC(?:\.md)?\s*§/, "a citation of SPEC (cite docs/CONTRACT.md)"],
+  [/\bDESIGN\.md\b/, "a citation of DESIGN.md (say what it means here)"],
+  [/\.\.\/shared\//, "a path outside the repository"],
+  [/\/tmp\/review\b/, "a path outside the repository"],
+  [/\bissues? #?\d+\b/i, "an issue number"],
+];
+
+describe("the repository explains itself", () => {
+  const files = textFiles().filter((f) => f !== "test/self-contained.test.ts");
+  const texts = new Map(files.map((f) => [f, readFileSync(join(ROOT, f), "utf8")] as const));
+
+  test("the checks see the repository (README, the contract, src/)", () => {
+    expect(texts.has("README.md") && texts.has("docs/CONTRACT.md")).toBe(true);
+    expect(files.filter((f) => f.startsWith("src/")).length).toBeGreaterThan(100);
+  });
+
+  test("no text cites documents outside it, or issue numbers", () => {
+    const found: string[] = [];
+    for (const [f, text] of texts)
+      for (const [re, what] of OUTSIDE) {
+        const m = re.exec(text);
+        if (m) found.push(`${f}:${text.slice(0, m.index).split("\n").length}: ${what}: ${JSON.stringify(m[0])}`);
+      }
+    expect(found).toEqual([]);
+  });
+
+  test("every docs/CONTRACT.md §n has its heading", () => {
+    const headings = new Set([...texts.get("docs/CONTRACT.md")!.matchAll(/^## §(\d+)\./gm)].map((m) => Number(m[1])));
+    expect(headings.size).toBeGreaterThanOrEqual(20);
+    const missing: string[] = [];
+    for (const [f, text] of texts)
+      for (const m of text.matchAll(/CONTRACT\.md\s*(?:\n\s*(?:\/\/|\*|#)?\s*)?((?:§\d+[/,–-]?\s*)+)/g))
+        for (const n of m[1]!.matchAll(/§(\d+)/g)) if (!headings.has(Number(n[1]))) missing.push(`${f}: §${n[1]}`);
+    expect(missing).toEqual([]);
+  });
+
+  test("every file the text names under src/, test/, docs/ or scripts/ exists", () => {
+    const missing: string[] = [];
+    for (const [f, text] of texts)
+      for (const m of text.matchAll(/(?<![\w./-])((?:src|test|docs|scripts)\/[\w./*-]*\.(?:ts|tsx|md|py|css|png|json))\b/g)) {
+        const p = m[1]!;
+        if (p.includes("*")) continue;
+        if (!existsSync(join(ROOT, p))) missing.push(`${f}: ${p}`);
+      }
+    expect(missing).toEqual([]);
+  });
+});
