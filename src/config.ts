@@ -15,7 +15,7 @@ import { join, resolve } from "node:path";
 import type { DatabaseConfig } from "./db/client";
 import type { S3Settings } from "./storage/locator";
 import { parseAllowedHosts } from "./webhooks/egress";
-import { PeakCalendar, type PeakWindow } from "./batches/order";
+import { PeakCalendar, type PeakWindow } from "./scheduling/order";
 import { defaultBatchWorkers, usableCores } from "./batches/turns";
 import { defaultValidationWorkers } from "./jsonl/validationWorkers";
 import { setThreadSettings, threadSettingsOf, type ThreadSettings } from "./threadSettings";

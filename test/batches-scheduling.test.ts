@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { BatchQueue, PeakCalendar, type BatchKey } from "../src/batches/order";
+import { BatchQueue, PeakCalendar, type BatchKey } from "../src/scheduling/order";
 import { resolveConfig } from "../src/config";
 import { openDb } from "../src/db/client";
 import { claimShards } from "../src/db/claims";

@@ -7,7 +7,7 @@
 //   waits on its upstream (src/batches/pool.ts).
 // - A shard that has run a while yields its Worker (checkpoint, back to
 //   pending) when a batch ahead of it in the order waits for one: an earlier
-//   deadline, or a project holding two Workers fewer (src/batches/order.ts
+//   deadline, or a project holding two Workers fewer (src/scheduling/order.ts
 //   yieldsFor, src/batches/runner/yields.ts).
 //
 // With 2 Workers, and with more Workers than turns at the CPU
@@ -18,7 +18,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { and, eq } from "drizzle-orm";
-import { yieldsFor, type YieldBatch } from "../src/batches/order";
+import { yieldsFor, type YieldBatch } from "../src/scheduling/order";
 import type { WorkerPool } from "../src/batches/pool";
 import { LiveShards } from "../src/batches/runner/live";
 import type { Stops } from "../src/batches/runner/stops";

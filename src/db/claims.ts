@@ -3,7 +3,7 @@
 // one owner, and counts the run (claims + 1: its checkpoints and its part
 // object are named for it).
 //
-// Which shard goes next follows the batch order (batches/order.ts): the
+// Which shard goes next follows the batch order (scheduling/order.ts): the
 // earliest deadline hour, then the project with fewest shards running, then
 // its batch with fewest running, then the oldest. The running counts come
 // from the rows, so every node of a cluster follows one order: a project's
@@ -16,7 +16,7 @@
 // update re-reads the row after the winner commits and matches nothing; it
 // then tries that batch's next shard).
 import { and, eq, inArray, sql } from "drizzle-orm";
-import { bucketOf, nextCandidate } from "../batches/order";
+import { bucketOf, nextCandidate } from "../scheduling/order";
 import type { BatchRow, ShardRow } from "./schema";
 import type { Db } from "./client";
 

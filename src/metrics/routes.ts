@@ -6,7 +6,7 @@ import pkg from "../../package.json";
 import type { AppContext } from "../context";
 import { m, registry } from "./index";
 import { windowOf } from "../inference/upstream/health";
-import { peakNow } from "../batches/order";
+import { peakNow } from "../scheduling/order";
 import { PROMETHEUS_CONTENT_TYPE } from "./registry";
 
 const BATCH_STATUSES = ["validating", "in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled"];

@@ -5,7 +5,7 @@ import pkg from "../../package.json";
 import { principalOf } from "../auth/plugin";
 import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
-import { peakNow } from "../batches/order";
+import { peakNow } from "../scheduling/order";
 
 /** How old an upstream health check may be when GET /status answers, and how long a fresh one may take. */
 const HEALTH_MAX_AGE_MS = 1_000;

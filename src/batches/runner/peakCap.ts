@@ -7,8 +7,8 @@
 // Capped: a window of 24h or more, during peak hours, unless its estimated
 // finish at the capped rate passes its deadline (then uncapped for good).
 import type { AppContext } from "../../context";
-import { bucketOf, type BatchKey } from "../order";
-import { peakNow } from "../peakHours";
+import { bucketOf, type BatchKey } from "../../scheduling/order";
+import { peakNow } from "../../scheduling/peakHours";
 import { windowHours, type BatchRow } from "../service";
 import type { TrackedBatch } from "../statusDetails";
 

@@ -1,7 +1,7 @@
 // The main thread's side of scheduler slots for batch Workers. A batch line
 // on a limited model needs a slot of the model's concurrency; the scheduler
 // (inference/admission/scheduler.ts) owns them and serves interactive
-// requests first, then batch lines in the batch order (batches/order.ts).
+// requests first, then batch lines in the batch order (scheduling/order.ts).
 // A Worker takes a free slot itself, from shared memory, while nobody waits
 // in the scheduler (batches/worker/slots.ts); otherwise it asks here, one
 // message per turn of its event loop, and this broker waits in the
@@ -12,7 +12,7 @@
 // took itself (its shared `held` count).
 import type { ModelRegistry } from "../../inference/registry";
 import { CELLS, type Release, type Scheduler } from "../../inference/admission/scheduler";
-import type { BatchKey } from "../order";
+import type { BatchKey } from "../../scheduling/order";
 import type { FromWorker, ToWorker } from "../types";
 
 export class SlotBroker {

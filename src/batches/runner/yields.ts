@@ -6,7 +6,7 @@
 // the Worker of a shard behind it that has run YIELD_AFTER_MS to yield: it
 // pauses as at a shutdown (its in-flight lines finish, the part files keep
 // all that is done), reports "paused", goes back to pending, and the claim
-// that follows gives the Worker to the batch ahead. batches/order.ts
+// that follows gives the Worker to the batch ahead. scheduling/order.ts
 // (yieldsFor) says which shards, and why the yields come to an end.
 //
 // On a cluster every node reads the same rows: each yields only for its
@@ -24,7 +24,7 @@
 // shutdown and a lost lease already do).
 import type { AppContext } from "../../context";
 import { partInTurn } from "../../nodes/parts";
-import { bucketOf, yieldsFor } from "../order";
+import { bucketOf, yieldsFor } from "../../scheduling/order";
 import type { WorkerPool } from "../pool";
 import type { TickQueries } from "../tickQueries";
 import type { LiveShards } from "./live";

@@ -30,7 +30,7 @@ let cells: Int32Array | null = null;
 let held: Int32Array | null = null;
 let baseOf: (model: string) => number = () => -1;
 let acquire: [number, string, string][] = [];
-/** The batch whose shard this Worker runs: its asks carry it, so the scheduler serves them in the batch order (batches/order.ts). */
+/** The batch whose shard this Worker runs: its asks carry it, so the scheduler serves them in the batch order (scheduling/order.ts). */
 let currentBatch = "";
 
 export function setSlotBatch(batchId: string): void {

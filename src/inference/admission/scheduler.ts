@@ -20,13 +20,13 @@
 import { ApiError } from "../../errors";
 import { AdaptiveLimit } from "./adaptive";
 import type { ModelEntry } from "../registry";
-import { BatchQueue, type BatchKey } from "../../batches/order";
+import { BatchQueue, type BatchKey } from "../../scheduling/order";
 import { partInTurn } from "../../nodes/parts";
 
 interface Waiter {
   grant: () => void;
   cancelled: boolean;
-  /** A batch line's place in the batch order (batches/order.ts); none for interactive requests. */
+  /** A batch line's place in the batch order (scheduling/order.ts); none for interactive requests. */
   key?: BatchKey;
   /** Granted as a capped line (counted in cappedInFlight until released). */
   capped?: boolean;
@@ -97,7 +97,7 @@ class ModelLane {
   /** Requests that had to wait here for want of a slot since the controller last looked: the limit was binding. */
   pressure = 0;
   readonly interactive: Waiter[] = [];
-  /** Batch lines, in the batch order: earliest deadline hour, then projects in turn, then their batches (batches/order.ts). */
+  /** Batch lines, in the batch order: earliest deadline hour, then projects in turn, then their batches (scheduling/order.ts). */
   readonly batch = new BatchQueue<Waiter>();
   /** The share of the limit that capped batches may hold now (1: no cap; off-peak hours). */
   share = 1;
