@@ -7,14 +7,12 @@ import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { freshDataDir, SERVE_READY } from "./helpers/server";
 import { pollUntil } from "./helpers/batches";
+import { cleanEnv } from "./helpers/env";
+
+/** Without the allocator settings that serve sets for itself, so a test sees what it sets. */
+const allocEnv = (extra: Record<string, string>) => cleanEnv(extra, (k) => k === "MIMALLOC_PURGE_DELAY" || k === "BUN_CONFIG_MAX_HTTP_REQUESTS");
 
 const ROOT = join(import.meta.dir, "..");
-
-function cleanEnv(extra: Record<string, string>): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("OFFPEAK_") && k !== "MIMALLOC_PURGE_DELAY" && k !== "BUN_CONFIG_MAX_HTTP_REQUESTS" && k !== "PORT") env[k] = v;
-  return { ...env, ...extra };
-}
 
 /** Starts `serve` with `env`, waits for its answer, returns the process's environment as it runs and what it printed. */
 async function serveWith(env: Record<string, string>) {
@@ -24,7 +22,7 @@ async function serveWith(env: Record<string, string>) {
   port.stop(true);
   const proc = Bun.spawn([process.execPath, join(ROOT, "src/main.ts"), "serve", "--port", String(p), "--host", "127.0.0.1", "--data-dir", dataDir], {
     cwd: ROOT,
-    env: cleanEnv(env),
+    env: allocEnv(env),
     stdout: "pipe",
     stderr: "ignore",
   });

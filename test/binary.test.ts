@@ -10,8 +10,12 @@ import { join } from "node:path";
 import type { Subprocess } from "bun";
 import { ADMIN_KEY, chatLine } from "./helpers/server";
 import { SCENARIO_MS } from "./helpers/wait";
+import { cleanEnv, freePort } from "./helpers/env";
 
 /** Response.json() typed loosely, for assertions. */
+/** Children log errors only, and see no Bun or Node settings of the test process (the executable carries its own runtime). */
+const binaryEnv = (extra: Record<string, string> = {}) => cleanEnv({ OFFPEAK_LOG_LEVEL: "error", ...extra }, (k) => k.startsWith("BUN_") || k === "NODE_PATH");
+
 const json = (res: Response): Promise<any> => res.json();
 
 const ROOT = join(import.meta.dir, "..");
@@ -20,15 +24,6 @@ let runDir: string;
 let binary: string;
 let proc: Subprocess<"ignore", "pipe", "pipe"> | null = null;
 let url: string;
-
-function cleanEnv(extra: Record<string, string> = {}): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) {
-    if (v === undefined || k.startsWith("OFFPEAK_") || k === "PORT" || k === "HOST" || k.startsWith("BUN_") || k === "NODE_PATH") continue;
-    env[k] = v;
-  }
-  return { ...env, OFFPEAK_LOG_LEVEL: "error", ...extra };
-}
 
 /** package.json's compile step, with the output redirected to `outfile`. */
 function compileCommand(outfile: string): string[] {
@@ -43,13 +38,6 @@ function compileCommand(outfile: string): string[] {
   if (i === -1) throw new Error("the build step has no --outfile");
   args[i + 1] = outfile;
   return [process.execPath, ...args];
-}
-
-async function freePort(): Promise<number> {
-  const s = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response("") });
-  const port = s.port!;
-  await s.stop(true);
-  return port;
 }
 
 const auth = { authorization: `Bearer ${ADMIN_KEY}` };
@@ -81,7 +69,7 @@ test("the executable runs alone in an empty folder: upload, validate, download b
   expect(readdirSync(runDir)).toEqual(["offpeak"]);
 
   const port = await freePort();
-  proc = Bun.spawn([binary, "--port", String(port)], { cwd: runDir, env: cleanEnv({ OFFPEAK_ADMIN_KEY: ADMIN_KEY }), stdout: "pipe", stderr: "pipe", stdin: "ignore" });
+  proc = Bun.spawn([binary, "--port", String(port)], { cwd: runDir, env: binaryEnv({ OFFPEAK_ADMIN_KEY: ADMIN_KEY }), stdout: "pipe", stderr: "pipe", stdin: "ignore" });
   url = `http://127.0.0.1:${port}`;
   const deadline = Date.now() + 20_000;
   for (;;) {
@@ -145,7 +133,7 @@ test("the executable runs alone in an empty folder: upload, validate, download b
   expect((await fetch(`${url}/api/v1/me`, { headers: auth })).status).toBe(200);
 
   // The keys CLI of the same binary works on the running server's data dir.
-  const cli = Bun.spawn([binary, "keys", "create", "--name", "from-binary", "--scopes", "files:read"], { cwd: runDir, env: cleanEnv(), stdout: "pipe", stderr: "pipe" });
+  const cli = Bun.spawn([binary, "keys", "create", "--name", "from-binary", "--scopes", "files:read"], { cwd: runDir, env: binaryEnv(), stdout: "pipe", stderr: "pipe" });
   const [secretOut, , cliCode] = await Promise.all([new Response(cli.stdout).text(), new Response(cli.stderr).text(), cli.exited]);
   expect(cliCode).toBe(0);
   expect(secretOut).toMatch(/^sk-op-[0-9A-Za-z]{40}\n$/);
@@ -173,7 +161,7 @@ test("with front threads (server.http_threads): the executable's front Workers a
   const dataDir = join(runDir, "data-fronts");
   const p = Bun.spawn([binary, "--port", String(port), "--data-dir", dataDir], {
     cwd: runDir,
-    env: cleanEnv({ OFFPEAK_ADMIN_KEY: ADMIN_KEY, OFFPEAK_HTTP_THREADS: "2", OFFPEAK_UPSTREAM_URL: `http://127.0.0.1:${upstream.port}/v1` }),
+    env: binaryEnv({ OFFPEAK_ADMIN_KEY: ADMIN_KEY, OFFPEAK_HTTP_THREADS: "2", OFFPEAK_UPSTREAM_URL: `http://127.0.0.1:${upstream.port}/v1` }),
     stdout: "pipe",
     stderr: "pipe",
     stdin: "ignore",

@@ -10,6 +10,7 @@ import { chatLine, startTestServer, type TestServer } from "./helpers/server";
 import { closedPort } from "./helpers/fakeUpstream";
 import { formatDuration, Progress, renderBar, renderPlain } from "../src/cli/progress";
 import { SCENARIO_MS } from "./helpers/wait";
+import { cleanEnv } from "./helpers/env";
 
 const ROOT = join(import.meta.dir, "..");
 const MAIN = join(ROOT, "src/main.ts");
@@ -18,15 +19,6 @@ let t: TestServer;
 let work: string;
 
 /** The environment without offpeak settings inherited from the caller. */
-function cleanEnv(extra: Record<string, string> = {}): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) {
-    if (v === undefined || k.startsWith("OFFPEAK_") || k === "PORT" || k === "HOST") continue;
-    env[k] = v;
-  }
-  return { ...env, ...extra };
-}
-
 interface Run {
   code: number;
   stdout: string;

@@ -6,8 +6,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
 import { ADMIN_KEY, chatLine, SERVE_READY, startTestServer, testDatabaseArgs, uploadRaw, type TestServer } from "./helpers/server";
+import { cleanEnv, freePort } from "./helpers/env";
 
 /** Response.json() typed loosely, for assertions. */
+/** Children log errors only, unless a test says otherwise. */
+const quietEnv = (extra: Record<string, string> = {}) => cleanEnv({ OFFPEAK_LOG_LEVEL: "error", ...extra });
+
 const json = (res: Response): Promise<any> => res.json();
 
 const ROOT = join(import.meta.dir, "..");
@@ -23,26 +27,10 @@ function tempDir(): string {
 }
 
 /** The environment without any offpeak settings inherited from the caller. */
-function cleanEnv(extra: Record<string, string> = {}): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) {
-    if (v === undefined || k.startsWith("OFFPEAK_") || k === "PORT" || k === "HOST") continue;
-    env[k] = v;
-  }
-  return { ...env, OFFPEAK_LOG_LEVEL: "error", ...extra };
-}
-
 async function cli(args: string[], env: Record<string, string> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
-  const proc = Bun.spawn([process.execPath, MAIN, ...args], { cwd: ROOT, env: cleanEnv(env), stdout: "pipe", stderr: "pipe", stdin: "ignore" });
+  const proc = Bun.spawn([process.execPath, MAIN, ...args], { cwd: ROOT, env: quietEnv(env), stdout: "pipe", stderr: "pipe", stdin: "ignore" });
   const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
   return { code, stdout, stderr };
-}
-
-async function freePort(): Promise<number> {
-  const s = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response("") });
-  const port = s.port!;
-  await s.stop(true);
-  return port;
 }
 
 /** Collects a child's stdout as it arrives, so a test can wait for a line. */
@@ -81,7 +69,7 @@ async function serve(dataDir: string, env: Record<string, string>): Promise<Serv
   const port = await freePort();
   const proc = Bun.spawn([process.execPath, MAIN, "serve", "--port", String(port), "--host", "127.0.0.1", "--data-dir", dataDir], {
     cwd: ROOT,
-    env: cleanEnv(env),
+    env: quietEnv(env),
     stdout: "pipe",
     stderr: "pipe",
     stdin: "ignore",
@@ -309,7 +297,7 @@ describe("offpeak serve", () => {
     try {
       const proc = Bun.spawn([process.execPath, MAIN, "serve", "--port", String(taken.port), "--host", "127.0.0.1", "--data-dir", dir], {
         cwd: ROOT,
-        env: cleanEnv({}),
+        env: quietEnv({}),
         stdout: "pipe",
         stderr: "pipe",
         stdin: "ignore",

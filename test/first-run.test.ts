@@ -11,6 +11,7 @@ import { forProgram, programName, shellWord } from "../src/cli/program";
 import { byteColumn, findJsonSyntaxError, firstInvalidUtf8, invalidJsonMessage } from "../src/jsonl/jsonError";
 import { BatchFileValidator } from "../src/jsonl/batchFileValidator";
 import { SCENARIO_MS } from "./helpers/wait";
+import { cleanEnv } from "./helpers/env";
 
 const ROOT = join(import.meta.dir, "..");
 const pkg = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8"));
@@ -20,12 +21,6 @@ afterAll(() => {
 });
 
 /** The environment without offpeak's own settings. */
-function cleanEnv(): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("OFFPEAK_") && k !== "PORT" && k !== "HOST") env[k] = v;
-  return env;
-}
-
 async function run(cmd: string[], cwd: string): Promise<{ code: number; stdout: string; stderr: string }> {
   const proc = Bun.spawn(cmd, { cwd, env: cleanEnv(), stdout: "pipe", stderr: "pipe", stdin: "ignore" });
   const [stdout, stderr, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);

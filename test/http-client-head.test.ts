@@ -9,6 +9,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import type { TCPSocketListener } from "bun";
 import type { CallAbort } from "../src/inference/upstream/deadline";
 import { postOwn, UpstreamConnectionError } from "../src/inference/upstream/httpClient";
+import { waitFor } from "./helpers/wait";
 
 const never: CallAbort = { aborted: false, reason: undefined, listen() {} };
 
@@ -58,13 +59,6 @@ function upstream(answer: string | Buffer, mode: Mode): Up {
   return { url: `http://127.0.0.1:${server.port}/v1/chat/completions`, requests: () => requests, closed: () => closed };
 }
 
-async function pollFor(done: () => boolean, ms = 3000) {
-  const until = Date.now() + ms;
-  while (!done()) {
-    if (Date.now() > until) throw new Error("condition not met in time");
-    await Bun.sleep(5);
-  }
-}
 
 /** The call's failure (a refused head rejects the call; a refused body fails its text), or null if it was read whole. */
 async function failureOf(url: string): Promise<unknown> {
@@ -144,7 +138,7 @@ for (const mode of ["whole", "bytewise"] as const) {
         const failure = await failureOf(up.url);
         expect(failure).toBeInstanceOf(UpstreamConnectionError);
         expect(up.requests()).toBe(1); // sent once, never again
-        await pollFor(() => up.closed() === 1); // the connection is closed, not kept
+        await waitFor(() => up.closed() === 1, "up.closed() === 1"); // the connection is closed, not kept
       });
     }
     for (const [name, answer, want] of TAKEN) {
@@ -169,7 +163,7 @@ describe("Connection, whatever the case of its name and value", () => {
     test(`${JSON.stringify(line)}: the connection is ${reused ? "reused" : "closed"}`, async () => {
       const up = upstream(`HTTP/1.1 200 OK\r\n${line}\r\ncontent-length: 2\r\n\r\nok`, "whole");
       for (let i = 0; i < 2; i++) expect(await (await postOwn(up.url, null, "{}", never)).text()).toBe("ok");
-      await pollFor(() => up.closed() === (reused ? 0 : 2));
+      await waitFor(() => up.closed() === (reused ? 0 : 2), "up.closed() === (reused ? 0 : 2)");
       expect(up.requests()).toBe(2);
     });
   }
@@ -177,7 +171,7 @@ describe("Connection, whatever the case of its name and value", () => {
     const closes = upstream("HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok", "whole");
     const keeps = upstream("HTTP/1.0 200 OK\r\nConnection: KEEP-ALIVE\r\ncontent-length: 2\r\n\r\nok", "whole");
     for (const up of [closes, keeps]) for (let i = 0; i < 2; i++) expect(await (await postOwn(up.url, null, "{}", never)).text()).toBe("ok");
-    await pollFor(() => closes.closed() === 2);
+    await waitFor(() => closes.closed() === 2, "closes.closed() === 2");
     expect(keeps.closed()).toBe(0);
   });
 });

@@ -101,13 +101,6 @@ afterAll(() => {
 
 const never = () => new AbortController().signal;
 
-async function pollFor(done: () => boolean, ms = 3000) {
-  const until = Date.now() + ms;
-  while (!done()) {
-    if (Date.now() > until) throw new Error("condition not met in time");
-    await Bun.sleep(5);
-  }
-}
 const ok = (body: string, extra = "") => `HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n${extra}content-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
 const chunked = (parts: string[], extra = "") =>
   `HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n${extra}transfer-encoding: chunked\r\n\r\n` +
@@ -423,7 +416,7 @@ describe("failures", () => {
     await reader.read();
     await reader.cancel();
     // The upstream sees its connection closed: none is left open and unused.
-    await pollFor(() => up.closed() === 1);
+    await waitFor(() => up.closed() === 1, "up.closed() === 1");
     expect(await (await postOwn(up.url, null, "{}", never())).text()).toBe("next");
     expect(up.connections()).toBe(2);
   });
@@ -559,7 +552,7 @@ describe("malformed answers are refused as llhttp refuses them: no resend, no le
       );
       expect(failure).not.toBeNull();
       expect(up.received.length).toBe(1); // sent once, never again
-      await pollFor(() => up.closed() === 1); // the connection is closed, not kept
+      await waitFor(() => up.closed() === 1, "up.closed() === 1"); // the connection is closed, not kept
     });
   }
 

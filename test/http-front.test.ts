@@ -8,7 +8,7 @@
 // log's client address through the relay, the port, and the stop.
 // (The whole suite also runs through them: OFFPEAK_TEST_HTTP_THREADS.)
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { connect } from "node:net";
@@ -551,14 +551,25 @@ describe("the port and the stop", () => {
 
   test("a data directory too deep for a socket address: the relay socket goes in a 0700 folder of its own, removed at stop", async () => {
     const deep = join(mkdtempSync(join(dir, "deep-")), "d".repeat(100));
-    const before = new Set(readdirSync(tmpdir()).filter((n) => n.startsWith("offpeak-relay-")));
-    const t = await startTestServer({ dataDir: deep, env: { OFFPEAK_HTTP_THREADS: "1" } });
-    const made = readdirSync(tmpdir()).filter((n) => n.startsWith("offpeak-relay-") && !before.has(n));
+    // A temporary directory of this test's own (short, as a socket address needs): other test
+    // processes make relay folders in the shared one at the same time.
+    const own = mkdtempSync("/tmp/opr-");
+    const saved = process.env.TMPDIR;
+    process.env.TMPDIR = own;
+    let t: Awaited<ReturnType<typeof startTestServer>>;
+    try {
+      t = await startTestServer({ dataDir: deep, env: { OFFPEAK_HTTP_THREADS: "1" } });
+    } finally {
+      if (saved === undefined) delete process.env.TMPDIR;
+      else process.env.TMPDIR = saved;
+    }
+    const made = readdirSync(own).filter((n) => n.startsWith("offpeak-relay-"));
     expect(made.length).toBe(1);
-    expect(statSync(join(tmpdir(), made[0]!)).mode & 0o777).toBe(0o700);
+    expect(statSync(join(own, made[0]!)).mode & 0o777).toBe(0o700);
     expect((await t.api("/models")).status).toBe(200); // relayed
     await t.stop();
-    expect(existsSync(join(tmpdir(), made[0]!))).toBe(false);
+    expect(existsSync(join(own, made[0]!))).toBe(false);
+    rmSync(own, { recursive: true, force: true });
   });
 
   test("a data directory with characters a header cannot hold: downloads from the disk still go from the file", async () => {

@@ -14,6 +14,7 @@ import { ConfigError, resolveConfig } from "../src/config";
 import { uploadSlotsOf } from "../src/files/uploadSlots";
 import { validatorWorkers } from "../src/jsonl/validatorClient";
 import { chatLine, startTestServer, storedBlobs, uploadRaw, type TestServer } from "./helpers/server";
+import { waitFor } from "./helpers/wait";
 
 const MAX_JSON = 4096;
 
@@ -86,13 +87,7 @@ function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   return Promise.race([p, new Promise<T>((_, reject) => setTimeout(() => reject(new Error(`no answer within ${ms} ms: ${what}`)), ms))]);
 }
 
-async function until(cond: () => boolean | Promise<boolean>, what: string, ms = 10_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await cond())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await Bun.sleep(20);
-  }
-}
+const until = (cond: () => boolean | Promise<boolean>, what: string, ms = 20_000) => waitFor(cond, what, ms);
 
 const chunk = (data: string | Buffer) => {
   const b = typeof data === "string" ? Buffer.from(data) : data;

@@ -14,22 +14,10 @@ import { ConfigError, resolveConfig } from "../src/config";
 import { freshDataDir } from "./helpers/server";
 import { pollUntil } from "./helpers/batches";
 import { SCENARIO_MS } from "./helpers/wait";
+import { cleanEnv, freePort } from "./helpers/env";
 
 const ROOT = join(import.meta.dir, "..");
 const MAIN = join(ROOT, "src/main.ts");
-
-function cleanEnv(extra: Record<string, string>): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("OFFPEAK_") && k !== "PORT" && k !== "HOST") env[k] = v;
-  return { ...env, ...extra };
-}
-
-async function freePort(): Promise<number> {
-  const s = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response("") });
-  const port = s.port!;
-  await s.stop(true);
-  return port;
-}
 
 const parseLines = (text: string) =>
   text

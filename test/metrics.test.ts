@@ -10,6 +10,7 @@ import { plans, startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstr
 import { pollUntil } from "./helpers/batches";
 import { Registry } from "../src/metrics/registry";
 import { routeMatcher } from "../src/metrics/http";
+import { freePort } from "./helpers/env";
 
 const ROOT = join(import.meta.dir, "..");
 /** Response.json() typed loosely, for assertions. */
@@ -358,9 +359,3 @@ describe("structured logs", () => {
   });
 });
 
-async function freePort(): Promise<number> {
-  const s = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response("") });
-  const port = s.port!;
-  await s.stop(true);
-  return port;
-}

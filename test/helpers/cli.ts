@@ -2,6 +2,7 @@
 // as a user runs `offpeak …`: its stdout, stderr and exit code. Its stderr is
 // a pipe, so progress comes in its plain (non-terminal) form.
 import { join } from "node:path";
+import { cleanEnv } from "./env";
 
 export const MAIN = join(import.meta.dir, "..", "..", "src", "main.ts");
 
@@ -9,16 +10,6 @@ export interface CliRun {
   code: number;
   stdout: string;
   stderr: string;
-}
-
-/** The environment without any offpeak settings inherited from the caller, plus `extra`. */
-export function cleanEnv(extra: Record<string, string> = {}): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) {
-    if (v === undefined || k.startsWith("OFFPEAK_") || k === "PORT" || k === "HOST") continue;
-    env[k] = v;
-  }
-  return { ...env, ...extra };
 }
 
 /** Runs `offpeak ARGS` with `env` (on top of cleanEnv()) in `cwd`. */

@@ -6,6 +6,7 @@ import { expect } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { pollUntil } from "./wait";
 
 export const json = (res: Response): Promise<any> => res.json();
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -25,15 +26,9 @@ export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   ]);
 }
 
-/** Polls until `check()` returns a truthy value. */
-export async function eventually<T>(check: () => T | Promise<T>, what: string, timeoutMs = 5000, everyMs = 20): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await check();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(everyMs);
-  }
+/** Polls until `check()` returns a truthy value, and returns it (./wait.ts: a condition, not the clock; `timeoutMs` is at least 20 s). */
+export function eventually<T>(check: () => T | Promise<T>, what: string, timeoutMs = 20_000, everyMs = 20): Promise<T> {
+  return pollUntil(check, (v) => !!v, { what, stallMs: Math.max(timeoutMs, 20_000), everyMs, progress: () => 0 });
 }
 
 export function deferred<T = void>() {
