@@ -37,7 +37,7 @@ import { workerThreadSettings } from "../src/config";
 import { defaultBatchWorkers, newTurnHolder, newTurns, usableCores } from "../src/batches/turns";
 import { shardBoundaries } from "../src/batches/shards";
 import type { FromWorker, PricedModel, RunTask, ToWorker, ValidateTask } from "../src/batches/types";
-import { CELLS, SHARED_MODELS } from "../src/inference/admission/scheduler";
+import { CELLS, SHARED_MODELS } from "../src/inference/admission/slotCells";
 import { newHealthMemory } from "../src/inference/upstream/health";
 import { DEFAULT_LINES, DEFAULT_PATH, generateBatchFile } from "./gen-batch";
 import { loadAverage, machineNote, median, ROOT, benchArgs } from "./lib";

@@ -9,7 +9,7 @@ import { runUpstream } from "../src/batches/worker/execute";
 import { Attempts, attempt, backOff, done, judge, lineCall, passGate, type Clock, type ShardControl, type Tried } from "../src/batches/worker/lineSteps";
 import { cancelAsks, initSlots, onGrants, setSharedSlots, setSlotBatch } from "../src/batches/worker/slots";
 import { initGate } from "../src/batches/worker/upstreamGate";
-import { ANSWERED, ANSWERS, CELLS, IN_FLIGHT, LIMIT } from "../src/inference/admission/scheduler";
+import { ANSWERED, ANSWERS, CELLS, IN_FLIGHT, LIMIT } from "../src/inference/admission/slotCells";
 import { OwnAnswer } from "../src/inference/upstream/answer";
 import { CallFailure, classify } from "../src/inference/upstream/fate";
 import { DOWN, FAIL_THRESHOLD, SUSPECT, UP, markDown, markUp, newHealthMemory, pausedFor, report429, reportFailure, stateOf, windowOf, type HealthMemory } from "../src/inference/upstream/health";

@@ -33,19 +33,21 @@ test("a burst of finished requests shows in request_counts within a second, not 
 }, SCENARIO_MS);
 
 test("cancel after the deadline, while the last requests still run: the record as it is (200, not 409), and the batch ends expired", async () => {
-  // One "h" of completion_window lasts 1 s here; the upstream takes 4 s.
-  const short = await startTestServer({ env: { OFFPEAK_UPSTREAM_URL: fake.baseUrl, OFFPEAK_BATCH_WORKERS: "1", OFFPEAK_BATCH_HOUR_SECONDS: "1" } });
-  fake.latencyMs = 4000;
+  // One "h" of completion_window lasts 3 s here; the upstream takes 9 s: the line is still at the
+  // upstream well past the deadline, however long this machine took to start it.
+  const short = await startTestServer({ env: { OFFPEAK_UPSTREAM_URL: fake.baseUrl, OFFPEAK_BATCH_WORKERS: "1", OFFPEAK_BATCH_HOUR_SECONDS: "3" } });
+  fake.latencyMs = 9000;
   try {
     const client = short.sdk();
-    const { batch } = await createBatch(client, [chatReq("e-1", "slow", { model: "slow-chat" })], { window: "1h" });
-    await pollUntil(async () => fake.stats.inFlight, (n) => n >= 1, 5000, 20, "the request to reach the upstream");
-    // Past the deadline by a second, with the request still at the upstream for ≈2 s more.
+    const { batch } = await createBatch(client, [chatReq("e-1", "past the deadline", { model: "slow-chat" })], { window: "1h" });
+    // This batch's line at the upstream (the previous test's cancelled lines may still be there too).
+    await pollUntil(async () => fake.counts.get("past the deadline") ?? 0, (n) => n >= 1, 20_000, 20, "the request to reach the upstream");
+    // Past the deadline by a second, with the request still at the upstream.
     await sleep(Math.max(0, (batch.expires_at! + 1) * 1000 - Date.now()));
     const res = await short.api(`/batches/${batch.id}/cancel`, { method: "POST" });
     const body = (await res.json()) as { status: string };
     expect({ status: res.status, state: body.status }).toEqual({ status: 200, state: "in_progress" });
-    const done = await pollUntil(() => client.batches.retrieve(batch.id), (b) => ["completed", "expired", "cancelled", "failed"].includes(b.status), 10_000, 100, "the batch to end");
+    const done = await pollUntil(() => client.batches.retrieve(batch.id), (b) => ["completed", "expired", "cancelled", "failed"].includes(b.status), 20_000, 100, "the batch to end");
     expect(done.status).toBe("expired");
   } finally {
     fake.latencyMs = LATENCY_MS;

@@ -9,7 +9,7 @@
 // turns at the CPU (./turns.ts) like any CPU work; a Worker that runs both
 // shares its own turn between them. (A shard itself does not ride along: it
 // yields its Worker instead, runner/yields.ts.)
-import { SHARED_MODELS } from "../inference/admission/scheduler";
+import { SHARED_MODELS } from "../inference/admission/slotCells";
 import { BATCH_WORKER } from "../workers";
 import { workerThreadSettings } from "../config";
 import type { FromWorker, PricedModel, RunTask, ToWorker, ValidateTask, WorkerTask } from "./types";

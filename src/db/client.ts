@@ -13,12 +13,10 @@ export type Dialect = "sqlite" | "postgres";
 /**
  * Where the records live: resolved once from database.url (config.ts). On
  * Postgres, `pool` is the most connections this node opens (OFFPEAK_PG_POOL;
- * default POSTGRES_POOL).
+ * default POSTGRES_POOL in ./postgres.ts).
  */
 export type DatabaseConfig = { kind: "sqlite"; path: string } | { kind: "postgres"; url: string; pool?: number };
 
-/** Connections a node keeps to Postgres at most, unless OFFPEAK_PG_POOL says otherwise (docs/OPERATING.md "Running a cluster"). */
-export const POSTGRES_POOL = 10;
 
 type Drizzle = BunSQLDatabase<typeof pgSchema>;
 

@@ -6,7 +6,7 @@ import * as schema from "./schema/pg";
 import { pgTables } from "./schema";
 import { pgMigrations } from "./migrations.gen";
 import { countQueries, dialectSql } from "./dialect";
-import { POSTGRES_POOL, type Db, type StartWait } from "./client";
+import type { Db, StartWait } from "./client";
 import { DatabaseUnavailable, databaseUnavailable } from "./unavailable";
 
 /** Any 64-bit number that no other user of the database takes: "offpeak" in ASCII. */
@@ -23,6 +23,9 @@ const LISTEN_RETRY_MS = 5000;
  * server restarting) fails at once anyway.
  */
 const CONNECT_TIMEOUT_S = 5;
+
+/** Connections a node keeps to Postgres at most, unless OFFPEAK_PG_POOL says otherwise (docs/OPERATING.md "Running a cluster"). */
+export const POSTGRES_POOL = 10;
 
 export async function openPostgres(url: string, wait?: StartWait, pool = POSTGRES_POOL): Promise<Db> {
   const client = new SQL({ url, max: pool, idleTimeout: 30, connectionTimeout: CONNECT_TIMEOUT_S });

@@ -11,7 +11,8 @@
 // stopped gives every slot back: those granted through here, and those it
 // took itself (its shared `held` count).
 import type { ModelRegistry } from "../../inference/registry";
-import { CELLS, type Release, type Scheduler } from "../../inference/admission/scheduler";
+import type { Release, Scheduler } from "../../inference/admission/scheduler";
+import { CELLS } from "../../inference/admission/slotCells";
 import type { BatchKey } from "../../scheduling/order";
 import type { FromWorker, ToWorker } from "../types";
 

@@ -8,7 +8,7 @@
 // not count against max_attempts; only answers about this request do (a 500
 // again and again: a poison line). 429s never count: they slow the whole
 // upstream instead.
-import { UNMEASURED, slotOutcome, type SlotOutcome } from "../../inference/admission/scheduler";
+import { UNMEASURED, slotOutcome, type SlotOutcome } from "../../inference/admission/slotCells";
 import type { UpstreamAnswer } from "../../inference/upstream/answer";
 import { Deadline } from "../../inference/upstream/deadline";
 import { CallFailure, classify, describe, failureLabel } from "../../inference/upstream/fate";

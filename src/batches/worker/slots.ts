@@ -18,7 +18,7 @@
 // adaptive controller on the main thread reads them (inference/admission/adaptive.ts).
 // Measured here, not there, for granted slots too: the grant's and the
 // release's messages would add their delay to every sample.
-import { CAPPED, CELLS, IN_FLIGHT, LIMIT, WAITING, noteRelease, tryTakeSlot, type SlotOutcome } from "../../inference/admission/scheduler";
+import { CAPPED, CELLS, IN_FLIGHT, LIMIT, WAITING, noteRelease, tryTakeSlot, type SlotOutcome } from "../../inference/admission/slotCells";
 import type { FromWorker } from "../types";
 
 /** Asks sent (or about to be) and not yet granted: each resumes its line, with a slot (true) or without (false: cancelled). */

@@ -42,15 +42,19 @@
 //
 // Each thread has its own connections: a batch Worker's calls run on that
 // Worker's event loop, as the main thread's do on its own.
-import type { Socket } from "bun";
+//
+// Over 400 lines: the Exchange below is one state machine (the request
+// written, the answer's head, its body's framing, the connection's end) and
+// reads best whole; the connections are in ./httpPool.ts, the byte-level
+// judging of heads in ./httpWire.ts.
 import type { AbortListener, CallAbort } from "./deadline";
-import { OwnAnswer, type HeaderReader } from "./answer";
+import { OwnAnswer } from "./answer";
+import { Conn, connect, release, reuseWithin, takeIdle, targetOf, IDLE_MS, type Target } from "./httpPool";
+import { CONTROL, HEAD_END, TOKEN_BYTE, WholeAnswer, isName, lineEnd, pairsOf, statusOf, view, type SliceBuffer } from "./httpWire";
 import type { Env } from "../../config";
 
-/** Idle connections older than this are closed instead of reused: uvicorn (vLLM) drops them after 5 s, and a request written as the server closes is lost. */
-const IDLE_MS = 2_000;
-/** At most this many idle connections kept per upstream (more are closed); busy ones are bounded by the upstream's max_concurrency. */
-const MAX_IDLE = 256;
+export { idleConnections, reuseWithin } from "./httpPool";
+
 /** An answer's status line and headers may not be longer. */
 const MAX_HEAD_BYTES = 64 * 1024;
 /** A chunk-size or trailer line may not be longer. */
@@ -59,18 +63,6 @@ const MAX_LINE_BYTES = 4096;
 const HEAD_DEADLINE_MS = 5_000;
 /** The most digits a Content-Length may have (15, under 2^53): llhttp refuses lengths that overflow; an absurd one would wait for bytes that never come. */
 const MAX_LENGTH_DIGITS = 15;
-/**
- * The bytes of an RFC 9110 token (a header name), by byte value (1: a token
- * byte). "Content-Length : 5" (space before the colon) is not a token, nor
- * is a folded line (it starts with a space or tab).
- */
-const TOKEN_BYTE = new Uint8Array(256);
-for (const c of "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") TOKEN_BYTE[c.charCodeAt(0)] = 1;
-/** What ends a head: found as bytes (a string needle is encoded again on every search). */
-const HEAD_END = Buffer.from("\r\n\r\n");
-/** A control character other than HTAB, a lone CR or a bare LF: llhttp refuses these in a status line or header (no lenient flags); chunk lines are judged by it. */
-const CONTROL = /[\x00-\x08\x0a-\x1f\x7f]/;
-
 /**
  * Whether calls to `baseUrl` go through this client: plain http and no
  * proxy set in the environment (Bun's fetch honours HTTP_PROXY; this client
@@ -102,54 +94,6 @@ export class UpstreamProtocolError extends UpstreamConnectionError {
   override name = "UpstreamProtocolError";
 }
 
-/** Where a URL's requests go, parsed once per URL. */
-interface Target {
-  origin: Origin;
-  /** The start of every request's head, up to the content-length value. */
-  headPrefix: string;
-  /** Its length in bytes (the key may not be ASCII). */
-  headPrefixBytes: number;
-}
-
-class Origin {
-  readonly idle: Conn[] = [];
-  constructor(
-    readonly hostname: string,
-    readonly port: number,
-  ) {}
-}
-
-const targets = new Map<string, Target>();
-const origins = new Map<string, Origin>();
-
-/** How many idle connections to the host and port of `url` are kept for reuse now (for /metrics-style reading and the tests). */
-export function idleConnections(url: string): number {
-  const u = new URL(url);
-  return origins.get(`${u.hostname}:${Number(u.port || 80)}`)?.idle.length ?? 0;
-}
-
-function targetOf(url: string, apiKey: string | null): Target {
-  // The key is part of the cached head: the same for every call of one upstream and path.
-  const key = apiKey ? url + "\n" + apiKey : url;
-  let t = targets.get(key);
-  if (t) return t;
-  const u = new URL(url);
-  const port = Number(u.port || 80);
-  const originKey = `${u.hostname}:${port}`;
-  let origin = origins.get(originKey);
-  if (!origin) origins.set(originKey, (origin = new Origin(u.hostname.replace(/^\[|\]$/g, ""), port)));
-  let head = `POST ${u.pathname}${u.search} HTTP/1.1\r\nhost: ${u.host}\r\ncontent-type: application/json\r\naccept-encoding: identity\r\nuser-agent: offpeak\r\n`;
-  if (apiKey) {
-    if (/[\r\n]/.test(apiKey)) throw new TypeError("the upstream's API key holds a line break");
-    head += `authorization: Bearer ${apiKey}\r\n`;
-  }
-  head += "content-length: ";
-  t = { origin, headPrefix: head, headPrefixBytes: Buffer.byteLength(head) };
-  if (targets.size > 1024) targets.clear(); // bounded: a handful of upstreams and paths in practice
-  targets.set(key, t);
-  return t;
-}
-
 /**
  * POSTs the JSON `body` to `url` (http:), with the upstream's key if any,
  * and answers once the status and headers have arrived. `abort` (the call's
@@ -175,218 +119,6 @@ const enum State {
   Done,
 }
 
-class Conn {
-  socket: Socket<Conn> | null = null;
-  ex: Exchange | null = null;
-  idleSince = 0;
-  /** How long it may stay idle and still be reused: IDLE_MS, or less when the engine said `Keep-Alive: timeout=N`. */
-  reuseWithinMs = IDLE_MS;
-  closed = false;
-  constructor(readonly origin: Origin) {}
-
-  close(): void {
-    this.closed = true;
-    this.socket?.terminate();
-  }
-}
-
-const handlers = {
-  data(socket: Socket<Conn>, bytes: Buffer) {
-    const ex = socket.data?.ex;
-    if (ex) ex.received(bytes);
-    else socket.data?.close(); // bytes nobody asked for: this connection cannot be trusted
-  },
-  drain(socket: Socket<Conn>) {
-    socket.data?.ex?.writeRest();
-  },
-  close(socket: Socket<Conn>, error?: Error) {
-    const conn = socket.data;
-    if (!conn) return;
-    conn.closed = true;
-    const i = conn.origin.idle.indexOf(conn);
-    if (i >= 0) conn.origin.idle.splice(i, 1);
-    conn.ex?.connectionClosed(error);
-  },
-  error(socket: Socket<Conn>, error: Error) {
-    socket.data?.ex?.connectionClosed(error);
-    socket.data?.close();
-  },
-};
-
-function connect(origin: Origin): Promise<Conn> {
-  const conn = new Conn(origin);
-  return Bun.connect<Conn>({ hostname: origin.hostname, port: origin.port, data: conn, socket: handlers }).then((socket) => {
-    conn.socket = socket;
-    socket.setNoDelay(true);
-    return conn;
-  });
-}
-
-function takeIdle(origin: Origin): Conn | null {
-  const now = performance.now();
-  for (;;) {
-    const conn = origin.idle.pop();
-    if (!conn) return null;
-    if (!conn.closed && now - conn.idleSince < conn.reuseWithinMs) return conn;
-    conn.close();
-  }
-}
-
-function release(conn: Conn): void {
-  conn.ex = null;
-  if (conn.closed) return;
-  const idle = conn.origin.idle;
-  if (idle.length >= MAX_IDLE || conn.reuseWithinMs <= 0) return conn.close();
-  conn.idleSince = performance.now();
-  idle.push(conn);
-}
-
-/**
- * How long a connection may be reused after an answer with `Keep-Alive:
- * <value>`: a second less than the engine's `timeout=N` (its clock and ours
- * start a little apart), at most IDLE_MS; IDLE_MS when the value names no timeout.
- */
-export function reuseWithin(value: string): number {
-  const m = /(?:^|[\s,;])timeout\s*=\s*"?(\d{1,9})/i.exec(value);
-  return m ? Math.max(0, Math.min(IDLE_MS, Number(m[1]) * 1000 - 1000)) : IDLE_MS;
-}
-
-/** Buffer's own decoders (Node's and Bun's, untyped in @types/node): a range as text with no view made of it. */
-type SliceBuffer = Buffer & { latin1Slice(start: number, end: number): string; utf8Slice(start: number, end: number): string };
-
-/** Bytes [from, to) of `b` as a plain Uint8Array view: Buffer#subarray builds a Buffer through its species constructor (3.5% of the main thread in the chat pass-through). */
-function view(b: Uint8Array, from: number, to: number): Uint8Array {
-  return from === 0 && to === b.length ? b : new Uint8Array(b.buffer, b.byteOffset + from, to - from);
-}
-
-/**
- * Where the head line starting at `from` ends (its CR) in `buf`, whose head
- * ends at `end` (the CR of the blank line): every byte on the way is
- * judged as llhttp judges it. A control character other than HTAB (NUL,
- * DEL, ...) is refused, and so are a bare LF and a CR not followed by LF
- * (the only CR taken is a line's end).
- */
-function lineEnd(buf: Buffer, from: number, end: number): number {
-  for (let i = from; i < end; i++) {
-    const c = buf[i]!;
-    if (c >= 32) {
-      if (c === 127) throw new Error("upstream sent a control character in its status line or a header");
-      continue;
-    }
-    if (c === 9) continue;
-    if (c === 13 && buf[i + 1] === 10) return i; // never at end - 1: buf[end] is the blank line's CR
-    throw new Error(c === 10 || c === 13 ? "upstream sent a lone CR or a bare LF in its status line or a header" : "upstream sent a control character in its status line or a header");
-  }
-  return end;
-}
-
-/**
- * Whether the header name `buf[from, to)` (a token) is `lower` (a lower-case
- * name of letters and "-") in any case: a token byte ORed with 0x20 is one
- * of those only if it is that letter in either case, or "-".
- */
-function isName(buf: Buffer, from: number, to: number, lower: string): boolean {
-  if (to - from !== lower.length) return false;
-  for (let i = 0; i < lower.length; i++) if ((buf[from + i]! | 32) !== lower.charCodeAt(i)) return false;
-  return true;
-}
-
-/** The headers at `kept` (name from, to; value from, to, each in `buf`) as pairs, names lower-cased. */
-function pairsOf(buf: Buffer, kept: readonly number[]): [string, string][] {
-  const pairs: [string, string][] = [];
-  for (let i = 0; i < kept.length; i += 4)
-    pairs.push([(buf as SliceBuffer).latin1Slice(kept[i]!, kept[i + 1]!).toLowerCase(), (buf as SliceBuffer).latin1Slice(kept[i + 2]!, kept[i + 3]!)]);
-  return pairs;
-}
-
-/**
- * The status of the status line `buf[0, to)` (its bytes judged already by
- * lineEnd), or -1 if it is not one llhttp takes: HTTP/1.0 or 1.1, a space,
- * three digits, then nothing or a space and a reason.
- */
-function statusOf(buf: Buffer, to: number): number {
-  if (to < 12 || buf[0] !== 72 || buf[1] !== 84 || buf[2] !== 84 || buf[3] !== 80 || buf[4] !== 47 || buf[5] !== 49 || buf[6] !== 46) return -1; // "HTTP/1."
-  if ((buf[7] !== 48 && buf[7] !== 49) || buf[8] !== 32) return -1;
-  let status = 0;
-  for (let i = 9; i < 12; i++) {
-    const d = buf[i]! - 48;
-    if (d < 0 || d > 9) return -1;
-    status = status * 10 + d;
-  }
-  return to === 12 || buf[12] === 32 ? status : -1;
-}
-
-/**
- * An answer whose body came whole with its head (the usual JSON answer): its
- * text is decoded straight from the packet's bytes. A view of them (what
- * OwnAnswer takes) costs more than the decoding: `buffer` on the packet's
- * Buffer makes the engine build an ArrayBuffer for it (1.3% of the main
- * thread in the chat pass-through), and Buffer#subarray goes through its
- * species constructor. The view is made only if the body is read as a stream.
- */
-class WholeAnswer extends OwnAnswer {
-  private bytes: Buffer | null;
-  private taken: ReadableStream<Uint8Array> | null = null;
-  /** Filled from the head on the first look at the headers. */
-  private readonly pairsLater: [string, string][];
-  private head: Buffer | null;
-
-  constructor(
-    status: number,
-    head: Buffer,
-    private readonly kept: readonly number[],
-    bytes: Buffer,
-    private readonly from: number,
-    private readonly to: number,
-  ) {
-    const pairs: [string, string][] = [];
-    super(status, pairs, null, null);
-    this.pairsLater = pairs;
-    this.head = kept.length > 0 ? head : null;
-    this.bytes = bytes;
-  }
-
-  override get headers(): HeaderReader {
-    const head = this.head;
-    if (head) {
-      this.head = null;
-      this.pairsLater.push(...pairsOf(head, this.kept));
-    }
-    return super.headers;
-  }
-
-  override get body(): ReadableStream<Uint8Array> | null {
-    const bytes = this.bytes;
-    if (bytes) {
-      this.bytes = null;
-      const whole = view(bytes, this.from, this.to);
-      this.taken = new ReadableStream<Uint8Array>({
-        start(c) {
-          if (whole.length > 0) c.enqueue(whole);
-          c.close();
-        },
-      });
-    }
-    return this.taken;
-  }
-
-  override text(): Promise<string> {
-    const bytes = this.bytes;
-    if (bytes) {
-      this.bytes = null;
-      // As TextDecoder (OwnAnswer's) reads it: a leading byte order mark is dropped.
-      const from = bytes[this.from] === 0xef && bytes[this.from + 1] === 0xbb && bytes[this.from + 2] === 0xbf && this.to - this.from >= 3 ? this.from + 3 : this.from;
-      return Promise.resolve((bytes as SliceBuffer).utf8Slice(from, this.to));
-    }
-    // Read as a stream already (or read): what OwnAnswer does then.
-    const taken = this.taken;
-    if (!taken) return Promise.resolve("");
-    this.taken = null;
-    return new Response(taken).text();
-  }
-}
-
-/** One request and its answer, on one connection (or two: see connectionClosed). */
 class Exchange implements AbortListener {
   private conn: Conn | null = null;
   private state = State.Head;

@@ -14,7 +14,7 @@ import type { EndpointKind } from "../../endpoints/kind";
 import { ApiError } from "../../errors";
 import { rawBodyOf } from "../../http/jsonBody";
 import { admit } from "../admission/admit";
-import { ANSWERED, UNMEASURED, slotOutcome, type SlotOutcome } from "../admission/scheduler";
+import { ANSWERED, UNMEASURED, slotOutcome, type SlotOutcome } from "../admission/slotCells";
 import type { ModelEntry } from "../registry";
 import { callUpstream } from "./call";
 import { StreamUsage, answerTokens, passThrough, upstreamFailure, upstreamText } from "./interactive";
