@@ -9,8 +9,9 @@
 // wrk's requests) and with OFFPEAK_LOG_LEVEL=warn (no request lines).
 // Needs wrk (Debian: apt-get install wrk).
 // Usage: bun bench/chat-proxy.ts [seconds-per-run=5] [rounds=5]
-import { readFileSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import { BENCH_KEY, freePort, startBenchServer } from "./server";
+import { cpuSeconds } from "./lib";
 
 const seconds = Number(process.argv[2] ?? 5);
 const ROUNDS = Number(process.argv[3] ?? 5);
@@ -77,13 +78,6 @@ const elysiaPort = await freePort();
 const elysia = Bun.spawn([process.execPath, "bench/elysia-proxy.ts", String(elysiaPort), upBase], { stdout: "ignore" });
 let logged: Awaited<ReturnType<typeof startBenchServer>> | null = null;
 let quiet: Awaited<ReturnType<typeof startBenchServer>> | null = null;
-
-/** CPU seconds (user + system, all threads) a process has used so far (/proc/PID/stat). */
-function cpuSeconds(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return (Number(f[11]) + Number(f[12])) / 100; // utime + stime, in USER_HZ (100) ticks
-}
 
 /** A wrk run with the server's CPU per request (µs): what it costs, which other load on the machine moves less than req/s. */
 async function wrkCpu(url: string, pid: number, into: number[]): Promise<WrkResult> {

@@ -7,9 +7,10 @@
 //
 // Usage: bun bench/finder-bench.ts [lines=10000000] [rounds=2] [bytes,bytes,…]
 //   (bounds in bytes; "unbounded" = the whole set in memory, as before the spill existed)
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { DuplicateFinder, IdBatcher } from "../src/jsonl/duplicateFinder";
+import { peakRssMb } from "./lib";
 
 if (process.argv[2] === "--child") {
   const [n, bound, dir] = [Number(process.argv[3]), process.argv[4]!, process.argv[5]!];
@@ -34,7 +35,7 @@ if (process.argv[2] === "--child") {
   const t1 = performance.now();
   const report = finder.report();
   const t2 = performance.now();
-  const hwm = Number(/VmHWM:\s+(\d+) kB/.exec(readFileSync("/proc/self/status", "utf8"))![1]) / 1000;
+  const hwm = peakRssMb(process.pid);
   console.log(JSON.stringify({ stream_s: (t1 - t0) / 1000, check_s: (t2 - t1) / 1000, suspects: report.suspects.length, spilled: report.spilled, peak_rss_mb: hwm }));
   process.exit(0);
 }

@@ -33,7 +33,7 @@ import { createHmac } from "node:crypto";
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { generateBatchFile } from "./gen-batch";
-import { ROOT, freePort, loadAverage, machineNote, median, percentile, rssMb, peakRssMb, settleDisk, spawnBun, waitForHttp, type Child } from "./lib";
+import { ROOT, freePort, loadAverage, machineNote, median, percentile, rssMb, peakRssMb, settleDisk, spawnBun, waitForHttp, type Child, cpuSeconds } from "./lib";
 import { BENCH_KEY } from "./server";
 import { readLines } from "../src/jsonl/lineReader";
 
@@ -329,12 +329,6 @@ async function eachLineOf(s: Server, fileId: string, fn: (line: string) => void)
 }
 
 const resetPeak = (pid: number) => writeFileSync(`/proc/${pid}/clear_refs`, "5");
-
-/** CPU seconds (user + system) a live process has used. */
-function cpuSeconds(pid: number): number {
-  const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
-  return (Number(f[11]) + Number(f[12])) / 100; // utime, stime in clock ticks (100/s on Linux)
-}
 
 const f1 = (x: number) => x.toFixed(1);
 const f2 = (x: number) => x.toFixed(2);

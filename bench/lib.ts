@@ -20,6 +20,25 @@ export const peakRssMb = (pid: number): number => statusField(pid, "VmHWM");
 /** Current resident set size (VmRSS), in MB. */
 export const rssMb = (pid: number): number => statusField(pid, "VmRSS");
 
+/**
+ * CPU times in seconds from a /proc stat file (`/proc/PID/stat` for the
+ * process, all threads; `/proc/PID/task/TID/stat` for one thread): user,
+ * system, and its waited-for children's. Clock ticks are USER_HZ, 100 a
+ * second on Linux.
+ */
+export function statTimes(path: string): { name: string; user: number; sys: number; childUser: number; childSys: number } {
+  const stat = readFileSync(path, "utf8");
+  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  // f[0] is field 3 (state): utime is field 14 → f[11], stime f[12], cutime f[13], cstime f[14].
+  return { name: stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")), user: Number(f[11]) / 100, sys: Number(f[12]) / 100, childUser: Number(f[13]) / 100, childSys: Number(f[14]) / 100 };
+}
+
+/** CPU seconds (user + system) a live process has used so far, all its threads; `thread`: its main thread's alone. */
+export function cpuSeconds(pid: number, thread = false): number {
+  const t = statTimes(thread ? `/proc/${pid}/task/${pid}/stat` : `/proc/${pid}/stat`);
+  return t.user + t.sys;
+}
+
 /** The command line of a live process, for checking that a pid is the process we meant (no wrapper, no exec surprise). */
 export function cmdlineOf(pid: number): string[] {
   return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").filter(Boolean);

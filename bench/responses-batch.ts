@@ -11,8 +11,7 @@
 // stime of all its threads, Workers included, from /proc).
 // Usage: bun bench/responses-batch.ts [lines=1000000] [rounds=2]
 import { DEFAULT_LINES, DEFAULT_PATH, generateBatchFile } from "./gen-batch";
-import { median as med, settleDisk } from "./lib";
-import { readFileSync } from "node:fs";
+import { median as med, settleDisk, cpuSeconds } from "./lib";
 import { auth, startBenchServer, uploadBatchFile } from "./server";
 
 const lines = Number(process.argv[2] ?? 1_000_000);
@@ -24,16 +23,10 @@ await generateBatchFile(respPath, lines, { kind: "responses" });
 
 const server = await startBenchServer();
 
-/** utime + stime of the server process (all threads), in seconds (clock ticks of 10 ms). */
-function cpuSeconds(): number {
-  const f = readFileSync(`/proc/${server.pid}/stat`, "utf8").split(") ")[1]!.split(" ");
-  return (Number(f[11]) + Number(f[12])) / 100;
-}
-
 async function runBatch(fileId: string, endpoint: string): Promise<{ seconds: number; cpu: number; outBytes: number; usage: { input_tokens: number; output_tokens: number } }> {
   // The previous batch's output (up to 1.1 GB) is still being written back: let it finish first.
   settleDisk();
-  const cpu0 = cpuSeconds();
+  const cpu0 = cpuSeconds(server.pid);
   const t0 = performance.now();
   const created = (await fetch(`${server.base}/batches`, {
     method: "POST",
@@ -47,7 +40,7 @@ async function runBatch(fileId: string, endpoint: string): Promise<{ seconds: nu
     await Bun.sleep(20);
   }
   const seconds = (performance.now() - t0) / 1000;
-  const cpu = cpuSeconds() - cpu0;
+  const cpu = cpuSeconds(server.pid) - cpu0;
   if (b.status !== "completed" || b.request_counts.completed !== lines) throw new Error(`${endpoint} batch ended ${b.status} with ${b.request_counts.completed} completed`);
   const out = await fetch(`${server.base}/files/${b.output_file_id}`, { headers: auth }).then((r) => r.json() as Promise<{ bytes: number }>);
   return { seconds, cpu, outBytes: out.bytes, usage: b.usage };

@@ -11,8 +11,8 @@
 // /proc, over wrk's requests): a steadier measure of what a request costs.
 // Needs wrk.
 // Usage: bun bench/responses-proxy.ts [seconds-per-run=5] [rounds=5]
-import { readFileSync, writeFileSync } from "node:fs";
-import { freePort, median, waitForHttp, which } from "./lib";
+import { writeFileSync } from "node:fs";
+import { freePort, median, waitForHttp, which, cpuSeconds } from "./lib";
 import { BENCH_KEY, startBenchServer } from "./server";
 
 const seconds = Number(process.argv[2] ?? 5);
@@ -45,11 +45,8 @@ interface WrkResult {
   cpuUs: number;
 }
 
-/** utime + stime of a process, in ms (clock ticks of 10 ms). */
-function cpuMs(pid: number): number {
-  const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
-  return (Number(f[11]) + Number(f[12])) * 10;
-}
+/** utime + stime of a process, in ms. */
+const cpuMs = (pid: number) => cpuSeconds(pid) * 1000;
 
 const ms = (v: string) => {
   const m = /^([\d.]+)(us|ms|s)$/.exec(v.trim());

@@ -1,6 +1,6 @@
 // Starts offpeak as a child process for benchmarks (so its peak RSS can be
 // read from /proc), on a free port with a fresh data dir.
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -16,17 +16,10 @@ export interface BenchServer {
   stop(): Promise<void>;
 }
 
-export function peakRssMb(pid: number): number {
-  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-  return m ? Number(m[1]) / 1024 : NaN;
-}
-
-export async function freePort(): Promise<number> {
-  const s = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
-  const port = s.port!;
-  s.stop(true);
-  return port;
-}
+// Peak RSS in MB (10^6 bytes) and free ports: the one bench helper library (./lib.ts).
+// (Until 2026-11-29 this file's peakRssMb returned MiB: BENCHMARKS.md labels those figures MiB.)
+export { freePort, peakRssMb } from "./lib";
+import { freePort, peakRssMb } from "./lib";
 
 export async function startBenchServer(env: Record<string, string> = {}, config?: unknown, opts: { stderr?: "inherit" | "pipe" } = {}): Promise<BenchServer> {
   const dataDir = mkdtempSync(join(tmpdir(), "offpeak-bench-"));

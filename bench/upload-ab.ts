@@ -13,7 +13,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { cachedBatchFile, DEFAULT_LINES } from "./gen-batch";
-import { MB, freePort, loadAverage, machineNote, median, peakRssMb, settleDisk, spawnBun, waitForHttp, type Child } from "./lib";
+import { MB, freePort, loadAverage, machineNote, median, peakRssMb, settleDisk, spawnBun, waitForHttp, type Child, cpuSeconds } from "./lib";
 
 const ADMIN_KEY = "sk-op-benchUploadAbAdminKey000000000000000000";
 const argv = process.argv.slice(2);
@@ -32,13 +32,6 @@ interface Server {
   dataDir: string;
   mbps: number[];
   cpu: number[];
-}
-
-/** CPU seconds (user + system, all threads) a process has used so far. */
-function cpuSeconds(pid: number): number {
-  const stat = require("node:fs").readFileSync(`/proc/${pid}/stat`, "utf8") as string;
-  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return (Number(f[11]) + Number(f[12])) / 100; // utime, stime in clock ticks (USER_HZ = 100)
 }
 
 const servers: Server[] = [];
