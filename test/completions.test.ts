@@ -8,6 +8,7 @@ import OpenAI from "openai";
 import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { REQUEST_ID, configWriter, eventually, expectError, json, jsonResponse, pushStream, readAllSse, sseReader, startScriptedUpstream, within, type ScriptedUpstream } from "./helpers/inference";
 import { startTestServer, type TestServer } from "./helpers/server";
+import { clearOfMinuteEnd } from "./helpers/wait";
 
 const CMPL_ID = /^cmpl-[0-9A-Za-z]{24}$/;
 
@@ -143,6 +144,7 @@ describe("bad input and access", () => {
   });
 
   test("x-ratelimit-* headers on answers of a limited key", async () => {
+    await clearOfMinuteEnd();
     const key = (await json(await t.api("/keys", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "rl", scopes: ["inference"], rate_limits: { rpm: 1 } }) }))).key;
     const ok = await post({ model: "offpeak-echo", prompt: "x" }, { key });
     expect(ok.headers.get("x-ratelimit-remaining-requests")).toBe("0");

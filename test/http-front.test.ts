@@ -17,6 +17,7 @@ import type { Server } from "bun";
 import { ADMIN_KEY, startTestServer, type TestServer } from "./helpers/server";
 import { setThreadSettings, threadSettings } from "../src/threadSettings";
 import { revokeKey } from "../src/keys/service";
+import { clearOfMinuteEnd } from "./helpers/wait";
 
 /** An upstream that answers by the last message's content: "fail500", "fail400", "hang", "slow" (streams a chunk per 100 ms), else at once. */
 function startUpstream(): Server<undefined> {
@@ -186,6 +187,7 @@ describe("answered by front threads as by the main thread", () => {
   });
 
   test("rate limits are the main thread's: rpm counts requests on every front thread together", async () => {
+    await clearOfMinuteEnd();
     const made = (await (await fronted.api("/keys", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "rpm", scopes: ["inference"], rate_limits: { rpm: 3 } }) })).json()) as { key: string };
     const statuses: number[] = [];
     for (let i = 0; i < 5; i++) statuses.push((await post(fronted, chatBody(`r${i}`), { authorization: `Bearer ${made.key}` })).status);

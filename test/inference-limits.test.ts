@@ -25,6 +25,7 @@ import {
   type UpstreamRequest,
 } from "./helpers/inference";
 import { startTestServer, type TestServer } from "./helpers/server";
+import { clearOfMinuteEnd } from "./helpers/wait";
 
 let t: TestServer;
 let up: ScriptedUpstream;
@@ -55,6 +56,7 @@ const chat = (key: string, content: string, extra: Record<string, unknown> = {},
   });
 
 async function limitedKey(rate_limits: { rpm?: number; tpm?: number }, name = "limited") {
+  await clearOfMinuteEnd(); // the test that uses it stays within one window
   const res = await t.api("/keys", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name, scopes: ["inference"], rate_limits }) });
   expect(res.status).toBe(200);
   const k = await json(res);
@@ -322,6 +324,7 @@ describe("per-key rate limits", () => {
   });
 
   test("the configured default rpm applies to keys without their own limit (admin included)", async () => {
+    await clearOfMinuteEnd();
     const s = await startTestServer({ env: { OFFPEAK_RPM: "2", OFFPEAK_BATCH_WORKERS: "1" } });
     try {
       const send = (key = s.admin) =>

@@ -9,6 +9,7 @@ import OpenAI from "openai";
 import { closedPort, startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { REQUEST_ID, configWriter, deferred, eventually, expectError, json, jsonResponse, pushStream, sseReader, startScriptedUpstream, within, type ScriptedUpstream } from "./helpers/inference";
 import { startTestServer, type TestServer } from "./helpers/server";
+import { clearOfMinuteEnd } from "./helpers/wait";
 
 const RESP_ID = /^resp_[0-9A-Za-z]{24}$/;
 const MSG_ID = /^msg_[0-9A-Za-z]{24}$/;
@@ -441,6 +442,7 @@ describe("upstream models: passed through", () => {
 
 describe("rate limits, metrics, docs", () => {
   test("rpm and tpm apply; every answer carries x-ratelimit-*; a refused one is 429 with retry-after", async () => {
+    await clearOfMinuteEnd();
     const res = await t.api("/keys", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "rl", scopes: ["inference"], rate_limits: { rpm: 2, tpm: 100000 } }) });
     const key = (await json(res)).key;
     const a = await post({ model: "offpeak-echo", input: "one" }, { key });

@@ -73,3 +73,17 @@ export function needs<T>(value: T | undefined | null, fromTest: string): T {
   if (value === undefined || value === null) throw new Error(`depends on "${fromTest}" earlier in this file, which did not get that far (see its failure above)`);
   return value;
 }
+
+/**
+ * Rate-limit windows on Postgres (a cluster) are whole wall-clock minutes:
+ * a test that spends a key's budget and then expects a refusal must not
+ * straddle a minute's end, or the second half meets a fresh window. Waits
+ * for the next minute when less than `marginMs` of this one is left. Only
+ * in the Postgres mode: elsewhere a key's window starts at its first request.
+ */
+export async function clearOfMinuteEnd(marginMs = 15_000): Promise<void> {
+  if (process.env.OFFPEAK_TEST_DATABASE !== "postgres") return;
+  const left = 60_000 - (Date.now() % 60_000);
+  if (left < marginMs) await sleep(left + 50);
+}
+
