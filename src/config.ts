@@ -14,27 +14,15 @@ import { hostname } from "node:os";
 import { join, resolve } from "node:path";
 import type { DatabaseConfig } from "./db/client";
 import type { S3Settings } from "./storage/locator";
-import { parseAllowedHosts } from "./webhooks/egress";
+import { parseAllowedHosts } from "./net/allowedHosts";
 import { PeakCalendar, type PeakWindow } from "./scheduling/order";
-import { defaultBatchWorkers, usableCores } from "./batches/turns";
-import { defaultValidationWorkers } from "./jsonl/validationWorkers";
+import { defaultBatchWorkers, defaultHttpThreads, defaultValidationWorkers, DEFAULT_MAX_JSON_BYTES, usableCores } from "./defaults";
 import { setThreadSettings, threadSettingsOf, type ThreadSettings } from "./threadSettings";
 import { parseFlags, type FlagSpec, type ParsedFlags } from "./flags";
-import { DEFAULT_MAX_JSON_BYTES } from "./http/jsonBody";
 
 export type Env = Record<string, string | undefined>;
 
-/**
- * Front threads for `cores` usable cores: on 2 cores the main thread alone
- * holds the chat pass-through above a naive proxy (BENCHMARKS.md) and a
- * second thread would compete with it for the same cores; from 8 cores, one
- * per 3 cores, at most 4 (3 on 8 cores: 2 front threads' busiest thread
- * spent ≈1.27× the naive proxy's CPU a request, 4 ≈0.77×), leaving most
- * cores to batch Workers.
- */
-export function defaultHttpThreads(cores: number): number {
-  return cores < 8 ? 0 : Math.min(4, Math.ceil(cores / 3));
-}
+export { defaultHttpThreads } from "./defaults";
 
 /** This process's environment: the one place it is read. */
 export const processEnv = (): Env => process.env;
@@ -164,7 +152,7 @@ export interface Config {
   maxBatchLines: number;
   /** Memory an upload's custom_id duplicate check may use before it spills fingerprints to <dataDir>/tmp (src/jsonl/duplicateFinder.ts). */
   duplicateCheckBytes: number;
-  /** Scanner Workers that check an upload's lines (it uses one more, its duplicate finder): src/jsonl/validationWorkers.ts. */
+  /** Scanner Workers that check an upload's lines (it uses one more, its duplicate finder): src/defaults.ts defaultValidationWorkers. */
   uploadValidationWorkers: number;
   /** Largest JSON request body read (413 request_too_large above; src/http/jsonBody.ts). */
   maxJsonBytes: number;
@@ -212,7 +200,7 @@ export interface Config {
   /** Length of one "minute" of rpm/tpm in seconds: 60, shortened only by tests of the cluster's limits. */
   rateLimitMinuteSeconds: number;
   batches: {
-    /** Batch Worker threads. Default: one per usable core, at most 8 (batches/turns.ts defaultBatchWorkers; docs/OPERATING.md "Batch Workers"). */
+    /** Batch Worker threads. Default: one per usable core, at most 8 (src/defaults.ts defaultBatchWorkers; docs/OPERATING.md "Batch Workers"). */
     workers: number;
     maxAttempts: number;
     retryBaseMs: number;

@@ -8,7 +8,8 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { resolveConfig } from "../src/config";
-import { FREE, HOLDING, MAX_DEFAULT_BATCH_WORKERS, WAITERS, WAITING, defaultBatchWorkers, newTurnHolder, newTurns, reclaimTurn, usableCores } from "../src/batches/turns";
+import { FREE, HOLDING, WAITERS, WAITING, newTurnHolder, newTurns, reclaimTurn } from "../src/batches/turns";
+import { MAX_DEFAULT_BATCH_WORKERS, defaultBatchWorkers, usableCores } from "../src/defaults";
 import { COLLECT_EVERY_CHARS, collect, collections, worked } from "../src/batches/worker/garbage";
 import { chatReq, createBatch, expectExactlyOnce, pollUntil, readResults, waitBatch } from "./helpers/batches";
 import { startTestServer, type TestServer } from "./helpers/server";

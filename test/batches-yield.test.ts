@@ -25,7 +25,7 @@ import type { Stops } from "../src/batches/runner/stops";
 import { Yields } from "../src/batches/runner/yields";
 import type { TickQueries } from "../src/batches/tickQueries";
 import type { AppContext } from "../src/context";
-import { defaultBatchWorkers, usableCores } from "../src/batches/turns";
+import { defaultBatchWorkers, usableCores } from "../src/defaults";
 import { chatReq, createBatch, pollUntil, readResults, waitBatch } from "./helpers/batches";
 import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { startTestServer, type TestServer } from "./helpers/server";

@@ -5,6 +5,8 @@
 // - a batch Worker loads none of the main thread's machinery (the
 //   scheduler, the config, the app): each module a Worker loads costs it
 //   memory, and the main thread's state is not the Worker's;
+// - config.ts imports no feature folder (the features read the config, not
+//   the other way round);
 // - no file of src/ is over 400 lines without saying why at its top.
 // Type-only imports are left out: they vanish at run time.
 import { describe, expect, test } from "bun:test";
@@ -106,6 +108,15 @@ describe("imports", () => {
     expect(graph.size).toBeGreaterThan(100);
     const circles = importCircles(graph).map((c) => c.map((f) => relative(SRC, f)));
     expect(circles).toEqual([]);
+  });
+});
+
+describe("the config", () => {
+  test("config.ts imports no feature folder: only what sits below every feature (defaults, flags, thread settings, net/, scheduling/)", () => {
+    const below = (f: string) => ["defaults.ts", "flags.ts", "threadSettings.ts"].includes(f) || f.startsWith("net/") || f.startsWith("scheduling/");
+    const imports = runtimeImports(join(SRC, "config.ts")).map((f) => relative(SRC, f));
+    expect(imports.length).toBeGreaterThan(2);
+    expect(imports.filter((f) => !below(f))).toEqual([]);
   });
 });
 

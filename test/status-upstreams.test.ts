@@ -50,10 +50,11 @@ describe("an upstream that discovers its models", () => {
       // The upstream comes up on that port; GET /status re-checks (its
       // last check is at most 1 s old) and discovers the models.
       late = serveModelsOn(port, [SLASH_ID]);
+      // (Its health and its model list are two reads of the engine: wait for both.)
       const back = await eventually(async () => {
         const s = await status();
-        return s.status === "ok" ? s : null;
-      }, "GET /status to report the upstream back", 8000, 100);
+        return s.status === "ok" && s.models.some((m: any) => m.id === SLASH_ID) ? s : null;
+      }, "GET /status to report the upstream back, with its models", 8000, 100);
       expect(back.models.find((m: any) => m.id === SLASH_ID)).toEqual({ id: SLASH_ID, owned_by: "upstream", healthy: true, in_flight: 0, queued: 0 });
       const m = await t.api(`/models/${SLASH_ID}`);
       expect(m.status).toBe(200);

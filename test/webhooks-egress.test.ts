@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
 import { ConfigError, resolveConfig } from "../src/config";
-import { classify, ipBytes } from "../src/webhooks/addresses";
+import { classify, ipBytes } from "../src/net/addresses";
 import { checkTarget, parseAllowedHosts, type Resolver } from "../src/webhooks/egress";
 import { failure, postWebhook } from "../src/webhooks/post";
 import { chatReq, createBatch, waitBatch } from "./helpers/batches";

@@ -353,11 +353,14 @@ test("a database error while a delivery reads its endpoint is logged, not a cras
   const ep = await json(await createEndpoint(t, { url: rx.url }));
   const e = t.server.ctx.db.t.webhookEvents;
   const id = "evt_" + "d".repeat(24);
-  await t.server.ctx.db.insert(e).values({ id, endpointId: ep.id, type: "batch.completed", payload: "{}", status: "pending", attempts: 0, nextAttemptAt: Date.now(), createdAt: Math.floor(Date.now() / 1000) });
+  // Due in an hour: the server's own sender leaves it alone; the second sender below runs an hour
+  // ahead, so the event is due for it alone (else whichever sender leased it first decided the test).
+  const AHEAD = 3_600_000;
+  await t.server.ctx.db.insert(e).values({ id, endpointId: ep.id, type: "batch.completed", payload: "{}", status: "pending", attempts: 0, nextAttemptAt: Date.now() + AHEAD, createdAt: Math.floor(Date.now() / 1000) });
   // A second sender on the same database, whose read of the endpoint fails (the database away).
   const errors: string[] = [];
   const log = { ...t.server.ctx.log, error: (msg: string) => void errors.push(msg), warn: () => {}, info: () => {} };
-  const sender = new WebhookSender({ ...t.server.ctx, log } as AppContext);
+  const sender = new WebhookSender({ ...t.server.ctx, log } as AppContext, { clock: () => Date.now() + AHEAD });
   (sender as unknown as { q: { endpoint: { execute: () => Promise<never> } } }).q.endpoint.execute = () => Promise.reject(new Error("connection refused"));
   sender.start();
   try {
@@ -365,7 +368,7 @@ test("a database error while a delivery reads its endpoint is logged, not a cras
     await eventually(() => errors.some((m) => /webhook delivery failed before it was sent/.test(m)), "the failure logged", 5_000, 20);
     const [row] = await t.server.ctx.db.select().from(e).where(eq(e.id, id));
     expect(row).toMatchObject({ status: "pending", attempts: 0 });
-    expect(row!.nextAttemptAt).toBeGreaterThan(Date.now() + 30_000); // leased: tried again after the lease
+    expect(row!.nextAttemptAt).toBeGreaterThan(Date.now() + AHEAD + 30_000); // leased (on its clock): tried again after the lease
     expect(sender.running).toBe(0);
   } finally {
     await sender.stop();

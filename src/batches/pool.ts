@@ -14,7 +14,8 @@ import { BATCH_WORKER } from "../workers";
 import { workerThreadSettings } from "../config";
 import type { FromWorker, PricedModel, RunTask, ToWorker, ValidateTask, WorkerTask } from "./types";
 import type { HealthMemory } from "../inference/upstream/health";
-import { defaultBatchWorkers, newTurnHolder, newTurns, reclaimTurn, usableCores } from "./turns";
+import { newTurnHolder, newTurns, reclaimTurn } from "./turns";
+import { defaultBatchWorkers, usableCores } from "../defaults";
 
 /**
  * How every batch Worker is created. Not `{ smol: true }` (JavaScriptCore's

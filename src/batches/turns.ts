@@ -21,31 +21,11 @@
 // Workers waiting for one. Each Worker has its own two cells, [HOLDING]
 // and [WAITING], which the pool reads if the Worker dies, to give back what
 // it held (./pool.ts).
-import { availableParallelism } from "node:os";
 
 export const FREE = 0;
 export const WAITERS = 1;
 export const HOLDING = 0;
 export const WAITING = 1;
-
-/**
- * Past 8, more batch Workers made a 1M-line echo batch no faster on a
- * 16-core machine, while each added to peak RSS (as reported with docs/CONTRACT.md §20);
- * on 2 cores, Workers past the cores made it no faster (docs/OPERATING.md,
- * "Batch Workers"). The turns are capped the same way: memory bounded
- * however many cores the machine has.
- */
-export const MAX_DEFAULT_BATCH_WORKERS = 8;
-
-/** The default number of batch Workers, and of turns at the CPU, for `cores` usable cores: one per core, at most 8. */
-export function defaultBatchWorkers(cores: number): number {
-  return Math.max(1, Math.min(Math.floor(cores) || 1, MAX_DEFAULT_BATCH_WORKERS));
-}
-
-/** Cores this process may run on (its CPU affinity: a container's cpuset, not the host's count). */
-export function usableCores(): number {
-  return availableParallelism();
-}
 
 /** The shared cells of `count` turns, all free. */
 export function newTurns(count: number): Int32Array {

@@ -13,14 +13,8 @@
 // 400 MB POST to /chat/completions took the server from 119 to 908 MB.
 import { attached } from "../attached";
 import { ApiError } from "../errors";
+import { DEFAULT_MAX_JSON_BYTES } from "../defaults";
 
-/**
- * limits.max_json_bytes unless configured (docs/CONTRACT.md §16), 32 MiB: far above any
- * real chat or embeddings request, far below what a hostile body could make
- * the server hold. Here, not in config.ts: front threads read bodies
- * without loading the config.
- */
-export const DEFAULT_MAX_JSON_BYTES = 32 << 20;
 
 /** The body as the client sent it, for requests that forward it (a proxied call re-sends it as is when it can). */
 const rawBodies = attached<string>("rawBody");

@@ -2,7 +2,7 @@
 // and the server then POSTs to it from inside the network it runs in: left
 // open, that is a way to reach the cloud metadata service, a database's
 // HTTP port or an admin UI on loopback. So a host that is, or resolves to,
-// an internal address (./addresses.ts) is refused, unless the operator
+// an internal address (src/net/addresses.ts) is refused, unless the operator
 // opened it with `webhooks.allowed_hosts`.
 //
 // The same check runs when an endpoint is created (a clear 400) and before
@@ -10,40 +10,10 @@
 // then dials the checked address itself (./post.ts), so a DNS answer that
 // changes in between (rebinding) cannot lead it anywhere unchecked.
 import { lookup as dnsLookup } from "node:dns/promises";
-import { classify, embeddedV4, inRange, ipBytes, parseRange, type AddressClass, type Range } from "./addresses";
+import { classify, embeddedV4, inRange, ipBytes, type AddressClass } from "../net/addresses";
+import { hostKey, parseAllowedHosts, type EgressPolicy } from "../net/allowedHosts";
 
-export interface EgressPolicy {
-  /** Host names opened whole (any address they resolve to). */
-  names: Set<string>;
-  /** `*.example.internal` entries, kept as ".example.internal". */
-  suffixes: string[];
-  /** Address ranges opened (whatever name leads there). */
-  ranges: Range[];
-}
-
-const HOST_NAME = /^(?:\*\.)?[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?)*$/;
-
-/** A lower-case name without brackets or the trailing dot: how hosts are compared. */
-export function hostKey(hostname: string): string {
-  let h = hostname.toLowerCase();
-  if (h.startsWith("[") && h.endsWith("]")) h = h.slice(1, -1);
-  return h.replace(/\.+$/, "");
-}
-
-/** `webhooks.allowed_hosts` → a policy; throws an Error naming the first entry it cannot read. */
-export function parseAllowedHosts(entries: readonly string[]): EgressPolicy {
-  const policy: EgressPolicy = { names: new Set(), suffixes: [], ranges: [] };
-  for (const raw of entries) {
-    const entry = hostKey(raw.trim());
-    const range = parseRange(entry);
-    if (range) policy.ranges.push(range);
-    else if (entry.includes("/") || entry.includes(":") || !HOST_NAME.test(entry))
-      throw new Error(`"${raw}" is neither a host name (optionally *.name) nor an IP address or CIDR range`);
-    else if (entry.startsWith("*.")) policy.suffixes.push(entry.slice(1));
-    else policy.names.add(entry);
-  }
-  return policy;
-}
+export { hostKey, parseAllowedHosts, type EgressPolicy } from "../net/allowedHosts";
 
 const compiled = new WeakMap<readonly string[], EgressPolicy>();
 

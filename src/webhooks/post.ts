@@ -9,7 +9,7 @@
 // which may hold a token in its query; a receiver could make them say
 // anything). The class's cause goes to the log as a code only.
 import { checkTarget, hostKey, type EgressPolicy, type Resolver, systemResolver } from "./egress";
-import { ipBytes } from "./addresses";
+import { ipBytes } from "../net/addresses";
 
 /** The `error` of a delivery record when no answer came (docs/CONTRACT.md §16): documented in OPERATING.md. */
 export type DeliveryError = "target_not_allowed" | "dns_failed" | "connect_failed" | "timeout" | "tls_error";
