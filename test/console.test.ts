@@ -51,7 +51,9 @@ async function newPage(opts: { width?: number; height?: number } = {}): Promise<
   const ctx = await browser.newContext({ viewport: { width: opts.width ?? 1280, height: opts.height ?? 900 }, acceptDownloads: true });
   contexts.push(ctx);
   const page = await ctx.newPage();
-  page.setDefaultTimeout(15_000);
+  // A deadline for each wait on the page's state, generous for a busy 2-core machine running the
+  // browser beside the whole suite: a page that never shows what is waited for still fails.
+  page.setDefaultTimeout(60_000);
   return page;
 }
 
