@@ -22,7 +22,7 @@ import { latencyAt, startEngineModel, throughputAt, type EngineModel, type Engin
 import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { parseMetrics } from "./helpers/outage";
 import { startTestServer, type TestServer } from "./helpers/server";
-import { SCENARIO_MS } from "./helpers/wait";
+import { SCENARIO_MS, waitFor } from "./helpers/wait";
 
 /** A deterministic source of noise in [-1, 1]. */
 function noiseSource(seed = 7): () => number {
@@ -446,10 +446,14 @@ describe("on a real server", () => {
     const t0 = performance.now();
     const sampler = setInterval(() => limits.push({ at: performance.now() - t0, limit: t.server.ctx.scheduler.adaptiveState("engine-chat")?.limit ?? 0 }), 50);
     let metrics: Map<string, number> | null = null;
-    // Once it has found its limit, /metrics shows it.
-    setTimeout(async () => (metrics = parseMetrics(await (await t.api("/metrics")).text())), 3000);
+    // Once it has measured a latency (a condition, not a time: a busy machine's first windows may not
+    // count), /metrics shows it.
+    const reading = waitFor(() => (t.server.ctx.scheduler.adaptiveState("engine-chat")?.latencyMs ?? null) !== null, "the controller to measure a latency", 30_000).then(
+      async () => (metrics = parseMetrics(await (await t.api("/metrics")).text())),
+    );
     const done = await waitBatch(client, batch.id, undefined, 30_000);
     clearInterval(sampler);
+    await reading;
     const e = engine.stats();
     const state = t.server.ctx.scheduler.adaptiveState("engine-chat")!;
     const later = limits.filter((x) => x.at > 2000).map((x) => x.limit).sort((a, b) => a - b);
