@@ -25,7 +25,7 @@ const IDLE_S = 5;
 
 function status(pid: number): { rss: number; hwm: number; threads: number } {
   const s = readFileSync(`/proc/${pid}/status`, "utf8");
-  const kb = (f: string) => Number(new RegExp(`${f}:\\s+(\\d+) kB`).exec(s)![1]) / 1024;
+  const kb = (f: string) => (Number(new RegExp(`${f}:\\s+(\\d+) kB`).exec(s)![1]) * 1024) / 1e6; // MB (10^6 bytes)
   return { rss: kb("VmRSS"), hwm: kb("VmHWM"), threads: Number(/Threads:\s+(\d+)/.exec(s)![1]) };
 }
 const fmt = (st: { rss: number; hwm: number; threads: number }) => `RSS ${st.rss.toFixed(0)} MiB, peak ${st.hwm.toFixed(0)} MiB, ${st.threads} threads`;
