@@ -28,7 +28,7 @@ function status(pid: number): { rss: number; hwm: number; threads: number } {
   const kb = (f: string) => (Number(new RegExp(`${f}:\\s+(\\d+) kB`).exec(s)![1]) * 1024) / 1e6; // MB (10^6 bytes)
   return { rss: kb("VmRSS"), hwm: kb("VmHWM"), threads: Number(/Threads:\s+(\d+)/.exec(s)![1]) };
 }
-const fmt = (st: { rss: number; hwm: number; threads: number }) => `RSS ${st.rss.toFixed(0)} MiB, peak ${st.hwm.toFixed(0)} MiB, ${st.threads} threads`;
+const fmt = (st: { rss: number; hwm: number; threads: number }) => `RSS ${st.rss.toFixed(0)} MB, peak ${st.hwm.toFixed(0)} MB, ${st.threads} threads`;
 
 /** A raw-socket client: writes its head, then body bytes when told; `answer` is the status line's code (0: closed without one). */
 class Raw {
