@@ -18,8 +18,8 @@ export interface BenchServer {
 
 // Peak RSS in MB (10^6 bytes) and free ports: the one bench helper library (./lib.ts).
 // (Until 2026-11-29 this file's peakRssMb returned MiB: BENCHMARKS.md labels those figures MiB.)
-export { freePort, peakRssMb } from "./lib";
 import { freePort, peakRssMb } from "./lib";
+export { freePort, peakRssMb };
 
 export async function startBenchServer(env: Record<string, string> = {}, config?: unknown, opts: { stderr?: "inherit" | "pipe" } = {}): Promise<BenchServer> {
   const dataDir = mkdtempSync(join(tmpdir(), "offpeak-bench-"));

@@ -7,6 +7,7 @@
 import { describe, expect, test } from "bun:test";
 import { ApiError } from "../src/errors";
 import { IDLE_MS, RateLimiter, type Budget, type BudgetStore, type Take, type Taken } from "../src/inference/admission/rateLimit";
+import { awayFromMinuteEnd } from "./helpers/wait";
 
 class MemoryStore implements BudgetStore {
   rows = new Map<string, Budget>();
@@ -69,10 +70,7 @@ async function sync(l: RateLimiter, store: MemoryStore, now: number) {
 
 const rpm60 = { rpm: 60, tpm: null };
 // The tests below run within one window: keep clear of a minute's end.
-const settled = async () => {
-  const left = 60_000 - (Date.now() % 60_000);
-  if (left < 5000) await Bun.sleep(left + 50);
-};
+const settled = () => awayFromMinuteEnd(5000);
 
 describe("a key's rpm over three nodes sharing one budget", () => {
   test("a burst at all three at once admits exactly the limit, and never asks the store per request", async () => {

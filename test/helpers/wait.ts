@@ -82,7 +82,11 @@ export function needs<T>(value: T | undefined | null, fromTest: string): T {
  * in the Postgres mode: elsewhere a key's window starts at its first request.
  */
 export async function clearOfMinuteEnd(marginMs = 15_000): Promise<void> {
-  if (process.env.OFFPEAK_TEST_DATABASE !== "postgres") return;
+  if (process.env.OFFPEAK_TEST_DATABASE === "postgres") await awayFromMinuteEnd(marginMs);
+}
+
+/** Waits for the next wall-clock minute when less than `marginMs` of this one is left (a cluster's rate-limit window). */
+export async function awayFromMinuteEnd(marginMs: number): Promise<void> {
   const left = 60_000 - (Date.now() % 60_000);
   if (left < marginMs) await sleep(left + 50);
 }
