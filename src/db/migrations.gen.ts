@@ -94,6 +94,16 @@ export const sqliteMigrations: Migration[] = [
     "statements": [
       "-- webhook_events.created_at was written in ms; every other created_at (and the event body's) is in Unix seconds.\nUPDATE `webhook_events` SET `created_at` = `created_at` / 1000 WHERE `created_at` > 100000000000;"
     ]
+  },
+  {
+    "tag": "0011_idempotency_replicas_batch_api",
+    "statements": [
+      "CREATE TABLE `idempotency_keys` (\n\t`project` text NOT NULL,\n\t`key` text NOT NULL,\n\t`request_hash` text NOT NULL,\n\t`state` text NOT NULL,\n\t`status` integer,\n\t`body` text,\n\t`created_at` integer NOT NULL,\n\t`expires_at` integer NOT NULL,\n\tPRIMARY KEY(`project`, `key`)\n);",
+      "CREATE INDEX `idempotency_keys_expires_at` ON `idempotency_keys` (`expires_at`);",
+      "CREATE TABLE `upstream_replicas` (\n\t`id` text PRIMARY KEY NOT NULL,\n\t`upstream` text NOT NULL,\n\t`base_url` text NOT NULL,\n\t`weight` real DEFAULT 1 NOT NULL,\n\t`state` text NOT NULL,\n\t`source` text NOT NULL,\n\t`updated_at` integer NOT NULL\n);",
+      "CREATE INDEX `upstream_replicas_upstream` ON `upstream_replicas` (`upstream`);",
+      "ALTER TABLE `batches` ADD `api` text;"
+    ]
   }
 ];
 export const pgMigrations: Migration[] = [
@@ -151,6 +161,16 @@ export const pgMigrations: Migration[] = [
     "tag": "0004_webhook_events_created_at_seconds",
     "statements": [
       "-- webhook_events.created_at was written in ms; every other created_at (and the event body's) is in Unix seconds.\nUPDATE \"webhook_events\" SET \"created_at\" = \"created_at\" / 1000 WHERE \"created_at\" > 100000000000;"
+    ]
+  },
+  {
+    "tag": "0005_idempotency_replicas_batch_api",
+    "statements": [
+      "CREATE TABLE \"idempotency_keys\" (\n\t\"project\" text NOT NULL,\n\t\"key\" text NOT NULL,\n\t\"request_hash\" text NOT NULL,\n\t\"state\" text NOT NULL,\n\t\"status\" integer,\n\t\"body\" text,\n\t\"created_at\" bigint NOT NULL,\n\t\"expires_at\" bigint NOT NULL,\n\tCONSTRAINT \"idempotency_keys_project_key_pk\" PRIMARY KEY(\"project\",\"key\")\n);",
+      "CREATE TABLE \"upstream_replicas\" (\n\t\"id\" text PRIMARY KEY NOT NULL,\n\t\"upstream\" text NOT NULL,\n\t\"base_url\" text NOT NULL,\n\t\"weight\" double precision DEFAULT 1 NOT NULL,\n\t\"state\" text NOT NULL,\n\t\"source\" text NOT NULL,\n\t\"updated_at\" bigint NOT NULL\n);",
+      "ALTER TABLE \"batches\" ADD COLUMN \"api\" text;",
+      "CREATE INDEX \"idempotency_keys_expires_at\" ON \"idempotency_keys\" USING btree (\"expires_at\");",
+      "CREATE INDEX \"upstream_replicas_upstream\" ON \"upstream_replicas\" USING btree (\"upstream\");"
     ]
   }
 ];

@@ -22,3 +22,5 @@ export type ChatMessageRow = typeof pg.chatMessages.$inferSelect;
 export type WebhookEndpointRow = typeof pg.webhookEndpoints.$inferSelect;
 export type WebhookEventRow = typeof pg.webhookEvents.$inferSelect;
 export type NodeRow = typeof pg.nodes.$inferSelect;
+export type IdempotencyKeyRow = typeof pg.idempotencyKeys.$inferSelect;
+export type ReplicaRow = typeof pg.upstreamReplicas.$inferSelect;

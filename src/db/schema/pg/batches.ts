@@ -34,6 +34,7 @@ export const batches = pgTable(
     reasoningTokens: bigint("reasoning_tokens", { mode: "number" }).notNull().default(0),
     costAmount: doublePrecision("cost_amount").notNull().default(0),
     metadata: jsonb("metadata").$type<Record<string, string>>(),
+    api: text("api"),
     outputExpiresAfter: bigint("output_expires_after", { mode: "number" }),
     leaseOwner: text("lease_owner"),
     leaseExpiresAt: bigint("lease_expires_at", { mode: "number" }),

@@ -7,3 +7,5 @@ export * from "./chats";
 export * from "./webhooks";
 export * from "./nodes";
 export * from "./keyUsage";
+export * from "./idempotencyKeys";
+export * from "./upstreamReplicas";

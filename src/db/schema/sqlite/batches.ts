@@ -34,6 +34,8 @@ export const batches = sqliteTable(
     reasoningTokens: integer("reasoning_tokens").notNull().default(0),
     costAmount: real("cost_amount").notNull().default(0),
     metadata: text("metadata", { mode: "json" }).$type<Record<string, string>>(),
+    /** Which API made it and shows it: null for OpenAI's Batch, "anthropic" for a Message Batch (same engine, another shape). */
+    api: text("api"),
     outputExpiresAfter: integer("output_expires_after"),
     /** Lease on the batch-level phases (validating, finalizing): owner and expiry in ms. */
     leaseOwner: text("lease_owner"),
