@@ -3,7 +3,7 @@ CREATE TABLE "idempotency_keys" (
 	"key" text NOT NULL,
 	"request_hash" text NOT NULL,
 	"state" text NOT NULL,
-	"status" integer,
+	"status" bigint,
 	"body" text,
 	"created_at" bigint NOT NULL,
 	"expires_at" bigint NOT NULL,

@@ -166,7 +166,7 @@ export const pgMigrations: Migration[] = [
   {
     "tag": "0005_idempotency_replicas_batch_api",
     "statements": [
-      "CREATE TABLE \"idempotency_keys\" (\n\t\"project\" text NOT NULL,\n\t\"key\" text NOT NULL,\n\t\"request_hash\" text NOT NULL,\n\t\"state\" text NOT NULL,\n\t\"status\" integer,\n\t\"body\" text,\n\t\"created_at\" bigint NOT NULL,\n\t\"expires_at\" bigint NOT NULL,\n\tCONSTRAINT \"idempotency_keys_project_key_pk\" PRIMARY KEY(\"project\",\"key\")\n);",
+      "CREATE TABLE \"idempotency_keys\" (\n\t\"project\" text NOT NULL,\n\t\"key\" text NOT NULL,\n\t\"request_hash\" text NOT NULL,\n\t\"state\" text NOT NULL,\n\t\"status\" bigint,\n\t\"body\" text,\n\t\"created_at\" bigint NOT NULL,\n\t\"expires_at\" bigint NOT NULL,\n\tCONSTRAINT \"idempotency_keys_project_key_pk\" PRIMARY KEY(\"project\",\"key\")\n);",
       "CREATE TABLE \"upstream_replicas\" (\n\t\"id\" text PRIMARY KEY NOT NULL,\n\t\"upstream\" text NOT NULL,\n\t\"base_url\" text NOT NULL,\n\t\"weight\" double precision DEFAULT 1 NOT NULL,\n\t\"state\" text NOT NULL,\n\t\"source\" text NOT NULL,\n\t\"updated_at\" bigint NOT NULL\n);",
       "ALTER TABLE \"batches\" ADD COLUMN \"api\" text;",
       "CREATE INDEX \"idempotency_keys_expires_at\" ON \"idempotency_keys\" USING btree (\"expires_at\");",

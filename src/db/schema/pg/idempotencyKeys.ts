@@ -1,4 +1,4 @@
-import { pgTable, text, bigint, integer, primaryKey, index } from "drizzle-orm/pg-core";
+import { pgTable, text, bigint, primaryKey, index } from "drizzle-orm/pg-core";
 
 /** Postgres twin of ../sqlite/idempotencyKeys.ts. */
 export const idempotencyKeys = pgTable(
@@ -8,7 +8,7 @@ export const idempotencyKeys = pgTable(
     key: text("key").notNull(),
     requestHash: text("request_hash").notNull(),
     state: text("state").notNull(),
-    status: integer("status"),
+    status: bigint("status", { mode: "number" }),
     body: text("body"),
     createdAt: bigint("created_at", { mode: "number" }).notNull(),
     expiresAt: bigint("expires_at", { mode: "number" }).notNull(),
