@@ -104,6 +104,16 @@ export const sqliteMigrations: Migration[] = [
       "CREATE INDEX `upstream_replicas_upstream` ON `upstream_replicas` (`upstream`);",
       "ALTER TABLE `batches` ADD `api` text;"
     ]
+  },
+  {
+    "tag": "0012_uploads",
+    "statements": [
+      "CREATE TABLE `upload_parts` (\n\t`id` text PRIMARY KEY NOT NULL,\n\t`upload_id` text NOT NULL,\n\t`key` text NOT NULL,\n\t`bytes` integer NOT NULL,\n\t`created_at` integer NOT NULL,\n\tFOREIGN KEY (`upload_id`) REFERENCES `uploads`(`id`) ON UPDATE no action ON DELETE cascade\n);",
+      "CREATE INDEX `upload_parts_upload_id` ON `upload_parts` (`upload_id`);",
+      "CREATE TABLE `uploads` (\n\t`id` text PRIMARY KEY NOT NULL,\n\t`project` text NOT NULL,\n\t`filename` text NOT NULL,\n\t`purpose` text NOT NULL,\n\t`mime_type` text NOT NULL,\n\t`bytes` integer NOT NULL,\n\t`status` text NOT NULL,\n\t`created_at` integer NOT NULL,\n\t`expires_at` integer NOT NULL,\n\t`file_id` text NOT NULL,\n\t`file_expires_after` integer\n);",
+      "CREATE INDEX `uploads_project` ON `uploads` (`project`);",
+      "CREATE INDEX `uploads_status_expires_at` ON `uploads` (`status`,`expires_at`);"
+    ]
   }
 ];
 export const pgMigrations: Migration[] = [
@@ -171,6 +181,17 @@ export const pgMigrations: Migration[] = [
       "ALTER TABLE \"batches\" ADD COLUMN \"api\" text;",
       "CREATE INDEX \"idempotency_keys_expires_at\" ON \"idempotency_keys\" USING btree (\"expires_at\");",
       "CREATE INDEX \"upstream_replicas_upstream\" ON \"upstream_replicas\" USING btree (\"upstream\");"
+    ]
+  },
+  {
+    "tag": "0006_uploads",
+    "statements": [
+      "CREATE TABLE \"upload_parts\" (\n\t\"id\" text PRIMARY KEY NOT NULL,\n\t\"upload_id\" text NOT NULL,\n\t\"key\" text NOT NULL,\n\t\"bytes\" bigint NOT NULL,\n\t\"created_at\" bigint NOT NULL\n);",
+      "CREATE TABLE \"uploads\" (\n\t\"id\" text PRIMARY KEY NOT NULL,\n\t\"project\" text NOT NULL,\n\t\"filename\" text NOT NULL,\n\t\"purpose\" text NOT NULL,\n\t\"mime_type\" text NOT NULL,\n\t\"bytes\" bigint NOT NULL,\n\t\"status\" text NOT NULL,\n\t\"created_at\" bigint NOT NULL,\n\t\"expires_at\" bigint NOT NULL,\n\t\"file_id\" text NOT NULL,\n\t\"file_expires_after\" bigint\n);",
+      "ALTER TABLE \"upload_parts\" ADD CONSTRAINT \"upload_parts_upload_id_uploads_id_fk\" FOREIGN KEY (\"upload_id\") REFERENCES \"public\".\"uploads\"(\"id\") ON DELETE cascade ON UPDATE no action;",
+      "CREATE INDEX \"upload_parts_upload_id\" ON \"upload_parts\" USING btree (\"upload_id\");",
+      "CREATE INDEX \"uploads_project\" ON \"uploads\" USING btree (\"project\");",
+      "CREATE INDEX \"uploads_status_expires_at\" ON \"uploads\" USING btree (\"status\",\"expires_at\");"
     ]
   }
 ];

@@ -24,3 +24,5 @@ export type WebhookEventRow = typeof pg.webhookEvents.$inferSelect;
 export type NodeRow = typeof pg.nodes.$inferSelect;
 export type IdempotencyKeyRow = typeof pg.idempotencyKeys.$inferSelect;
 export type ReplicaRow = typeof pg.upstreamReplicas.$inferSelect;
+export type UploadRow = typeof pg.uploads.$inferSelect;
+export type UploadPartRow = typeof pg.uploadParts.$inferSelect;

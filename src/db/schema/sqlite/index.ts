@@ -9,3 +9,4 @@ export * from "./nodes";
 export * from "./keyUsage";
 export * from "./idempotencyKeys";
 export * from "./upstreamReplicas";
+export * from "./uploads";
