@@ -19,6 +19,7 @@ import { PeakCalendar, type PeakWindow } from "./scheduling/order";
 import { defaultBatchWorkers, defaultHttpThreads, defaultValidationWorkers, DEFAULT_MAX_JSON_BYTES, usableCores } from "./defaults";
 import { setThreadSettings, threadSettingsOf, type ThreadSettings } from "./threadSettings";
 import { parseFlags, type FlagSpec, type ParsedFlags } from "./flags";
+import { replicaId } from "./inference/replicas/replicaId";
 
 export type Env = Record<string, string | undefined>;
 
@@ -44,10 +45,26 @@ const Pricing = Type.Object(
 /** A fixed number of requests at once, or "auto": found while running, up to max_concurrency_limit (docs/CONTRACT.md §18; src/inference/admission/adaptive.ts). */
 const MaxConcurrency = Type.Union([Type.Integer({ minimum: 1 }), Type.Literal("auto")]);
 
+/** One engine of an upstream (docs/CONTRACT.md §21): each has its own limit, health and counters. */
+const ReplicaFile = Type.Object(
+  {
+    base_url: Type.String({ minLength: 1 }),
+    weight: Type.Optional(Type.Number({ exclusiveMinimum: 0 })),
+    max_concurrency: Type.Optional(MaxConcurrency),
+    resolve: Type.Optional(Type.Literal("dns")),
+  },
+  { additionalProperties: false },
+);
+
 const UpstreamFile = Type.Object(
   {
     name: Type.String({ minLength: 1 }),
-    base_url: Type.String({ minLength: 1 }),
+    /** One more replica (the only one when `replicas` is absent). */
+    base_url: Type.Optional(Type.String({ minLength: 1 })),
+    replicas: Type.Optional(Type.Array(ReplicaFile)),
+    engine: Type.Optional(Type.Union(["vllm", "sglang", "llamacpp", "ollama", "openai"].map((e) => Type.Literal(e)))),
+    /** Sent as `priority` on batch lines only (engines with priority scheduling). */
+    batch_priority: Type.Optional(Type.Integer()),
     api_key_env: Type.Optional(Type.String()),
     models: Type.Optional(Type.Array(Type.String({ minLength: 1 }))),
     model_map: Type.Optional(Type.Record(Type.String(), Type.String())),
@@ -128,7 +145,16 @@ export const ConfigFile = Type.Object(
   { additionalProperties: false },
 );
 export type ConfigFile = Static<typeof ConfigFile>;
-export type UpstreamConfig = Static<typeof UpstreamFile> & { api_key: string | null };
+/** A replica as resolved at start: its stable id (src/inference/replicas/replicaId.ts) and its URL without a trailing slash. */
+export interface ReplicaConfig {
+  id: string;
+  base_url: string;
+  weight: number;
+  max_concurrency?: number | "auto";
+  resolve?: "dns";
+}
+/** `base_url` is the first replica's (what a single-engine upstream has always had); `replicas` lists them all. */
+export type UpstreamConfig = Omit<Static<typeof UpstreamFile>, "base_url" | "replicas"> & { base_url: string; replicas: ReplicaConfig[]; api_key: string | null };
 export type ModelConfig = Static<typeof ModelFile>;
 
 export type LogLevel = "debug" | "info" | "warn" | "error";
@@ -313,6 +339,26 @@ export function storageOf(url: string, env: Env): StorageConfig {
   return { kind: "s3", url: `s3://${s3.bucket}${prefix ? `/${prefix}` : ""}`, s3, prefix };
 }
 
+/** An upstream's replicas (docs/CONTRACT.md §21): `base_url` is one more, listed first; each URL once. */
+function upstreamOf(u: Static<typeof UpstreamFile>, apiKey: string | null): UpstreamConfig {
+  const listed = [...(u.base_url !== undefined ? [{ base_url: u.base_url }] : []), ...(u.replicas ?? [])];
+  if (listed.length === 0) throw new ConfigError(`upstream "${u.name}" needs base_url or replicas`);
+  const replicas: ReplicaConfig[] = [];
+  for (const r of listed) {
+    const base_url = r.base_url.replace(/\/+$/, "");
+    try {
+      const url = new URL(base_url);
+      if (url.protocol !== "http:" && url.protocol !== "https:") throw new Error("not http(s)");
+    } catch {
+      throw new ConfigError(`upstream "${u.name}": base_url must be an http(s) URL, got "${r.base_url}"`);
+    }
+    if (replicas.some((x) => x.base_url === base_url)) throw new ConfigError(`upstream "${u.name}" lists ${base_url} twice`);
+    replicas.push({ id: replicaId(u.name, base_url), base_url, weight: ("weight" in r && r.weight) || 1, max_concurrency: "max_concurrency" in r ? r.max_concurrency : undefined, resolve: "resolve" in r ? r.resolve : undefined });
+  }
+  const { replicas: _listed, base_url: _first, ...rest } = u;
+  return { ...rest, base_url: replicas[0]!.base_url, replicas, api_key: apiKey };
+}
+
 /**
  * database.url → where records go: `sqlite:` (<data_dir>/offpeak.db),
  * `sqlite:PATH`, or `postgres://…` / `postgresql://…` (docs/CONTRACT.md §14), with
@@ -365,12 +411,12 @@ export function resolveConfig(argv: readonly string[], env: Env = processEnv(), 
 
   const pick = <T>(...values: (T | undefined)[]): T | undefined => values.find((v) => v !== undefined);
 
-  const upstreams: UpstreamConfig[] = (file.upstreams ?? []).map((u) => ({
-    ...u,
-    api_key: u.api_key_env ? env[u.api_key_env] || null : null,
-  }));
-  if (env.OFFPEAK_UPSTREAM_URL) {
-    upstreams.push({ name: "upstream", base_url: env.OFFPEAK_UPSTREAM_URL, api_key: env.OFFPEAK_UPSTREAM_KEY || null });
+  const upstreams: UpstreamConfig[] = (file.upstreams ?? []).map((u) => upstreamOf(u, u.api_key_env ? env[u.api_key_env] || null : null));
+  if (env.OFFPEAK_UPSTREAM_URL) upstreams.push(upstreamOf({ name: "upstream", base_url: env.OFFPEAK_UPSTREAM_URL }, env.OFFPEAK_UPSTREAM_KEY || null));
+  const names = new Set<string>();
+  for (const u of upstreams) {
+    if (names.has(u.name)) throw new ConfigError(`two upstreams are named "${u.name}"`);
+    names.add(u.name);
   }
 
   const logLevel = (flags["log-level"] ?? env.OFFPEAK_LOG_LEVEL ?? file.server?.log_level ?? "info") as LogLevel;

@@ -1,0 +1,91 @@
+// The state of every replica that all threads share (docs/CONTRACT.md §21):
+// requests in flight (the first load signal of the dispatch), whether its
+// circuit breaker is open, its failure streak, and counters for /metrics and
+// the console. Every request reads and adds with atomics: no message per
+// request. The main thread assigns each replica its index once (a replica
+// keeps it while the process runs) and owns the breaker's recovery (a
+// probe closes it, ./set.ts); any thread may open it.
+//
+// Imports nothing: a batch Worker loads it.
+
+/** Int32 cells per replica. */
+export const REPLICA_CELLS = 8;
+const IN_FLIGHT = 0;
+const OPEN = 1; // 1: left out of dispatch (failures in a row), until a probe answers
+const FAILS = 2; // failures as a whole in a row
+const REQUESTS = 3; // requests sent (wraps: readers take differences)
+const FAILURES = 4; // failures as a whole
+const ANSWERS = 5; // 2xx answers
+const HELD = 6; // time those answers took, in ms (wraps)
+
+/** Failures as a whole in a row that open a replica's breaker. */
+export const REPLICA_FAIL_THRESHOLD = 3;
+/** Replicas whose state fits in the shared memory (indexes are never reused while the process runs). */
+export const MAX_REPLICAS = 1024;
+
+export type ReplicaCells = Int32Array;
+
+export const newReplicaCells = (): ReplicaCells => new Int32Array(new SharedArrayBuffer(4 * REPLICA_CELLS * MAX_REPLICAS));
+
+const at = (r: number, cell: number) => r * REPLICA_CELLS + cell;
+
+export const inFlightOf = (cells: ReplicaCells, r: number): number => Atomics.load(cells, at(r, IN_FLIGHT));
+export const isOpen = (cells: ReplicaCells, r: number): boolean => Atomics.load(cells, at(r, OPEN)) === 1;
+
+/** A request starts on replica r. */
+export function enter(cells: ReplicaCells, r: number): void {
+  Atomics.add(cells, at(r, IN_FLIGHT), 1);
+  Atomics.add(cells, at(r, REQUESTS), 1);
+}
+
+/**
+ * A request on replica r ended: `ok` an answer from the engine (any status
+ * that is about the request), else a failure as a whole (no connection, a
+ * timeout, 502/503/504). True if this failure opened the breaker: the
+ * caller then has the replica probed (the main thread does it).
+ */
+export function leave(cells: ReplicaCells, r: number, ok: boolean, heldMs: number, answered: boolean): boolean {
+  Atomics.sub(cells, at(r, IN_FLIGHT), 1);
+  if (ok) {
+    if (Atomics.load(cells, at(r, FAILS)) !== 0) Atomics.store(cells, at(r, FAILS), 0);
+    if (answered) {
+      Atomics.add(cells, at(r, ANSWERS), 1);
+      Atomics.add(cells, at(r, HELD), Math.round(heldMs));
+    }
+    return false;
+  }
+  Atomics.add(cells, at(r, FAILURES), 1);
+  if (Atomics.add(cells, at(r, FAILS), 1) + 1 < REPLICA_FAIL_THRESHOLD) return false;
+  return Atomics.compareExchange(cells, at(r, OPEN), 0, 1) === 0;
+}
+
+/** Main thread only: a probe answered (or the replica is new): back in the dispatch. */
+export function close(cells: ReplicaCells, r: number): void {
+  Atomics.store(cells, at(r, FAILS), 0);
+  Atomics.store(cells, at(r, OPEN), 0);
+}
+
+/** Main thread only: a probe failed. */
+export function open(cells: ReplicaCells, r: number): void {
+  Atomics.store(cells, at(r, OPEN), 1);
+}
+
+export interface ReplicaCounters {
+  inFlight: number;
+  open: boolean;
+  requests: number;
+  failures: number;
+  answers: number;
+  heldMs: number;
+}
+
+export function countersOf(cells: ReplicaCells, r: number): ReplicaCounters {
+  return {
+    inFlight: inFlightOf(cells, r),
+    open: isOpen(cells, r),
+    requests: Atomics.load(cells, at(r, REQUESTS)) >>> 0,
+    failures: Atomics.load(cells, at(r, FAILURES)) >>> 0,
+    answers: Atomics.load(cells, at(r, ANSWERS)) >>> 0,
+    heldMs: Atomics.load(cells, at(r, HELD)) >>> 0,
+  };
+}

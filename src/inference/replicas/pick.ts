@@ -1,0 +1,153 @@
+// Which replica of an upstream takes a request (docs/CONTRACT.md §21), for
+// interactive requests and batch lines alike.
+//
+// Engines keep the KV cache of recent prompts: a request whose prompt starts
+// like one the engine has just run skips most of its prefill. So a prompt
+// prefix should keep going to the same replica. The prefix is approximated
+// by a hash of the model and the prompt's first PREFIX_CHARS characters
+// (a system prompt or a shared document is that long or longer; llm-d and
+// SGLang key their routing on prompt blocks the same way). The replicas are
+// ranked for that key by rendezvous hashing (highest random weight,
+// weighted): the ranking depends only on the key and the replica set, so
+// every node of a cluster sends a prefix to the same engine, and adding or
+// removing a replica moves only the prefixes it gains or loses.
+//
+// Load bounds the affinity (consistent hashing with bounded loads): the
+// request takes the first replica in its ranking whose requests in flight,
+// this one included, stay within LOAD_FACTOR × its weighted share of all in
+// flight. A hot prefix thus spills onto its second choice (the same on every
+// node) instead of piling onto one engine. A replica at its own
+// max_concurrency is passed over; if all are, the least loaded takes it.
+//
+// Imports only the shared cells: a batch Worker loads it.
+import { inFlightOf, isOpen, type ReplicaCells } from "./cells";
+
+/** A replica as a dispatcher sees it: plain data, sent to the batch Workers. */
+export interface ReplicaView {
+  /** Its index in the shared cells (./cells.ts). */
+  idx: number;
+  id: string;
+  /** Without a trailing slash. */
+  baseUrl: string;
+  weight: number;
+  /** Its own max_concurrency (0: none of its own; the model's limit still bounds the total). */
+  limit: number;
+  /** Rendezvous seed: a hash of the id. */
+  seed: number;
+  /** Through offpeak's own HTTP client (plain http) rather than fetch. */
+  ownClient: boolean;
+}
+
+/** Characters of the prompt that make its prefix key. */
+export const PREFIX_CHARS = 1024;
+/** How far above its weighted share of the load a replica may go to keep a prefix. */
+export const LOAD_FACTOR = 1.25;
+
+/** FNV-1a over UTF-16 code units, 32 bits: the same on every node and thread. */
+export function hashText(text: string, h = 0x811c9dc5, max = text.length): number {
+  const n = Math.min(max, text.length);
+  for (let i = 0; i < n; i++) {
+    h ^= text.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return h >>> 0;
+}
+
+/** A replica's rendezvous seed. */
+export const seedOf = (id: string): number => hashText(id);
+
+/**
+ * The prefix key of a request body of any endpoint kind: the model, then
+ * the prompt's first PREFIX_CHARS characters in order (chat messages'
+ * roles and text, a completion's prompt, a Responses' instructions and
+ * input, an embedding's input). 0: no prompt text (any replica will do).
+ */
+export function prefixKey(model: string, body: Record<string, unknown>): number {
+  const parts: string[] = [];
+  let left = PREFIX_CHARS;
+  const add = (s: unknown): boolean => {
+    if (typeof s !== "string" || left <= 0) return left > 0;
+    const piece = s.length > left ? s.slice(0, left) : s;
+    parts.push(piece);
+    left -= piece.length;
+    return left > 0;
+  };
+  const addContent = (c: unknown): boolean => {
+    if (typeof c === "string") return add(c);
+    if (Array.isArray(c)) {
+      for (const p of c) if (p && typeof p === "object" && !addContent((p as { text?: unknown; content?: unknown }).text ?? (p as { content?: unknown }).content)) return false;
+      return left > 0;
+    }
+    return left > 0;
+  };
+  if (Array.isArray(body.messages)) {
+    for (const m of body.messages) {
+      if (!m || typeof m !== "object") continue;
+      const msg = m as { role?: unknown; content?: unknown };
+      if (!add(msg.role) || !addContent(msg.content)) break;
+    }
+  } else {
+    if (add(body.instructions)) if (addContent(body.prompt)) addContent(body.input);
+  }
+  if (left === PREFIX_CHARS) return 0;
+  return hashText(parts.join("\u0000"), hashText(model)) || 1;
+}
+
+/** Mixes a key and a seed into a uniform 32-bit value (murmur3's finalizer). */
+function mix(a: number, b: number): number {
+  let h = (a ^ Math.imul(b, 0x9e3779b1)) >>> 0;
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  h ^= h >>> 16;
+  return h >>> 0;
+}
+
+/** Weighted rendezvous score: the highest wins; a replica of weight w wins w times as many keys. */
+const score = (key: number, r: ReplicaView): number => r.weight / -Math.log((mix(key, r.seed) + 0.5) / 4294967296);
+
+/**
+ * The replica for a request with prefix `key`, among `replicas` (the ones
+ * taking work: not draining), leaving out those whose breaker is open and,
+ * when another will do, `avoid` (the replica the request's last attempt
+ * failed on). Null when every replica's breaker is open.
+ */
+export function pickReplica(replicas: readonly ReplicaView[], cells: ReplicaCells, key: number, avoid = -1): ReplicaView | null {
+  if (replicas.length === 1) return isOpen(cells, replicas[0]!.idx) ? null : replicas[0]!;
+  let candidates = replicas.filter((r) => !isOpen(cells, r.idx));
+  if (candidates.length === 0) return null;
+  if (avoid >= 0 && candidates.length > 1) candidates = candidates.filter((r) => r.idx !== avoid);
+  if (candidates.length === 1) return candidates[0]!;
+  let total = 1;
+  let weights = 0;
+  for (const r of candidates) {
+    total += inFlightOf(cells, r.idx);
+    weights += r.weight;
+  }
+  if (key !== 0) {
+    const ranked = candidates.map((r) => ({ r, s: score(key, r) })).sort((a, b) => b.s - a.s);
+    for (const { r } of ranked) {
+      const load = inFlightOf(cells, r.idx);
+      if (r.limit > 0 && load >= r.limit) continue;
+      if (load + 1 <= Math.max(1, Math.ceil((LOAD_FACTOR * total * r.weight) / weights))) return r;
+    }
+  }
+  return leastLoaded(candidates, cells);
+}
+
+/** The replica with the fewest requests in flight per unit of weight (ties: the first listed). */
+export function leastLoaded(replicas: readonly ReplicaView[], cells: ReplicaCells): ReplicaView {
+  let best = replicas[0]!;
+  let bestLoad = Infinity;
+  for (const r of replicas) {
+    const inFlight = inFlightOf(cells, r.idx);
+    const full = r.limit > 0 && inFlight >= r.limit ? 1e9 : 0;
+    const load = full + (inFlight + 1) / r.weight;
+    if (load < bestLoad) {
+      best = r;
+      bestLoad = load;
+    }
+  }
+  return best;
+}
