@@ -8,7 +8,7 @@ import { createVerifier, type Verify } from "./auth/verify";
 import type { Scope } from "./auth/scopes";
 import type { AppContext } from "./context";
 import { assignRequestId, requestIdOf } from "./http/requestId";
-import { ApiError, databaseUnavailableError, errorResponse, schemaFailure, type SchemaValueError } from "./errors";
+import { ApiError, databaseUnavailableError, errorResponse, isAnthropicRoute, schemaFailure, type SchemaValueError } from "./errors";
 import { databaseUnavailable, unavailableLogger } from "./db/unavailable";
 import { pathOf, routable } from "./http/path";
 import { isPublic, type PublicRoute } from "./auth/publicRoutes";
@@ -24,6 +24,7 @@ import { completionsRoute, completionsRoutes } from "./completions/routes";
 import { directInference, type DirectHooks } from "./http/direct";
 import { modelsRoutes } from "./models/routes";
 import { chatsRoutes } from "./chatSessions/routes";
+import { anthropicRoutes } from "./anthropic/routes";
 import { statusRoutes } from "./status/routes";
 import { metricsRoutes } from "./metrics/routes";
 import { webhooksRoutes } from "./webhooks/routes";
@@ -52,6 +53,7 @@ const apiRoutes = (ctx: AppContext, prefix: string) =>
     .use(completionsRoutes(ctx))
     .use(modelsRoutes(ctx))
     .use(chatsRoutes(ctx))
+    .use(anthropicRoutes(ctx))
     .use(statusRoutes(ctx))
     .use(metricsRoutes(ctx))
     .use(keysRoutes(ctx))
@@ -189,7 +191,11 @@ const unavailableOf = (ctx: AppContext) => {
 /** The single place where anything thrown becomes an HTTP answer. */
 function toErrorResponse(ctx: AppContext, code: string | number, error: unknown, request: Request): Response {
   const requestId = requestIdOf(request);
-  const answer = (e: ApiError) => errorResponse(withRateLimitHeaders(ctx, request, e), requestId);
+  // Anthropic's routes answer in Anthropic's error shape (docs/CONTRACT.md §22), their 401s and 403s too.
+  const path = pathOf(request.url);
+  const base = apiBaseOf(path);
+  const shape = base !== null && isAnthropicRoute(path.slice(base.length)) ? "anthropic" : "openai";
+  const answer = (e: ApiError) => errorResponse(withRateLimitHeaders(ctx, request, e), requestId, shape);
   if (error instanceof ApiError) return answer(error);
   switch (code) {
     case "VALIDATION":
@@ -216,8 +222,8 @@ function toErrorResponse(ctx: AppContext, code: string | number, error: unknown,
   return answer(new ApiError("internal_error", `Internal server error (request ${requestId})`));
 }
 
-/** Every endpoint kind's route (src/endpoints), and chat-session streams. */
-const INFERENCE_PATH = new RegExp(`^/(?:api/)?v1(?:${ENDPOINT_KINDS.map((k) => k.path).join("|")}|/chats/[^/]+/stream)$`);
+/** Every endpoint kind's route (src/endpoints), chat-session streams and Anthropic's messages (src/anthropic). */
+const INFERENCE_PATH = new RegExp(`^/(?:api/)?v1(?:${ENDPOINT_KINDS.map((k) => k.path).join("|")}|/chats/[^/]+/stream|/messages(?:/count_tokens)?)$`);
 
 /**
  * docs/CONTRACT.md §7 puts the x-ratelimit-* headers on every inference response: an

@@ -65,6 +65,12 @@ const UpstreamFile = Type.Object(
     engine: Type.Optional(Type.Union(["vllm", "sglang", "llamacpp", "ollama", "openai"].map((e) => Type.Literal(e)))),
     /** Sent as `priority` on batch lines only (engines with priority scheduling). */
     batch_priority: Type.Optional(Type.Integer()),
+    /**
+     * The API the upstream speaks (docs/CONTRACT.md §22): "openai" (the
+     * default) or "anthropic", which serves POST /messages itself: Messages
+     * requests for its models pass through, other inference routes refuse them.
+     */
+    api: Type.Optional(Type.Union([Type.Literal("openai"), Type.Literal("anthropic")])),
     api_key_env: Type.Optional(Type.String()),
     models: Type.Optional(Type.Array(Type.String({ minLength: 1 }))),
     model_map: Type.Optional(Type.Record(Type.String(), Type.String())),
@@ -154,7 +160,8 @@ export interface ReplicaConfig {
   resolve?: "dns";
 }
 /** `base_url` is the first replica's (what a single-engine upstream has always had); `replicas` lists them all. */
-export type UpstreamConfig = Omit<Static<typeof UpstreamFile>, "base_url" | "replicas"> & { base_url: string; replicas: ReplicaConfig[]; api_key: string | null };
+export type UpstreamApi = "openai" | "anthropic";
+export type UpstreamConfig = Omit<Static<typeof UpstreamFile>, "base_url" | "replicas" | "api"> & { base_url: string; replicas: ReplicaConfig[]; api_key: string | null; api: UpstreamApi };
 export type ModelConfig = Static<typeof ModelFile>;
 
 export type LogLevel = "debug" | "info" | "warn" | "error";
@@ -356,7 +363,7 @@ function upstreamOf(u: Static<typeof UpstreamFile>, apiKey: string | null): Upst
     replicas.push({ id: replicaId(u.name, base_url), base_url, weight: ("weight" in r && r.weight) || 1, max_concurrency: "max_concurrency" in r ? r.max_concurrency : undefined, resolve: "resolve" in r ? r.resolve : undefined });
   }
   const { replicas: _listed, base_url: _first, ...rest } = u;
-  return { ...rest, base_url: replicas[0]!.base_url, replicas, api_key: apiKey };
+  return { ...rest, api: u.api ?? "openai", base_url: replicas[0]!.base_url, replicas, api_key: apiKey };
 }
 
 /**

@@ -96,8 +96,65 @@ export function schemaFailure(ve: SchemaValueError | undefined): ApiError {
   return new ApiError("invalid_value", msg, { param });
 }
 
-export function errorResponse(err: ApiError, requestId: string): Response {
+/** The shape of an error body: OpenAI's (docs/CONTRACT.md §3), or Anthropic's on its routes (§22). */
+export type ErrorShape = "openai" | "anthropic";
+
+export function errorResponse(err: ApiError, requestId: string, shape: ErrorShape = "openai"): Response {
   const headers: Record<string, string> = { "content-type": "application/json", "x-request-id": requestId, ...err.headers };
   if (err.status === 401) headers["www-authenticate"] = 'Bearer realm="offpeak"';
+  if (shape === "anthropic") {
+    // Anthropic's SDKs read the request id from `request-id`.
+    headers["request-id"] = requestId;
+    return new Response(JSON.stringify(anthropicErrorBody(err.status, err.message)), { status: err.status, headers });
+  }
   return new Response(JSON.stringify(err.body()), { status: err.status, headers });
 }
+
+/** Anthropic's error `type` by HTTP status (docs/CONTRACT.md §22). */
+const ANTHROPIC_TYPE_BY_STATUS: Record<number, string> = {
+  400: "invalid_request_error",
+  401: "authentication_error",
+  403: "permission_error",
+  404: "not_found_error",
+  413: "request_too_large",
+  429: "rate_limit_error",
+  500: "api_error",
+  503: "overloaded_error",
+  529: "overloaded_error",
+};
+
+export function anthropicErrorType(status: number): string {
+  return ANTHROPIC_TYPE_BY_STATUS[status] ?? (status >= 500 ? "api_error" : "invalid_request_error");
+}
+
+/** `{type: "error", error: {type, message}}`: what Anthropic's SDKs read (and raise by status). */
+export const anthropicErrorBody = (status: number, message: string) => ({ type: "error", error: { type: anthropicErrorType(status), message } });
+
+/**
+ * The status an OpenAI error body stands for when none came with it (an
+ * error inside a stream, after its 200): by its code when it is one of
+ * ours, else by its type.
+ */
+export function statusOfErrorBody(error: { type?: unknown; code?: unknown } | null | undefined): number {
+  const code = error?.code;
+  if (typeof code === "string" && Object.hasOwn(CODES, code)) return CODES[code as ErrorCode];
+  switch (error?.type) {
+    case "authentication_error":
+      return 401;
+    case "permission_error":
+      return 403;
+    case "not_found_error":
+      return 404;
+    case "rate_limit_error":
+      return 429;
+    case "overloaded_error":
+      return 529;
+    case "invalid_request_error":
+      return 400;
+    default:
+      return 500;
+  }
+}
+
+/** Whether a path under the API base is one of Anthropic's routes ("/messages", "/messages/…"), answered in its error shape. */
+export const isAnthropicRoute = (path: string): boolean => path.startsWith("/messages") && (path.length === 9 || path.charCodeAt(9) === 47);

@@ -45,7 +45,7 @@ export interface Logger {
   flush(): void;
 }
 
-const SECRET_FIELDS = new Set(["authorization", "api_key", "apikey", "key", "secret", "password", "token", "cookie"]);
+const SECRET_FIELDS = new Set(["authorization", "x-api-key", "api_key", "apikey", "key", "secret", "password", "token", "cookie"]);
 const SECRET_TEXT = /sk-[A-Za-z0-9_-]{6,}|Bearer\s+[^\s"',]+/gi;
 
 export function redact(fields: Record<string, unknown>): Record<string, unknown> {

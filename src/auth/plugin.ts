@@ -1,5 +1,6 @@
 // Authentication happens in onRequest, before any body is parsed: a request
-// under the API base without a valid `Authorization: Bearer` key gets 401
+// under the API base without a valid `Authorization: Bearer` key (or
+// `x-api-key`, as Anthropic's SDKs send it: docs/CONTRACT.md §22) gets 401
 // and nothing else runs; a key without the route's scope (routeScopes.ts,
 // the one place that says which scope a route needs) gets 403, also before
 // any parsing.
@@ -28,14 +29,27 @@ export function principalOf(request: Request): Principal {
  * direct dispatch decides it once per route.
  */
 export function authenticate(request: Request, verify: Verify, needed: Scope | null): void | Promise<void> {
-  const header = request.headers.get("authorization");
-  if (!header) throw new ApiError("invalid_api_key", "Missing API key: send it as 'Authorization: Bearer <key>'");
+  const header = authorizationOf(request.headers);
+  if (!header) throw new ApiError("invalid_api_key", "Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'");
   const secret = bearerSecret(header);
   if (secret === null) throw new ApiError("invalid_api_key", "Malformed Authorization header: expected 'Bearer <key>'");
   const found = verify(secret);
   // A cached key answers at once (no promise on the hot path); an unknown one after its lookup.
   if (found instanceof Promise) return found.then((p) => admit(request, p, needed));
   admit(request, found, needed);
+}
+
+/**
+ * The request's Authorization header; without one, an `x-api-key: <key>`
+ * read as `Bearer <key>` (Anthropic's SDKs send the key so; their
+ * `anthropic-version` header is not read). Front threads pass this on as the
+ * request's key (src/http/front/fast.ts).
+ */
+export function authorizationOf(headers: { get(name: string): string | null }): string | null {
+  const header = headers.get("authorization");
+  if (header !== null) return header;
+  const key = headers.get("x-api-key");
+  return key === null ? null : `Bearer ${key}`;
 }
 
 /**

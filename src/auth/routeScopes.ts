@@ -24,6 +24,10 @@ export function routeScope(method: string, path: string): Scope | null {
     case "models":
     case "chats":
       return "inference";
+    case "messages":
+      // Anthropic's routes (docs/CONTRACT.md §22): its Message Batches are batches, the rest inference.
+      if (path.startsWith("/messages/batches") && (path.length === 17 || path.charCodeAt(17) === 47)) return read ? "batches:read" : "batches:write";
+      return "inference";
     case "keys":
     case "metrics":
     case "webhook_endpoints":

@@ -10,8 +10,8 @@
 import type { IdStream } from "../ids";
 import type { ModelKind } from "../inference/registry";
 
-/** The path under the API base, which is also the path under an upstream's base_url. */
-export type EndpointPath = "/chat/completions" | "/embeddings" | "/responses" | "/completions";
+/** The path under the API base, which is also the path under an upstream's base_url ("/messages…": Anthropic's, src/anthropic). */
+export type EndpointPath = "/chat/completions" | "/embeddings" | "/responses" | "/completions" | "/messages" | "/messages/count_tokens";
 
 /** The token counts of one answer's `usage`, filled in place (reading them allocates nothing on the batch hot path). */
 export interface TokenCounts {

@@ -19,6 +19,8 @@ import { DEFAULT_MAX_JSON_BYTES } from "../defaults";
 /** The body as the client sent it, for requests that forward it (a proxied call re-sends it as is when it can). */
 const rawBodies = attached<string>("rawBody");
 export const rawBodyOf = (request: Request): string | undefined => rawBodies.get(request);
+/** For a route that sends on another body than it read (a translated one, src/anthropic): the raw text no longer stands for it. */
+export const forgetRawBody = (request: Request): void => rawBodies.set(request, undefined as unknown as string);
 
 /**
  * The server's max_json_bytes, put on each request by the dispatch in front

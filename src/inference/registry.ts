@@ -1,6 +1,6 @@
 // The model registry: built-ins plus the models of configured upstreams.
 // Shared by the interactive routes and the batch runner.
-import { processEnv, type Config, type ModelConfig, type UpstreamConfig } from "../config";
+import { processEnv, type Config, type ModelConfig, type UpstreamApi, type UpstreamConfig } from "../config";
 import type { Logger } from "../log";
 import { ECHO_MODEL } from "./builtin/echo";
 import { EMBED_MODEL } from "./builtin/embed";
@@ -34,6 +34,8 @@ export interface ModelEntry extends ModelSpec {
   ownedBy: string;
   created: number;
   upstreamName: string | null;
+  /** The API its upstream speaks (config `api`; built-ins: "openai"): "anthropic" serves only POST /messages (src/anthropic). */
+  api: UpstreamApi;
   /** Fixed: the limit. Adaptive: the most the controller may set (max_concurrency_limit). Null: unlimited. */
   maxConcurrency: number | null;
   /** max_concurrency "auto" (the default for upstream models): a controller finds the limit (./admission/adaptive.ts). */
@@ -82,6 +84,7 @@ export class ModelRegistry {
       ownedBy,
       created: CREATED,
       upstreamName: upstream?.name ?? null,
+      api: upstream?.api ?? "openai",
       baseUrl: upstream ? upstream.base_url.replace(/\/+$/, "") : null,
       apiKey: upstream?.api_key ?? null,
       upstreamModel,

@@ -11,6 +11,7 @@ import { chatCompletions as chatKind } from "../../endpoints/chatCompletions";
 import { ApiError, errorResponse, schemaFailure } from "../../errors";
 import { promptTokensOf } from "../../inference/builtin/tokens";
 import { requireModel } from "../../inference/modelField";
+import { authorizationOf } from "../../auth/plugin";
 import type { StreamHold } from "../../auth/revocations";
 import type { UpstreamAnswer } from "../../inference/upstream/answer";
 import { Deadline } from "../../inference/upstream/deadline";
@@ -80,7 +81,7 @@ const doneWithout = (id: number, status: number, seconds: number, error?: string
  */
 export async function serveChat(request: Request, peer: string | null, main: MainDesk, maxJsonBytes: number, relayToMain: (body: string | undefined) => Promise<Response>): Promise<Response> {
   const t0 = performance.now();
-  const auth = request.headers.get("authorization");
+  const auth = authorizationOf(request.headers);
   // A key this thread has not seen accepted is checked before the body is
   // read (docs/CONTRACT.md §16: without a valid key nothing is read); a known one is
   // checked again with the request, in the one ask.

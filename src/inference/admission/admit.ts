@@ -13,6 +13,9 @@ export function resolveModel(ctx: AppContext, id: unknown, kind: EndpointKind): 
   if (typeof id !== "string" || id.length === 0) throw new ApiError("missing_field", "model is required", { param: "model" });
   const model = ctx.registry.get(id);
   if (!model || !serves(kind, model.kind)) throw new ApiError("model_not_found", `The model '${id.slice(0, 200)}' does not exist or does not serve ${kind.noun}`, { param: "model" });
+  // An upstream with api "anthropic" serves Anthropic's Messages API only (docs/CONTRACT.md §22): nothing is translated towards it.
+  if (model.api === "anthropic" && kind.path !== "/messages")
+    throw new ApiError("invalid_value", `The model '${id.slice(0, 200)}' is served by upstream ${model.upstreamName}, which speaks Anthropic's Messages API (api: "anthropic"): send it POST /v1/messages, not ${kind.noun} requests`, { param: "model" });
   return model;
 }
 

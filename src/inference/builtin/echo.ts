@@ -16,6 +16,8 @@ export interface EchoPlan {
   choices: { text: string; tokens: number; finish: "stop" | "length" }[];
   reasoning: { text: string; tokens: number } | null;
   promptTokens: number;
+  /** The `stop` string that cut the reply, if one did: sent as the choice's `stop_reason`, as vLLM does (Anthropic's stop_sequence reads it). */
+  stoppedBy?: string;
 }
 
 const REASONING_STEPS: Record<string, number> = { minimal: 1, low: 2, medium: 4, high: 8 };
@@ -50,10 +52,15 @@ export function planEcho(body: Record<string, unknown>): EchoPlan {
   checkSampling(body);
   let reply = lastUser;
   let finish: "stop" | "length" = "stop";
+  let stoppedBy: string | undefined;
   const stops = typeof body.stop === "string" ? [body.stop] : Array.isArray(body.stop) ? (body.stop as unknown[]).filter((s): s is string => typeof s === "string" && s.length > 0) : [];
   for (const s of stops) {
     const i = reply.indexOf(s);
-    if (i !== -1) reply = reply.slice(0, i);
+    // Each cut is earlier than the ones before it: the last stop to cut is the first to occur.
+    if (i !== -1) {
+      reply = reply.slice(0, i);
+      stoppedBy = s;
+    }
   }
   let reasoning: EchoPlan["reasoning"] = null;
   const effort = body.reasoning_effort;
@@ -69,7 +76,8 @@ export function planEcho(body: Record<string, unknown>): EchoPlan {
   const full = countTokens(reply);
   const cut = truncate(reply, full, budget);
   if (cut.tokens < full) finish = "length";
-  return { choices: Array.from({ length: n as number }, () => ({ text: cut.text, tokens: cut.tokens, finish })), reasoning, promptTokens };
+  const choices = Array.from({ length: n as number }, () => ({ text: cut.text, tokens: cut.tokens, finish }));
+  return finish === "stop" && stoppedBy !== undefined ? { choices, reasoning, promptTokens, stoppedBy } : { choices, reasoning, promptTokens };
 }
 
 /** The deterministic reasoning offpeak-echo does before it answers `lastUser`, at a known `effort` (minimal…high). */
@@ -137,6 +145,7 @@ export function echoCompletion(body: Record<string, unknown>, id: string, create
       message: reasoning === null ? { role: "assistant", content: c.text, refusal: null } : { role: "assistant", content: c.text, reasoning_content: reasoning, refusal: null },
       logprobs: null,
       finish_reason: c.finish,
+      ...(plan.stoppedBy === undefined ? {} : { stop_reason: plan.stoppedBy }),
     })),
     usage: echoUsage(plan),
     system_fingerprint: "offpeak-echo",

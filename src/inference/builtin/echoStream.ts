@@ -43,7 +43,8 @@ export async function* echoChunks(
     await sleep(gap, signal);
     yield chunk(tokens.flatMap((t, index) => (i < t.length ? [{ index, delta: { content: t[i] }, logprobs: null, finish_reason: null }] : [])));
   }
-  yield chunk(plan.choices.map((c, index) => ({ index, delta: {}, logprobs: null, finish_reason: c.finish })));
+  const stopped = plan.stoppedBy === undefined ? {} : { stop_reason: plan.stoppedBy };
+  yield chunk(plan.choices.map((c, index) => ({ index, delta: {}, logprobs: null, finish_reason: c.finish, ...stopped })));
   if (includeUsage) yield { ...base, choices: [], usage: echoUsage(plan) };
 }
 
