@@ -15,6 +15,7 @@ import { isPublic, type PublicRoute } from "./auth/publicRoutes";
 import { routeScope } from "./auth/routeScopes";
 import { hasScope } from "./auth/scopes";
 import { filesRoutes } from "./files/routes";
+import { uploadsRoutes } from "./uploads/routes";
 import { keysRoutes } from "./keys/routes";
 import { batchesRoutes } from "./batches/routes";
 import { chatRoute, chatRoutes } from "./chatCompletions/routes";
@@ -46,6 +47,7 @@ function apiBaseOf(pathname: string): string | null {
 const apiRoutes = (ctx: AppContext, prefix: string) =>
   new Elysia({ prefix })
     .use(filesRoutes(ctx))
+    .use(uploadsRoutes(ctx))
     .use(batchesRoutes(ctx))
     .use(chatRoutes(ctx))
     .use(embeddingsRoutes(ctx))

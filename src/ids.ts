@@ -15,7 +15,7 @@ export function base62(length: number): string {
   return out;
 }
 
-export type IdPrefix = "file-" | "batch_" | "batch_req_" | "chat_" | "msg_" | "key_" | "chatcmpl-" | "req_" | "whep_" | "evt_" | "resp_" | "rs_" | "cmpl-";
+export type IdPrefix = "file-" | "batch_" | "batch_req_" | "chat_" | "msg_" | "key_" | "chatcmpl-" | "req_" | "whep_" | "evt_" | "resp_" | "rs_" | "cmpl-" | "upload_" | "part_";
 
 /** A prefix and 24 CSPRNG base62 characters (drawn from a shared IdStream: one request id per HTTP request adds up). */
 export const newId = (prefix: IdPrefix): string => shared.next(prefix);

@@ -7,6 +7,7 @@ import type { Config } from "./config";
 import type { AppContext } from "./context";
 import { openDb } from "./db/client";
 import { sweepExpiredFiles } from "./files/service";
+import { sweepExpiredUploads } from "./uploads/service";
 import { createKey, countKeys } from "./keys/service";
 import { createLogger } from "./log";
 import { secureDataDir } from "./dataDir";
@@ -129,6 +130,7 @@ export async function startServer(
       : null;
   const sweep = setInterval(() => {
     sweepExpiredFiles(ctx).catch((e) => log.error("expired-file sweep failed", { error: String(e) }));
+    sweepExpiredUploads(ctx).catch((e) => log.error("expired-upload sweep failed", { error: String(e) }));
     // Upstream health and model lists; a failure marks the upstream's models unhealthy.
     registry.discover().catch(() => {});
     void leftovers();

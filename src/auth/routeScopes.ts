@@ -19,6 +19,9 @@ export function routeScope(method: string, path: string): Scope | null {
   switch (resource) {
     case "files":
       return read ? "files:read" : "files:write";
+    case "uploads":
+      // OpenAI's Uploads have no GET: every route makes or changes a file.
+      return "files:write";
     case "batches":
       return read ? "batches:read" : "batches:write";
     case "models":

@@ -160,7 +160,7 @@ export class BatchRunner {
         this.live.add(shard.batchId, shard.idx);
         this.progress.track(batch);
         this.peak.keyOf(batch);
-        pool.dispatch(runTaskOf(this.ctx, batch, shard));
+        pool.dispatch(await runTaskOf(this.ctx, batch, shard));
       }
     }
     if (!this.stopping) await this.yields.check(now, pool);

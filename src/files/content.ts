@@ -12,6 +12,7 @@
 import { eq } from "drizzle-orm";
 import type { AppContext } from "../context";
 import { ApiError } from "../errors";
+import type { BlobLocator } from "../storage/blobStore";
 import { downloadResponse } from "../storage/diskBlob";
 import { withLength } from "../storage/sized";
 import type { FileRow } from "./service";
@@ -47,6 +48,28 @@ export async function fileBodyWithLength(ctx: AppContext, row: FileRow): Promise
 export async function fileStream(ctx: AppContext, row: FileRow): Promise<ReadableStream<Uint8Array>> {
   const body = (await bodyOf(ctx, row))(0, row.bytes);
   return body instanceof Blob ? body.stream() : body;
+}
+
+/** Locators of files made of parts, by id: a file's bytes never change, and a batch asks once per shard. */
+const composedLocators = new Map<string, BlobLocator>();
+const LOCATOR_CACHE = 64;
+
+/**
+ * Where a file's bytes lie, for a thread that reads them itself (a batch
+ * Worker reading its input): the one blob, or a composed file's parts in
+ * order (a File made of an Upload's parts, src/uploads/).
+ */
+export async function fileLocator(ctx: AppContext, fileId: string): Promise<BlobLocator> {
+  const cached = composedLocators.get(fileId);
+  if (cached) return cached;
+  const { files, fileParts } = ctx.db.t;
+  const [row] = await ctx.db.select({ parts: files.parts }).from(files).where(eq(files.id, fileId));
+  if (!row || row.parts === null) return ctx.store.locate(fileId);
+  const parts = await ctx.db.select({ key: fileParts.key, bytes: fileParts.bytes }).from(fileParts).where(eq(fileParts.fileId, fileId)).orderBy(fileParts.idx);
+  const loc = ctx.store.locateComposed(parts);
+  if (composedLocators.size >= LOCATOR_CACHE) composedLocators.delete(composedLocators.keys().next().value!);
+  composedLocators.set(fileId, loc);
+  return loc;
 }
 
 /** Bytes [start, end) of the file, as a Response body. */

@@ -23,11 +23,11 @@ import { UPLOAD_PURPOSES, fileView, type FileRow } from "./service";
 import { uploadSlotsOf } from "./uploadSlots";
 
 /** Multipart framing and small fields on top of the file itself. */
-const MULTIPART_SLACK = 64 * 1024;
+export const MULTIPART_SLACK = 64 * 1024;
 const MAX_FIELD_BYTES = 4096;
 /** After a rejection we read (and discard) at most this much more, so the client still gets our answer. */
 const MAX_DRAIN_BYTES = 64 * 1024 * 1024;
-const MAX_FILENAME_CHARS = 1024;
+export const MAX_FILENAME_CHARS = 1024;
 
 interface UploadState {
   fields: Map<string, string>;
@@ -70,7 +70,7 @@ async function receive(ctx: AppContext, project: string, body: IdleReader, bound
   } catch (caught) {
     let err = caught;
     // The validator saw a bad line mid-stream: report that line, not the stop.
-    if (err instanceof EarlyReject) err = await batchLineCount(st).then(() => new ApiError("invalid_file", "Invalid batch file"), (e) => e);
+    if (err instanceof EarlyReject) err = await batchLineCount(st.validator!, () => st.writer!.readBack()).then(() => new ApiError("invalid_file", "Invalid batch file"), (e) => e);
     st.writer?.abort();
     st.validator?.close();
     // A body left unread (too long, idle, cut off): the answer closes the
@@ -114,12 +114,7 @@ function fileSink(ctx: AppContext, st: UploadState, id: string): PartSink {
       const sent = writer.write(chunk);
       if (sent) await sent;
       // The Workers start with the file's first byte, not its part's headers: a client that stalls there holds none.
-      if (validate && !validator)
-        validator = st.validator = new ValidatorClient(ctx.config.maxBatchLines, {
-          duplicateCheckBytes: ctx.config.duplicateCheckBytes,
-          dataDir: ctx.config.dataDir,
-          scanners: ctx.config.uploadValidationWorkers,
-        });
+      if (validate && !validator) validator = st.validator = batchValidator(ctx);
       if (validator) {
         // Known to be a batch file and already bad: stop reading now.
         if (validator.failed && st.fields.get("purpose") === "batch") throw new EarlyReject();
@@ -144,7 +139,7 @@ async function finishUpload(ctx: AppContext, project: string, id: string, st: Up
   const expiresAt = expiryOf(st.fields);
 
   let lineCount: number | null = null;
-  if (purpose === "batch") lineCount = await batchLineCount(st);
+  if (purpose === "batch") lineCount = await batchLineCount(st.validator!, () => st.writer!.readBack());
   else st.validator?.close();
 
   await st.writer.commit();
@@ -174,6 +169,14 @@ async function finishUpload(ctx: AppContext, project: string, id: string, st: Up
   return fileView(row);
 }
 
+/** The checks of a batch file's lines as its bytes stream by (also an Upload's parts at completion, src/uploads/). */
+export const batchValidator = (ctx: AppContext) =>
+  new ValidatorClient(ctx.config.maxBatchLines, {
+    duplicateCheckBytes: ctx.config.duplicateCheckBytes,
+    dataDir: ctx.config.dataDir,
+    scanners: ctx.config.uploadValidationWorkers,
+  });
+
 /** `expires_after[anchor]=created_at` + `expires_after[seconds]` (3600..2592000), both or neither. */
 function expiryOf(fields: Map<string, string>): number | null {
   const anchor = fields.get("expires_after[anchor]");
@@ -185,13 +188,13 @@ function expiryOf(fields: Map<string, string>): number | null {
   return Number(seconds);
 }
 
-/** The number of requests in a valid batch file; throws the first bad line's 400 otherwise. */
-async function batchLineCount(st: UploadState): Promise<number> {
-  const result = await st.validator!.finish();
+/** The number of requests in a valid batch file; throws the first bad line's 400 otherwise. `readBack`: the bytes again, to confirm suspected duplicates. */
+export async function batchLineCount(validator: ValidatorClient, readBack: () => ReadableStream<Uint8Array>): Promise<number> {
+  const result = await validator.finish();
   let error: LineError | null = result.error;
   // Fingerprint hits are only suspects: confirm them against the stored bytes.
   const suspects = result.suspects.filter((s) => !error || s.line <= error.line);
-  const dup = suspects.length ? await firstConfirmedDuplicate(st.writer!.readBack(), suspects) : null;
+  const dup = suspects.length ? await firstConfirmedDuplicate(readBack(), suspects) : null;
   if (dup && (!error || dup.line <= error.line))
     error = { line: dup.line, code: "duplicate_custom_id", param: "custom_id", message: `line ${dup.line}: duplicate custom_id '${dup.customId.slice(0, 200)}'` };
   else if (error?.unconfirmed) error = { ...error, message: `line ${error.line}: could not confirm custom_id uniqueness` };
@@ -202,7 +205,7 @@ async function batchLineCount(st: UploadState): Promise<number> {
 const tooLarge = (max: number) => new ApiError("file_too_large", `The file exceeds the maximum size of ${max} bytes`, { param: "file" });
 
 /** Reads what is left of the body, up to MAX_DRAIN_BYTES (and no longer than the idle timeout allows a pause); whether it reached the end. */
-async function drain(body: IdleReader): Promise<boolean> {
+export async function drain(body: IdleReader): Promise<boolean> {
   let n = 0;
   try {
     while (n < MAX_DRAIN_BYTES) {

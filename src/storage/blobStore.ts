@@ -88,6 +88,15 @@ export interface BlobStore {
   readComposed(parts: readonly BlobPart[], start: number, end: number): Blob | ReadableStream<Uint8Array>;
   /** Where the blob is, for readers in other threads (batch Workers open it themselves: openLocator). */
   locate(key: string): BlobLocator;
+  /** Where a composed blob's parts are, in order, as one locator (a batch whose input is a File made of an Upload's parts). */
+  locateComposed(parts: readonly BlobPart[]): BlobLocator;
+  /**
+   * A writer for a part of the composed blob `key` that arrives on its own
+   * (an Upload's part, src/uploads/), named `name`: committed under
+   * `partKey`, beside the blob's other parts, so that delete(key) removes it
+   * with them and delete(partKey) removes it alone.
+   */
+  createPartWriter(key: string, name: string): { partKey: string; writer: BlobWriter };
   /** Free bytes where blobs are stored; null when unknown (an object store has no such limit). */
   freeBytes(): number | null;
   /** Whether the store answers (GET /status): the disk has room information; the bucket answers a listing. */

@@ -42,9 +42,19 @@ export class LocalDiskStore implements BlobStore {
   }
 
   createWriter(key: string): BlobWriter {
-    const tmpPath = join(this.tmp, `${key}.part`);
-    const finalPath = this.pathOf(key);
-    const dir = this.dir;
+    return this.writerAt(join(this.tmp, `${key}.part`), this.pathOf(key), [this.dir]);
+  }
+
+  createPartWriter(key: string, name: string): { partKey: string; writer: BlobWriter } {
+    const partKey = `${key}.parts/${name}`;
+    // The parts directory is made now: the writer renames into it at commit.
+    // Its entry in files/ is fsynced with each part's (a no-op once it is there).
+    mkdirSync(this.partsDir(key), { recursive: true, mode: 0o700 });
+    return { partKey, writer: this.writerAt(join(this.tmp, `${key}.parts.${name}.part`), this.pathOf(partKey), [this.partsDir(key), this.dir]) };
+  }
+
+  /** A writer that fills `tmpPath` and, at commit, renames it to `finalPath` and fsyncs `dirs` (the new name's directory first). */
+  private writerAt(tmpPath: string, finalPath: string, dirs: string[]): BlobWriter {
     let fd: number | null = openSync(tmpPath, "w", 0o600);
     let bytes = 0;
     // Durable before acknowledged (docs/OPERATING.md): the bytes are flushed
@@ -105,7 +115,7 @@ export class LocalDiskStore implements BlobStore {
         await rename(tmpPath, finalPath);
         noteDurable("rename", finalPath, { bytes });
         try {
-          await syncDir(dir);
+          for (const dir of dirs) await syncDir(dir);
         } catch (e) {
           // Not known to be durable: not stored (abort() only removes the temp file).
           rmSync(finalPath, { force: true });
@@ -179,6 +189,10 @@ export class LocalDiskStore implements BlobStore {
     // (Their bytes were flushed by the Worker that wrote them.)
     await syncDir(dir);
     await syncDir(this.dir);
+  }
+
+  locateComposed(parts: readonly BlobPart[]): BlobLocator {
+    return { parts: parts.map((p) => ({ path: this.pathOf(p.key), bytes: p.bytes })) };
   }
 
   readComposed(parts: readonly BlobPart[], start: number, end: number): Blob | ReadableStream<Uint8Array> {

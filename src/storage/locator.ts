@@ -5,6 +5,7 @@
 // the bucket, and upload their finished part files to the bucket, without
 // the main thread moving a byte.
 import { bucketOf, type LazyBlob } from "./bucket";
+import { readParts } from "./composed";
 
 /** Everything Bun's S3 client needs to reach the bucket: resolved once in src/config.ts, never read from the environment by a Worker. */
 export interface S3Settings {
@@ -17,7 +18,9 @@ export interface S3Settings {
 }
 
 export type S3Locator = { s3: S3Settings; key: string };
-export type BlobLocator = { path: string } | S3Locator;
+/** A composed blob (a File made of an Upload's parts): its parts' bytes in order, each where it lies. */
+export type ComposedLocator = { parts: (({ path: string } | S3Locator) & { bytes: number })[] };
+export type BlobLocator = { path: string } | S3Locator | ComposedLocator;
 
 /**
  * The blob at `loc`, read lazily: slice() it for a byte range, stream() it.
@@ -26,5 +29,52 @@ export type BlobLocator = { path: string } | S3Locator;
  * presigned URL).
  */
 export function openLocator(loc: BlobLocator): LazyBlob {
+  if ("parts" in loc) return new ComposedBlob(loc, 0, loc.parts.reduce((n, p) => n + p.bytes, 0));
   return "path" in loc ? Bun.file(loc.path) : bucketOf(loc.s3).blob(loc.key);
+}
+
+/** Bytes [start, end) of a composed blob, read part after part (./composed.ts): what a batch Worker slices its shard from. */
+class ComposedBlob implements LazyBlob {
+  constructor(
+    private readonly loc: ComposedLocator,
+    private readonly start: number,
+    private readonly end: number,
+  ) {}
+
+  slice(start = 0, end?: number): LazyBlob {
+    const from = Math.min(this.end, this.start + Math.max(0, start));
+    const to = end === undefined ? this.end : Math.min(this.end, Math.max(from, this.start + Math.max(0, end)));
+    return new ComposedBlob(this.loc, from, to);
+  }
+
+  stream(): ReadableStream<Uint8Array> {
+    const parts = this.loc.parts.map((p, i) => ({ key: String(i), bytes: p.bytes }));
+    const body = readParts(parts, this.start, this.end, (p) => openLocator(this.loc.parts[Number(p.key)]!));
+    return body instanceof ReadableStream ? body : body.stream();
+  }
+
+  arrayBuffer(): Promise<ArrayBuffer> {
+    return new Response(this.stream()).arrayBuffer();
+  }
+}
+
+/**
+ * Bytes [start, end) of the blob at `loc`, as a locator and a range within
+ * it: a composed blob keeps only the parts the range touches (a batch
+ * shard's Worker is sent the few parts of its 4 MB, not all of them).
+ */
+export function narrowLocator(loc: BlobLocator, start: number, end: number): { input: BlobLocator; start: number; end: number } {
+  if (!("parts" in loc)) return { input: loc, start, end };
+  const parts: ComposedLocator["parts"] = [];
+  let at = 0;
+  let first = -1;
+  for (const p of loc.parts) {
+    if (at + p.bytes > start && at < end) {
+      if (first < 0) first = at;
+      parts.push(p);
+    }
+    at += p.bytes;
+  }
+  if (first < 0) return { input: { parts: [] }, start: 0, end: 0 };
+  return { input: { parts }, start: start - first, end: end - first };
 }

@@ -206,6 +206,16 @@ export class S3Store implements BlobStore {
     };
   }
 
+  createPartWriter(key: string, name: string): { partKey: string; writer: BlobWriter } {
+    // An object of its own beside the blob's other parts (delete(key) lists them all).
+    const partKey = `${key}.parts/${name}`;
+    return { partKey, writer: this.createWriter(partKey) };
+  }
+
+  locateComposed(parts: readonly BlobPart[]): BlobLocator {
+    return { parts: parts.map((p) => ({ ...(this.locate(p.key) as S3Locator), bytes: p.bytes })) };
+  }
+
   open(key: string): LazyBlob {
     return this.bucket.blob(this.objectKey(key));
   }

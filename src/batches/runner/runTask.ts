@@ -9,11 +9,13 @@ import { resultFileIds } from "../finalize";
 import { batchDir, partPath } from "../paths";
 import type { RunTask } from "../types";
 import { stopCodeOf } from "./stops";
+import { fileLocator } from "../../files/content";
+import { narrowLocator } from "../../storage/locator";
 
 /** Lines of one shard in flight at once on an unlimited upstream (on a limited model: its limit now, worker/runShard.ts boundFor). */
 export const SHARD_CONCURRENCY = 64;
 
-export function runTaskOf(ctx: AppContext, batch: BatchRow, shard: ShardRow): RunTask {
+export async function runTaskOf(ctx: AppContext, batch: BatchRow, shard: ShardRow): Promise<RunTask> {
   const ids = resultFileIds(batch.id);
   const claim = shard.claims;
   const out = ctx.store.partTarget(ids.out, shard.idx, claim);
@@ -23,9 +25,8 @@ export function runTaskOf(ctx: AppContext, batch: BatchRow, shard: ShardRow): Ru
     type: "run",
     batchId: batch.id,
     idx: shard.idx,
-    input: ctx.store.locate(batch.inputFileId),
-    start: shard.startByte,
-    end: shard.endByte,
+    // A composed input (a File made of an Upload's parts): only the parts this shard reads.
+    ...narrowLocator(await fileLocator(ctx, batch.inputFileId), shard.startByte, shard.endByte),
     endpoint: batch.endpoint,
     outPath: partPath(ctx, batch.id, "out", shard.idx),
     errPath: partPath(ctx, batch.id, "err", shard.idx),

@@ -21,6 +21,8 @@ import type { ModelRegistry } from "../../inference/registry";
 import { recordBatchEvent } from "../../webhooks/outbox";
 import { batchDir } from "../paths";
 import type { BatchRow } from "../service";
+import { fileLocator } from "../../files/content";
+import { narrowLocator, openLocator } from "../../storage/locator";
 import { shardBoundaries } from "../shards";
 import type { TickQueries } from "../tickQueries";
 import type { ValidateResult, ValidateTask } from "../types";
@@ -95,8 +97,9 @@ export class Validations {
         await this.failBatch(b, [{ code: "invalid_file", message: "The input file no longer exists", param: "input_file_id", line: null }]);
         continue;
       }
-      const input = this.ctx.store.locate(file.id);
-      const cuts = await shardBoundaries(this.ctx.store.open(file.id), file.bytes);
+      // One blob, or a File made of an Upload's parts (each task gets the parts its shard reads).
+      const input = await fileLocator(this.ctx, file.id);
+      const cuts = await shardBoundaries(openLocator(input), file.bytes);
       await this.ctx.db.transaction(async (tx) => {
         await tx.delete(batchShards).where(eq(batchShards.batchId, b.id));
         for (let i = 0; i < cuts.length; i += 500)
@@ -106,7 +109,7 @@ export class Validations {
       // The endpoint's module says which models answer it (upstream ones and its built-in).
       const kind = kindOfUrl(b.endpoint);
       const allowedModels = kind ? this.registry.list().filter((m) => serves(kind, m.kind)).map((m) => m.id) : [];
-      const tasks: ValidateTask[] = cuts.map((c, idx) => ({ type: "validate", batchId: b.id, idx, input, start: c.start, end: c.end, endpoint: b.endpoint, models: allowedModels }));
+      const tasks: ValidateTask[] = cuts.map((c, idx) => ({ type: "validate", batchId: b.id, idx, ...narrowLocator(input, c.start, c.end), endpoint: b.endpoint, models: allowedModels }));
       this.running.set(b.id, { batch: b, results: cuts.map(() => null), left: cuts.length, tasks });
       this.ctx.log.info("batch validating", { batch_id: b.id, status: b.status, shards: cuts.length });
       this.queue.push(...tasks);
