@@ -33,6 +33,7 @@
 //   [--prefill-ms 200 (per 1000 characters)] [--cache 4] [--concurrency N|auto
 //   (offpeak's max_concurrency, each replica; default --max-running)]
 //   [--batch-priority 1] [--workers N (OFFPEAK_BATCH_WORKERS)] [--sweep]
+//   [--preempt (the engines preempt running requests of a higher priority value)]
 //   [--direct-only] [--timeout-s 600] [--seed 1]
 // Run it alone: flock /tmp/offpeak-bench.lock bun bench/replicas.ts
 import { rmSync, writeFileSync } from "node:fs";
@@ -50,7 +51,7 @@ const num = (name: string, d: number) => {
 };
 if (args.flag("help")) {
   console.log(
-    "usage: bun bench/replicas.ts [--only a,b,c,d,e] [--lines 2000] [--runs 3] [--prefixes 40] [--prefix-chars 4000] [--max-running 16] [--decode-ms 100] [--prefill-ms 200] [--cache 4] [--concurrency N|auto] [--batch-priority 1] [--workers N] [--sweep] [--direct-only] [--timeout-s 600] [--seed 1]",
+    "usage: bun bench/replicas.ts [--only a,b,c,d,e] [--lines 2000] [--runs 3] [--prefixes 40] [--prefix-chars 4000] [--max-running 16] [--decode-ms 100] [--prefill-ms 200] [--cache 4] [--concurrency N|auto] [--batch-priority 1] [--workers N] [--sweep] [--preempt] [--direct-only] [--timeout-s 600] [--seed 1]",
   );
   process.exit(0);
 }
@@ -67,6 +68,7 @@ const SHAPE: ReplicaShape = replicaShape({
   decodeMs: num("decode-ms", 100),
   prefillMsPerKChar: num("prefill-ms", 200),
   cachePrefixes: num("cache", 4),
+  preempt: args.flag("preempt"),
 });
 const CONCURRENCY: number | "auto" = args.opt("concurrency") === "auto" ? "auto" : num("concurrency", SHAPE.maxRunning);
 const BATCH_PRIORITY = num("batch-priority", 1);
@@ -281,11 +283,13 @@ interface Side {
   seconds: number[];
   hits: number[];
   failed: number[];
+  /** Requests each replica received, the last run. */
+  spread: string;
 }
-const side = (): Side => ({ seconds: [], hits: [], failed: [] });
+const side = (): Side => ({ seconds: [], hits: [], failed: [], spread: "" });
 function sideLine(name: string, lines: number, s: Side): string {
   const sec = median(s.seconds);
-  return `  ${name.padEnd(26)} ${f2(sec).padStart(7)} s  ${f1(lines / sec).padStart(7)} lines/s  cache hits ${pct(median(s.hits)).padStart(6)}  failed ${Math.max(...s.failed)}  (runs: ${s.seconds.map(f2).join(", ")} s)`;
+  return `  ${name.padEnd(26)} ${f2(sec).padStart(7)} s  ${f1(lines / sec).padStart(7)} lines/s  cache hits ${pct(median(s.hits)).padStart(6)}  failed ${Math.max(...s.failed)}  per replica ${s.spread}  (runs: ${s.seconds.map(f2).join(", ")} s)`;
 }
 
 /**
@@ -306,6 +310,7 @@ async function alternate(e: EngineReplicas, base: () => Promise<Direct>, other: 
       out[name].seconds.push(d.seconds);
       out[name].failed.push(d.failed);
       out[name].hits.push(hitRate(e));
+      out[name].spread = e.stats().map((s) => s.seen).join("/");
     }
   }
   return out;
@@ -548,7 +553,7 @@ try {
   console.log(`machine: ${machineNote()}; load ${loadAverage()}`);
   const sample = workOf(SHAPE, { prefixChars: PREFIX_CHARS, restChars: 100 }, false);
   console.log(
-    `engine replicas: 4, each a batch of ${SHAPE.maxRunning}, ${SHAPE.cachePrefixes} prefixes cached; work ${SHAPE.decodeMs} ms decode + ${SHAPE.prefillMsPerKChar} ms per 1000 prompt characters, ${pct(SHAPE.hitSaving)} of a cached prefix's saved ` +
+    `engine replicas: 4, each a batch of ${SHAPE.maxRunning}${SHAPE.preempt ? " (preempting by priority)" : ""}, ${SHAPE.cachePrefixes} prefixes cached; work ${SHAPE.decodeMs} ms decode + ${SHAPE.prefillMsPerKChar} ms per 1000 prompt characters, ${pct(SHAPE.hitSaving)} of a cached prefix's saved ` +
       `(a ${PREFIX_CHARS}-character system prompt: ${f1(sample)} ms on a miss, ${f1(workOf(SHAPE, { prefixChars: PREFIX_CHARS, restChars: 100 }, true))} ms on a hit; a replica full of misses answers ${f1(replicaThroughput(SHAPE, sample))}/s)`,
   );
   console.log(

@@ -64,6 +64,30 @@ describe("the waiting queue", () => {
     expect(r.stats()).toMatchObject({ seen: 7, answered: 7, inFlight: 0, byPriority: { "0": 2, "1": 2, "3": 1, "5": 2 } });
   });
 
+  test("with preempt, a request of a lower priority value takes a full batch's place from the running one of the highest value", async () => {
+    const r = await replica({ maxRunning: 2, preempt: true });
+    r.pause();
+    const answers = [post(r, body(null, "batch a", { priority: 5 })), post(r, body(null, "batch b", { priority: 5 }))];
+    await waitFor(() => r.stats().running === 2, "two batch requests running");
+    answers.push(post(r, body(null, "interactive")));
+    await waitFor(() => r.stats().preempted === 1, "one preemption");
+    // The later of the two equals went back to the queue; the interactive one runs.
+    expect(r.stats()).toMatchObject({ running: 2, waiting: 1 });
+    // A request of the same priority as the running ones preempts nothing.
+    answers.push(post(r, body(null, "batch c", { priority: 5 })));
+    await waitFor(() => r.stats().waiting === 2, "batch c waiting");
+    r.resume();
+    expect((await Promise.all(answers)).map((x) => x.status)).toEqual([200, 200, 200, 200]);
+    expect(r.admissions().map((a) => [a.seq, a.priority])).toEqual([
+      [1, 5],
+      [2, 5],
+      [3, 0],
+      [2, 5],
+      [4, 5],
+    ]);
+    expect(r.stats()).toMatchObject({ preempted: 1, answered: 4, misses: 5 });
+  });
+
   test("at most maxRunning run; from maxQueued held a new request is answered 503 at once", async () => {
     const r = await replica({ maxRunning: 2, maxQueued: 3 });
     r.pause();

@@ -11,8 +11,13 @@
 // throughput rises almost in proportion up to a full batch and stays flat).
 // The others wait in a queue ordered by the body's `priority` (a number,
 // default 0; lower first, first come first served within one priority: vLLM's
-// `--scheduling-policy priority`). From `maxQueued` requests held (running +
-// waiting; default no bound), a new one is answered 503 at once.
+// `--scheduling-policy priority`). With `preempt`, as vLLM's priority policy
+// does, a request that arrives to a full batch with a lower priority value
+// than a running one preempts the running one with the highest value (the
+// latest among equals): that one goes back to the waiting queue in its
+// place and starts over (recomputed) when it runs again. From `maxQueued`
+// requests held (running + waiting; default no bound), a new one is answered
+// 503 at once.
 //
 // Work. A request's work, in ms of running alone:
 //
@@ -74,6 +79,8 @@ export interface ReplicaShape {
   prefixChars: number;
   /** From this many requests held (running + waiting), a new one gets 503 at once (default Infinity). */
   maxQueued: number;
+  /** A request with a lower priority value preempts a running one when the batch is full (default false). */
+  preempt: boolean;
   /** Running requests where the speed stops rising gently (default maxRunning); see ./engineModel.ts. */
   knee?: number;
   /** Running requests past which throughput falls (default maxRunning: never, as running is capped there). */
@@ -92,6 +99,7 @@ export const DEFAULT_REPLICA_SHAPE: ReplicaShape = {
   cachePrefixes: 4,
   prefixChars: 1000,
   maxQueued: Infinity,
+  preempt: false,
 };
 
 /** The shape with every default filled in. */
@@ -160,6 +168,8 @@ export interface ReplicaStats {
   seen: number;
   /** Requests answered 200 (their whole answer handed to the connection). */
   answered: number;
+  /** Requests preempted (taken out of the batch for one of a lower priority value; `preempt`). */
+  preempted: number;
   /** Requests answered 503 (maxQueued). */
   rejected: number;
   /** Requests running and waiting now. */
@@ -263,6 +273,7 @@ export async function startEngineReplica(
   const fresh = () => ({
     seen: 0,
     answered: 0,
+    preempted: 0,
     rejected: 0,
     peakInFlight: running.length + waiting.length,
     hits: 0,
@@ -346,22 +357,39 @@ export async function startEngineReplica(
     schedule();
   }
 
+  /** Puts a request in the waiting queue, ordered by (priority, arrival). */
+  function wait(r: Held): void {
+    let lo = 0;
+    let hi = waiting.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      const w = waiting[mid]!;
+      if (w.priority < r.priority || (w.priority === r.priority && w.seq < r.seq)) lo = mid + 1;
+      else hi = mid;
+    }
+    waiting.splice(lo, 0, r);
+  }
+
   /** Queues a request; `done` resolves true when its work is done, false if it was dropped (kill). */
   function enqueue(priority: number, prefix: PrefixOf): { held: Held; done: Promise<boolean> } {
     advance(performance.now());
     let held!: Held;
     const done = new Promise<boolean>((done) => {
       const r: Held = (held = { seq: ++seq, priority, prefix, left: 0, cached: false, hit: false, work: 0, done });
-      // After every request of the same or a lower priority value.
-      let lo = 0;
-      let hi = waiting.length;
-      while (lo < hi) {
-        const mid = (lo + hi) >> 1;
-        if (waiting[mid]!.priority <= priority) lo = mid + 1;
-        else hi = mid;
-      }
-      waiting.splice(lo, 0, r);
+      wait(r);
       s.peakInFlight = Math.max(s.peakInFlight, running.length + waiting.length);
+      if (shape.preempt && running.length >= shape.maxRunning) {
+        let victim = -1;
+        for (let i = 0; i < running.length; i++) {
+          const x = running[i]!;
+          if (x.priority > priority && (victim < 0 || x.priority > running[victim]!.priority || (x.priority === running[victim]!.priority && x.seq > running[victim]!.seq))) victim = i;
+        }
+        if (victim >= 0) {
+          const [v] = running.splice(victim, 1);
+          s.preempted++;
+          wait(v!);
+        }
+      }
       admit();
       schedule();
     });
@@ -483,6 +511,7 @@ export async function startEngineReplica(
         up,
         seen: s.seen,
         answered: s.answered,
+        preempted: s.preempted,
         rejected: s.rejected,
         inFlight: running.length + waiting.length,
         running: running.length,
@@ -569,10 +598,10 @@ export interface EngineReplicas {
 
 /** Sums replicas' stats (index -1; `up` if any is up; `peakInFlight` the largest of theirs; `kills` all, in replica order). */
 export function sumStats(all: ReplicaStats[]): ReplicaStats {
-  const t: ReplicaStats = { index: -1, up: false, seen: 0, answered: 0, rejected: 0, inFlight: 0, running: 0, waiting: 0, peakInFlight: 0, hits: 0, misses: 0, byPriority: {}, workMs: 0, dropped: 0, kills: [], busyMs: 0, elapsedMs: 0 };
+  const t: ReplicaStats = { index: -1, up: false, seen: 0, answered: 0, preempted: 0, rejected: 0, inFlight: 0, running: 0, waiting: 0, peakInFlight: 0, hits: 0, misses: 0, byPriority: {}, workMs: 0, dropped: 0, kills: [], busyMs: 0, elapsedMs: 0 };
   for (const s of all) {
     t.up ||= s.up;
-    for (const k of ["seen", "answered", "rejected", "inFlight", "running", "waiting", "hits", "misses", "workMs", "dropped", "busyMs"] as const) t[k] += s[k];
+    for (const k of ["seen", "answered", "preempted", "rejected", "inFlight", "running", "waiting", "hits", "misses", "workMs", "dropped", "busyMs"] as const) t[k] += s[k];
     t.peakInFlight = Math.max(t.peakInFlight, s.peakInFlight);
     t.elapsedMs = Math.max(t.elapsedMs, s.elapsedMs);
     t.kills.push(...s.kills);
