@@ -88,6 +88,8 @@ if (opt("child")) {
     latencyMs: 0,
     tokensPerSecond: 0,
     upstreamIdx: -1,
+    upstream: null,
+    batchPriority: null,
     inputPerMillion: 0,
     outputPerMillion: 0,
     limited: false,
@@ -100,7 +102,7 @@ if (opt("child")) {
   const turns = newTurns(Math.min(n, Number(opt("turns") ?? defaultBatchWorkers(usableCores()))));
   const workers = Array.from({ length: n }, () => new Worker(new URL("./worker-probe.ts", import.meta.url), options));
   for (const w of workers)
-    w.postMessage({ type: "init", models: [model], slots, held: new Int32Array(new SharedArrayBuffer(4 * SHARED_MODELS)), health, turns, turn: newTurnHolder(), thread: workerThreadSettings() } satisfies ToWorker);
+    w.postMessage({ type: "init", models: [model], slots, held: new Int32Array(new SharedArrayBuffer(4 * SHARED_MODELS)), health, turns, turn: newTurnHolder(), thread: workerThreadSettings(), replicas: null } satisfies ToWorker);
   // Up and idle: every Worker has answered a probe.
   const probeAll = () =>
     Promise.all(

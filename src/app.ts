@@ -29,6 +29,7 @@ import { anthropicRoutes } from "./anthropic/routes";
 import { statusRoutes } from "./status/routes";
 import { metricsRoutes } from "./metrics/routes";
 import { webhooksRoutes } from "./webhooks/routes";
+import { upstreamsRoutes } from "./upstreams/routes";
 import { meRoutes } from "./keys/me";
 import { consoleRoutes, docsRoutes } from "./console/routes";
 import { rateLimitHeadersNow } from "./inference/admission/admit";
@@ -60,7 +61,8 @@ const apiRoutes = (ctx: AppContext, prefix: string) =>
     .use(metricsRoutes(ctx))
     .use(keysRoutes(ctx))
     .use(meRoutes())
-    .use(webhooksRoutes(ctx));
+    .use(webhooksRoutes(ctx))
+    .use(upstreamsRoutes(ctx));
 
 /**
  * What the server answers with: the Elysia app, and before it the direct

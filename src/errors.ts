@@ -15,6 +15,8 @@ const CODES = {
   /** A request body that stopped arriving (an upload idle for upload_idle_timeout_s). */
   request_timeout: 408,
   invalid_state: 409,
+  /** A replica URL its upstream already has (docs/CONTRACT.md §21). */
+  replica_exists: 409,
   file_too_large: 413,
   /** A JSON body over max_json_bytes. */
   request_too_large: 413,

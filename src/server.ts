@@ -8,6 +8,7 @@ import type { AppContext } from "./context";
 import { openDb } from "./db/client";
 import { sweepExpiredFiles } from "./files/service";
 import { sweepExpiredUploads } from "./uploads/service";
+import { sweepIdempotencyKeys } from "./idempotency";
 import { createKey, countKeys } from "./keys/service";
 import { createLogger } from "./log";
 import { secureDataDir } from "./dataDir";
@@ -16,6 +17,7 @@ import { S3Store } from "./storage/s3";
 import type { BlobStore } from "./storage/blobStore";
 import { ModelRegistry } from "./inference/registry";
 import { UpstreamMonitor } from "./inference/upstream/monitor";
+import { ReplicaSets } from "./inference/replicas/set";
 import { BatchRunner } from "./batches/runner";
 import { sweepBatchLeftovers } from "./batches/finalize";
 import { startEventLoopMonitor } from "./metrics/eventLoop";
@@ -64,7 +66,11 @@ export async function startServer(
   // A bucket that does not answer is reported, not fatal: interactive routes work without it (GET /status shows it).
   if (st.kind === "s3" && !(await store.probe())) log.error("the storage bucket does not answer at start", { storage: st.url });
   const health = new UpstreamMonitor(config.upstreams, log);
-  const registry = new ModelRegistry(config, log, health);
+  // Each upstream's engines (docs/CONTRACT.md §21): the config's, and those the API added, read from the database.
+  const replicas = new ReplicaSets(config.upstreams, db, config.upstreamClient, log);
+  await replicas.start();
+  health.urlsOf = (u) => replicas.urlsOf(u.name);
+  const registry = new ModelRegistry(config, log, health, replicas);
   await registry.discover();
   let runner: BatchRunner | null = null;
   const ctx: AppContext = {
@@ -131,6 +137,7 @@ export async function startServer(
   const sweep = setInterval(() => {
     sweepExpiredFiles(ctx).catch((e) => log.error("expired-file sweep failed", { error: String(e) }));
     sweepExpiredUploads(ctx).catch((e) => log.error("expired-upload sweep failed", { error: String(e) }));
+    sweepIdempotencyKeys(ctx).catch((e) => log.error("idempotency key sweep failed", { error: String(e) }));
     // Upstream health and model lists; a failure marks the upstream's models unhealthy.
     registry.discover().catch(() => {});
     void leftovers();
@@ -167,6 +174,7 @@ export async function startServer(
       ctx.scheduler.stop();
       stopLoopMonitor();
       health.stop();
+      replicas.stop();
       batchEventsOf(ctx).close();
       await webhooks.stop();
       // Stop taking requests, then checkpoint batch work before closing the database.

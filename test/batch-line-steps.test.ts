@@ -38,6 +38,8 @@ const model = (over: Partial<PricedModel> = {}): PricedModel => ({
   latencyMs: 0,
   tokensPerSecond: 0,
   upstreamIdx: U,
+  upstream: "steps",
+  batchPriority: null,
   ownClient: true,
   inputPerMillion: 0,
   outputPerMillion: 0,

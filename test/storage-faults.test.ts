@@ -217,6 +217,8 @@ const echo: PricedModel = {
   latencyMs: 2,
   tokensPerSecond: 0,
   upstreamIdx: -1,
+  upstream: null,
+  batchPriority: null,
   inputPerMillion: 0,
   outputPerMillion: 0,
   limited: false,

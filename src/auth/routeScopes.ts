@@ -33,6 +33,7 @@ export function routeScope(method: string, path: string): Scope | null {
       return "inference";
     case "keys":
     case "metrics":
+    case "upstreams":
     case "webhook_endpoints":
       return "admin";
     default:

@@ -12,7 +12,7 @@
 import { SHARED_MODELS } from "../inference/admission/slotCells";
 import { BATCH_WORKER } from "../workers";
 import { workerThreadSettings } from "../config";
-import type { FromWorker, PricedModel, RunTask, ToWorker, ValidateTask, WorkerTask } from "./types";
+import type { FromWorker, PricedModel, ReplicaState, RunTask, ToWorker, ValidateTask, WorkerTask } from "./types";
 import type { HealthMemory } from "../inference/upstream/health";
 import { newTurnHolder, newTurns, reclaimTurn } from "./turns";
 import { defaultBatchWorkers, usableCores } from "../defaults";
@@ -87,8 +87,27 @@ export class WorkerPool {
     return slot;
   }
 
+  /** The upstreams' replica sets (docs/CONTRACT.md §21), set by the runner: sent with every init, and to every Worker on a change (replicasChanged). */
+  replicas: (() => ReplicaState) | null = null;
+
   private init(slot: Slot): void {
-    slot.worker.postMessage({ type: "init", models: this.models(), slots: this.slotCells, held: slot.held, health: this.health, turns: this.turns, turn: slot.turn, thread: workerThreadSettings() } satisfies ToWorker);
+    slot.worker.postMessage({
+      type: "init",
+      models: this.models(),
+      slots: this.slotCells,
+      held: slot.held,
+      health: this.health,
+      turns: this.turns,
+      turn: slot.turn,
+      thread: workerThreadSettings(),
+      replicas: this.replicas?.() ?? null,
+    } satisfies ToWorker);
+  }
+
+  /** A replica was added, drained or removed: every Worker dispatches by the new set from its next line. */
+  replicasChanged(): void {
+    const state = this.replicas?.();
+    if (state) this.broadcast({ type: "replicas", sets: state.sets });
   }
 
   /** Workers with no task: a shard may be claimed for each. */

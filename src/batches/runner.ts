@@ -177,6 +177,8 @@ export class BatchRunner {
       latencyMs: m.latencyMs,
       tokensPerSecond: m.tokensPerSecond,
       upstreamIdx: m.upstreamIdx,
+      upstream: m.upstream,
+      batchPriority: m.batchPriority,
       ownClient: m.ownClient,
       inputPerMillion: m.pricing.inputPerMillion,
       outputPerMillion: m.pricing.outputPerMillion,
@@ -194,6 +196,11 @@ export class BatchRunner {
       (m, worker) => this.onWorkerMessage(m, worker),
       (tasks, error, worker, held) => this.onWorkerCrash(tasks, error, worker, held),
     );
+    const sets = this.registry.replicas;
+    if (sets && !this.pool.replicas) {
+      this.pool.replicas = () => ({ cells: sets.cells, sets: sets.snapshot() });
+      sets.onChange(() => this.pool?.replicasChanged());
+    }
     return this.pool;
   }
 

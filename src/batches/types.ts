@@ -5,6 +5,13 @@ import type { HealthMemory } from "../inference/upstream/health";
 import type { BlobLocator } from "../storage/locator";
 import type { PartTarget } from "../storage/blobStore";
 import type { ThreadSettings } from "../threadSettings";
+import type { ReplicaView } from "../inference/replicas/pick";
+
+/** The replica cells all threads share, and which replicas of each upstream take work. */
+export interface ReplicaState {
+  cells: Int32Array;
+  sets: Record<string, ReplicaView[]>;
+}
 
 export interface PricedModel extends ModelSpec {
   inputPerMillion: number;
@@ -93,7 +100,9 @@ export type ToWorker =
   /** `slots`: the scheduler's shared slot cells; `held`: this Worker's own count of slots it took itself, per model (read after a crash). */
   /** `turns`: the pool's turns at the CPU, `turn`: this Worker's own cells for them (./turns.ts). */
   /** `thread`: the settings the Worker holds for itself (src/threadSettings.ts), from the main thread's environment. */
-  | { type: "init"; models: PricedModel[]; slots: Int32Array; held: Int32Array; health: HealthMemory; turns: Int32Array; turn: Int32Array; thread: ThreadSettings }
+  | { type: "init"; models: PricedModel[]; slots: Int32Array; held: Int32Array; health: HealthMemory; turns: Int32Array; turn: Int32Array; thread: ThreadSettings; replicas: ReplicaState | null }
+  /** The replica sets changed (docs/CONTRACT.md §21). */
+  | { type: "replicas"; sets: Record<string, ReplicaView[]> }
   | WorkerTask
   /** Stop executing: drain the rest as errors with `code`. */
   | { type: "stop"; batchId: string; code: "batch_cancelled" | "batch_expired" }

@@ -6,6 +6,7 @@ import { ECHO_MODEL } from "./builtin/echo";
 import { EMBED_MODEL } from "./builtin/embed";
 import { getModels, ownClientFor } from "./upstream/transport";
 import type { UpstreamMonitor } from "./upstream/monitor";
+import type { ReplicaSets } from "./replicas/set";
 
 export type ModelKind = "echo" | "embed" | "upstream";
 
@@ -22,6 +23,10 @@ export interface ModelSpec {
   tokensPerSecond: number;
   /** The upstream's index in the health state (./upstream/health.ts); -1 for built-ins. */
   upstreamIdx: number;
+  /** The upstream's name: its replica set (./replicas/set.ts) is found under it. Null for built-ins. */
+  upstream: string | null;
+  /** Sent as `priority` on this model's batch lines (docs/CONTRACT.md §21 batch_priority); null: not sent. */
+  batchPriority: number | null;
   /**
    * Calls go through offpeak's own HTTP/1.1 client (./upstream/httpClient.ts)
    * rather than fetch: decided once (ownClientFor), for interactive calls
@@ -36,8 +41,11 @@ export interface ModelEntry extends ModelSpec {
   upstreamName: string | null;
   /** The API its upstream speaks (config `api`; built-ins: "openai"): "anthropic" serves only POST /messages (src/anthropic). */
   api: UpstreamApi;
-  /** Fixed: the limit. Adaptive: the most the controller may set (max_concurrency_limit). Null: unlimited. */
-  maxConcurrency: number | null;
+  /**
+   * Fixed: the limit. Adaptive: the most the controller may set (max_concurrency_limit). Null: unlimited.
+   * With several replicas, each has the limit: the model's is their sum over the replicas taking work.
+   */
+  readonly maxConcurrency: number | null;
   /** max_concurrency "auto" (the default for upstream models): a controller finds the limit (./admission/adaptive.ts). */
   adaptive: boolean;
   queueSize: number;
@@ -46,6 +54,8 @@ export interface ModelEntry extends ModelSpec {
   readonly healthy: boolean;
   /** The health owner of the model's upstream (null for built-ins). */
   health: UpstreamMonitor | null;
+  /** The replica sets its requests are dispatched over (null for built-ins, and for a registry built without them). */
+  replicaSets: ReplicaSets | null;
   ownClient: boolean;
 }
 
@@ -62,6 +72,8 @@ export class ModelRegistry {
     private readonly log: Logger,
     /** The one owner of upstream health: models read it, discoveries report to it. */
     readonly health: UpstreamMonitor,
+    /** Each upstream's engines; absent: each upstream is its base_url alone (tests of the registry by itself). */
+    readonly replicas: ReplicaSets | null = null,
   ) {
     this.put(this.entry(ECHO_MODEL, "echo", "offpeak", null, null));
     this.put(this.entry(EMBED_MODEL, "embed", "offpeak", null, null));
@@ -78,6 +90,8 @@ export class ModelRegistry {
     const configured = mc.max_concurrency ?? upstream?.max_concurrency ?? (kind === "upstream" ? "auto" : null);
     const concurrency = configured === "auto" && kind !== "upstream" ? null : configured;
     const adaptive = concurrency === "auto";
+    const perReplica = adaptive ? (mc.max_concurrency_limit ?? upstream?.max_concurrency_limit ?? DEFAULT_CONCURRENCY_LIMIT) : (concurrency as number | null);
+    const sets = this.replicas;
     return {
       id,
       kind,
@@ -91,12 +105,22 @@ export class ModelRegistry {
       timeoutMs: (upstream?.timeout_s ?? 600) * 1000,
       latencyMs: mc.latency_ms ?? 0,
       tokensPerSecond: mc.tokens_per_second ?? 0,
-      maxConcurrency: adaptive ? (mc.max_concurrency_limit ?? upstream?.max_concurrency_limit ?? DEFAULT_CONCURRENCY_LIMIT) : (concurrency as number | null),
+      get maxConcurrency() {
+        if (perReplica === null || !upstream || !sets) return perReplica;
+        const views = sets.views(upstream.name);
+        if (views.length <= 1) return perReplica;
+        let sum = 0;
+        for (const v of views) sum += adaptive || v.limit === 0 ? perReplica : v.limit;
+        return sum;
+      },
       adaptive,
       queueSize: mc.queue_size ?? upstream?.queue_size ?? 256,
       pricing: { inputPerMillion: mc.pricing?.input_per_million ?? 0, outputPerMillion: mc.pricing?.output_per_million ?? 0 },
       upstreamIdx,
+      upstream: upstream?.name ?? null,
+      batchPriority: upstream?.batch_priority ?? null,
       health: upstream ? health : null,
+      replicaSets: upstream ? sets : null,
       ownClient: upstream !== null && ownClientFor(upstream.base_url, this.config.upstreamClient, processEnv()),
       get healthy() {
         return !health.isDown(upstreamIdx);
@@ -117,7 +141,7 @@ export class ModelRegistry {
   }
 
   specs(): ModelSpec[] {
-    return this.list().map(({ id, kind, baseUrl, apiKey, upstreamModel, timeoutMs, latencyMs, tokensPerSecond, upstreamIdx, ownClient }) => ({
+    return this.list().map(({ id, kind, baseUrl, apiKey, upstreamModel, timeoutMs, latencyMs, tokensPerSecond, upstreamIdx, upstream, batchPriority, ownClient }) => ({
       id,
       kind,
       baseUrl,
@@ -127,6 +151,8 @@ export class ModelRegistry {
       latencyMs,
       tokensPerSecond,
       upstreamIdx,
+      upstream,
+      batchPriority,
       ownClient,
     }));
   }
@@ -160,7 +186,10 @@ export class ModelRegistry {
     this.lastDiscovery = Date.now();
     await Promise.all(
       this.config.upstreams.map(async (u) => {
-        const answer = await getModels(u.base_url, u.api_key ?? null, timeoutMs);
+        // The upstream answers when any of its replicas does (docs/CONTRACT.md §21): tried in turn.
+        const urls = this.replicas?.urlsOf(u.name) ?? [u.base_url];
+        let answer = await getModels(urls[0]!, u.api_key ?? null, timeoutMs);
+        for (let i = 1; i < urls.length && !answer.ok; i++) answer = await getModels(urls[i]!, u.api_key ?? null, timeoutMs);
         const error = answer.ok ? (answer.ids ? null : "GET /models answered with a body that is not a model list") : answer.error;
         if (answer.ok && answer.ids && !u.models)
           for (const id of answer.ids) if (!this.models.has(id)) this.put(this.entry(id, "upstream", u.name, u, u.model_map?.[id] ?? id));

@@ -14,6 +14,7 @@ import { giveTurn, initTurns } from "./turns";
 import { countStorageRetry, takeWorkerMetrics } from "../../metrics/worker";
 import { setRetryCounter } from "../../storage/retry";
 import { setThreadSettings } from "../../threadSettings";
+import { setReplicas, updateReplicas } from "./replicas";
 
 declare const self: Worker;
 
@@ -49,6 +50,10 @@ self.onmessage = (event: MessageEvent<ToWorker>) => {
       setSharedSlots(msg.slots, msg.held, (model) => models.get(model)?.sharedBase ?? -1);
       initGate(msg.health, post);
       initTurns(msg.turns, msg.turn);
+      if (msg.replicas) setReplicas(msg.replicas.cells, msg.replicas.sets);
+      return;
+    case "replicas":
+      updateReplicas(msg.sets);
       return;
     case "stop":
       if (current && current.batchId === msg.batchId) {

@@ -9,7 +9,7 @@ import type { EndpointKind } from "../../endpoints";
 import { endpointKind } from "../../endpoints";
 import { SerializedAnswer } from "../../endpoints/kind";
 import type { PricedModel, RunTask } from "../types";
-import { Attempts, attempt, backOff, done, judge, lineCall, passGate, stopStateOf, type ShardControl } from "./lineSteps";
+import { Attempts, attempt, backOff, chooseReplica, done, judge, lineCall, passGate, stopStateOf, type ShardControl } from "./lineSteps";
 import { failedLine, ids, resultLine, splicedLine, stoppedLine, type BatchRequest, type LastFailure, type LineResult } from "./resultLines";
 import { healthMemory } from "./upstreamGate";
 
@@ -33,6 +33,7 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
   const call = lineCall(req, model, endpointKind(task.endpoint).path);
   const attempts = new Attempts(healthMemory(), model.upstreamIdx);
   let last: LastFailure | null = null;
+  let avoid = -1;
   for (let sent = 1; ; sent++) {
     const pass = await passGate(model, control);
     if (pass.stopped) {
@@ -47,10 +48,13 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
       return control.stopCode ? stoppedLine(req.custom_id, control.stopCode) : null;
     }
     const epoch = attempts.epoch();
-    const verdict = judge(req, await attempt(call), model, call, sent);
+    const replica = chooseReplica(call, avoid);
+    const verdict = judge(req, await attempt(call, replica), model, call, sent);
     done(pass, verdict.outcome);
     if (verdict.kind === "done") return verdict.result;
     last = verdict.last;
+    // docs/CONTRACT.md §21: a line whose replica failed goes to another on its next attempt.
+    avoid = verdict.kind === "retry" && verdict.whole && replica ? replica.idx : -1;
     if (verdict.kind === "rate_limited") continue;
     attempts.failed(verdict.whole, epoch);
     const next = await backOff(verdict, attempts, model, task, control);

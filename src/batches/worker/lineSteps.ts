@@ -11,7 +11,9 @@
 import { UNMEASURED, slotOutcome, type SlotOutcome } from "../../inference/admission/slotCells";
 import type { UpstreamAnswer } from "../../inference/upstream/answer";
 import { Deadline } from "../../inference/upstream/deadline";
-import { CallFailure, classify, describe, failureLabel } from "../../inference/upstream/fate";
+import { CallFailure, classify, describe, failureLabel, type Fate } from "../../inference/upstream/fate";
+import { enter, leave } from "../../inference/replicas/cells";
+import { noOtherReplica, pickReplica, prefixKey, type ReplicaView } from "../../inference/replicas/pick";
 import { epochOf, isDown, isUp, reportFate, type HealthMemory } from "../../inference/upstream/health";
 import { postJson, type UpstreamTarget } from "../../inference/upstream/transport";
 import { countUpstreamAttempt } from "../../metrics/worker";
@@ -19,6 +21,7 @@ import type { PricedModel, RunTask } from "../types";
 import { ids, answerLine, resultLine, type BatchRequest, type LastFailure, type LineResult } from "./resultLines";
 import { acquireSlot, type SlotRelease } from "./slots";
 import { READY, claim, enterUpstream, healthMemory, nextTick, ready, settled, tellSuspect } from "./upstreamGate";
+import { replicaCells, replicasOf } from "./replicas";
 
 /** How a running shard is told to stop, set by messages to its Worker. */
 export interface ShardControl {
@@ -93,27 +96,59 @@ export interface LineCall {
   path: string;
   payload: string;
   timeoutMs: number;
+  /** The prompt's prefix key: which replica it goes to (inference/replicas/pick.ts). */
+  key: number;
+  /** The upstream's name: its replica set. */
+  upstream: string | null;
 }
 
 export function lineCall(req: BatchRequest, model: PricedModel, path: string): LineCall {
-  return { target: model, path, payload: JSON.stringify({ ...req.body, model: model.upstreamModel ?? model.id, stream: false }), timeoutMs: model.timeoutMs };
+  const upstreamModel = model.upstreamModel ?? model.id;
+  // docs/CONTRACT.md §21 batch_priority: the engine lets interactive requests overtake batch lines it holds.
+  const body = model.batchPriority === null || model.batchPriority === undefined ? { ...req.body, model: upstreamModel, stream: false } : { ...req.body, model: upstreamModel, stream: false, priority: model.batchPriority };
+  return { target: model, path, payload: JSON.stringify(body), timeoutMs: model.timeoutMs, key: prefixKey(upstreamModel, req.body), upstream: model.upstream ?? null };
+}
+
+/** The replica for an attempt (null: the model's own base_url, as for a Worker without replica sets). `avoid`: the one the last attempt failed on. */
+export function chooseReplica(call: LineCall, avoid: number): ReplicaView | null {
+  const cells = replicaCells();
+  return cells ? pickReplica(replicasOf(call.upstream), cells, call.key, avoid) : null;
 }
 
 /** What one attempt got: the answer and its whole body, or the failure it threw (sending or reading). */
-export type Tried = { res: UpstreamAnswer; text: string } | { res: null; failure: CallFailure };
+export type Tried = ({ res: UpstreamAnswer; text: string } | { res: null; failure: CallFailure }) & { replica?: ReplicaView | null; startedAt?: number };
 
-/** Sends the request once over the one transport and reads the whole answer, within the model's timeout. */
-export async function attempt(call: LineCall): Promise<Tried> {
+/** Sends the request once over the one transport (to `replica`, when given) and reads the whole answer, within the model's timeout. */
+export async function attempt(call: LineCall, replica: ReplicaView | null = null): Promise<Tried> {
   // A Deadline, not AbortSignal.timeout: that one's timer lives on for the whole timeout after the answer.
   const deadline = new Deadline(call.timeoutMs);
+  const cells = replicaCells();
+  const target = replica ? { baseUrl: replica.baseUrl, apiKey: call.target.apiKey, ownClient: replica.ownClient } : call.target;
+  if (replica && cells) enter(cells, replica.idx);
+  const startedAt = performance.now();
   try {
-    const res = await postJson(call.target, call.path, call.payload, deadline);
-    return { res, text: await res.text() };
+    const res = await postJson(target, call.path, call.payload, deadline);
+    return { res, text: await res.text(), replica, startedAt };
   } catch (e) {
-    return { res: null, failure: new CallFailure(e, deadline.timedOut) };
+    return { res: null, failure: new CallFailure(e, deadline.timedOut), replica, startedAt };
   } finally {
     deadline.clear();
   }
+}
+
+/**
+ * Tells the replica's cells how its attempt ended, and whether the upstream
+ * as a whole is to hear of a failure: only when no other replica would take
+ * the line (docs/CONTRACT.md §21: one replica of N dying is not an outage).
+ */
+function replicaEnded(tried: Tried, fate: Fate, upstream: string | null): boolean {
+  const replica = tried.replica;
+  const cells = replicaCells();
+  if (!replica || !cells) return true;
+  const whole = fate.kind === "engine_failure";
+  const views = replicasOf(upstream);
+  leave(cells, replica.idx, !whole, performance.now() - (tried.startedAt ?? 0), fate.kind === "answer", views.length > 1);
+  return !whole || views.length <= 1 || noOtherReplica(views, cells, replica.idx);
 }
 
 // ── 3. judge ───────────────────────────────────────────────────────────
@@ -138,7 +173,7 @@ export function judge(req: BatchRequest, tried: Tried, model: PricedModel, call:
     const fate = classify(tried.failure);
     countUpstreamAttempt(model.id, sent, failureLabel(fate) ?? "connection");
     const what = describe(fate, call.path, call.timeoutMs);
-    if (mem && reportFate(mem, u, fate, true)) tellSuspect(u, what);
+    if (replicaEnded(tried, fate, call.upstream) && mem && reportFate(mem, u, fate, true)) tellSuspect(u, what);
     return { kind: "retry", whole: true, waitMs: null, last: { error: `upstream ${what}` }, outcome: UNMEASURED };
   }
   const { res, text } = tried;
@@ -155,7 +190,7 @@ export function judge(req: BatchRequest, tried: Tried, model: PricedModel, call:
   const requestId = res.headers.get("x-request-id") ?? ids.next("req_");
   countUpstreamAttempt(model.id, sent, failureLabel(fate));
   const outcome = slotOutcome(res.status);
-  if (mem && reportFate(mem, u, fate, true)) tellSuspect(u, describe(fate, call.path, call.timeoutMs));
+  if (replicaEnded(tried, fate, call.upstream) && mem && reportFate(mem, u, fate, true)) tellSuspect(u, describe(fate, call.path, call.timeoutMs));
   switch (fate.kind) {
     case "answer":
       return { kind: "done", result: { ok: true, line: answerLine(req.custom_id, res.status, requestId, text, body), usage: (body as { usage?: unknown }).usage ?? null }, outcome };

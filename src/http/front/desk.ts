@@ -363,8 +363,9 @@ class FrontDesk {
       if (failure && early.stage === "body") throw failure;
       const model = resolveModel(this.ctx, a.model, chatKind);
       if (failure) throw failure;
-      if (model.kind !== "upstream") {
+      if (model.kind !== "upstream" || (model.upstream !== null && (model.replicaSets?.views(model.upstream).length ?? 1) > 1)) {
         // The built-ins run on the main thread: the front thread relays the request.
+        // So do models with several replicas: the dispatch among them (src/inference/replicas/) runs here.
         run.held.delete(a.id);
         run.send({ t: "reply", id: a.id, relay: true });
         return;

@@ -41,10 +41,12 @@ export function enter(cells: ReplicaCells, r: number): void {
 /**
  * A request on replica r ended: `ok` an answer from the engine (any status
  * that is about the request), else a failure as a whole (no connection, a
- * timeout, 502/503/504). True if this failure opened the breaker: the
- * caller then has the replica probed (the main thread does it).
+ * timeout, 502/503/504); `answered`: a 2xx, whose time counts toward the
+ * replica's latency. `breaker`: whether failures may open the replica's
+ * breaker (not for an upstream's only replica: its health is the
+ * upstream's). True if this failure opened it (the main thread probes it).
  */
-export function leave(cells: ReplicaCells, r: number, ok: boolean, heldMs: number, answered: boolean): boolean {
+export function leave(cells: ReplicaCells, r: number, ok: boolean, heldMs: number, answered: boolean, breaker: boolean): boolean {
   Atomics.sub(cells, at(r, IN_FLIGHT), 1);
   if (ok) {
     if (Atomics.load(cells, at(r, FAILS)) !== 0) Atomics.store(cells, at(r, FAILS), 0);
@@ -55,7 +57,7 @@ export function leave(cells: ReplicaCells, r: number, ok: boolean, heldMs: numbe
     return false;
   }
   Atomics.add(cells, at(r, FAILURES), 1);
-  if (Atomics.add(cells, at(r, FAILS), 1) + 1 < REPLICA_FAIL_THRESHOLD) return false;
+  if (Atomics.add(cells, at(r, FAILS), 1) + 1 < REPLICA_FAIL_THRESHOLD || !breaker) return false;
   return Atomics.compareExchange(cells, at(r, OPEN), 0, 1) === 0;
 }
 

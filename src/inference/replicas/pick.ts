@@ -22,6 +22,12 @@
 // Imports only the shared cells: a batch Worker loads it.
 import { inFlightOf, isOpen, type ReplicaCells } from "./cells";
 
+/** Whether a failure on one replica is the upstream's as a whole: no other replica would take the request. */
+export function noOtherReplica(replicas: readonly ReplicaView[], cells: ReplicaCells, failed: number): boolean {
+  for (const r of replicas) if (r.idx !== failed && !isOpen(cells, r.idx)) return false;
+  return true;
+}
+
 /** A replica as a dispatcher sees it: plain data, sent to the batch Workers. */
 export interface ReplicaView {
   /** Its index in the shared cells (./cells.ts). */
@@ -111,12 +117,15 @@ const score = (key: number, r: ReplicaView): number => r.weight / -Math.log((mix
  * The replica for a request with prefix `key`, among `replicas` (the ones
  * taking work: not draining), leaving out those whose breaker is open and,
  * when another will do, `avoid` (the replica the request's last attempt
- * failed on). Null when every replica's breaker is open.
+ * failed on). Null only when there is no replica at all (all drained).
  */
 export function pickReplica(replicas: readonly ReplicaView[], cells: ReplicaCells, key: number, avoid = -1): ReplicaView | null {
-  if (replicas.length === 1) return isOpen(cells, replicas[0]!.idx) ? null : replicas[0]!;
+  if (replicas.length <= 1) return replicas[0] ?? null;
   let candidates = replicas.filter((r) => !isOpen(cells, r.idx));
-  if (candidates.length === 0) return null;
+  // Every breaker open: the upstream fails as a whole, as one engine would,
+  // and its health takes over (it goes down once probes fail too;
+  // src/inference/upstream/health.ts): meanwhile any replica is tried.
+  if (candidates.length === 0) candidates = replicas.slice();
   if (avoid >= 0 && candidates.length > 1) candidates = candidates.filter((r) => r.idx !== avoid);
   if (candidates.length === 1) return candidates[0]!;
   let total = 1;

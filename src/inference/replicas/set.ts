@@ -126,11 +126,6 @@ export class ReplicaSets {
     return urls.length > 0 ? urls : [this.upstreams.find((u) => u.name === upstream)!.base_url];
   }
 
-  /** An upstream answered as a whole (a probe or a discovery through `url`): that replica is back. */
-  answeredAt(upstream: string, url: string): void {
-    for (const k of this.listed.get(upstream) ?? []) if (k.view.baseUrl === url && isOpen(this.cells, k.view.idx)) close(this.cells, k.view.idx);
-  }
-
   /** Re-reads the table (also right after this node changed it). */
   async poll(): Promise<void> {
     if (!this.db || this.polling) return;

@@ -9,9 +9,12 @@ import type { EndpointPath } from "../../endpoints/kind";
 import type { ModelEntry } from "../registry";
 import type { UpstreamAnswer } from "./answer";
 import { Deadline } from "./deadline";
-import { CallFailure, classify, failureLabel } from "./fate";
+import { CallFailure, classify, failureLabel, type Fate } from "./fate";
+import { enter, leave } from "../replicas/cells";
+import { noOtherReplica, pickReplica, prefixKey, type ReplicaView } from "../replicas/pick";
+import type { ReplicaSets } from "../replicas/set";
 import { attachDeadline, timeoutError } from "./interactive";
-import { postJson } from "./transport";
+import { postJson, type UpstreamTarget } from "./transport";
 
 export interface UpstreamCall {
   model: ModelEntry;
@@ -36,25 +39,67 @@ export async function callUpstream({ model, path, body, raw, clientSignal }: Ups
   const upstreamModel = model.upstreamModel ?? model.id;
   const payload = raw !== undefined && body.model === upstreamModel ? raw : JSON.stringify({ ...body, model: upstreamModel });
   countUpstreamRequest(model.id);
+  const on = replicaFor(model, upstreamModel, body);
+  const startedAt = performance.now();
   try {
-    const res = await postJson(model, path, payload, deadline);
+    const res = await postJson(on?.target ?? model, path, payload, deadline);
     attachDeadline(res, model, deadline);
     if (!res.ok) countUpstreamError(model.id, res.status);
-    health?.noteFate(u, classify(res), path, model.timeoutMs);
+    const fate = classify(res);
+    if (replicaEnded(on, fate, startedAt)) health?.noteFate(u, fate, path, model.timeoutMs);
     return res;
   } catch (e) {
     const failure = new CallFailure(e, deadline.timedOut, deadline.clientGone());
     deadline.clear();
     // The client left: rethrow the abort (answered 499, not counted as an upstream fault).
-    if (failure.clientGone) throw e;
+    if (failure.clientGone) {
+      replicaEnded(on, { kind: "cancelled" }, startedAt);
+      throw e;
+    }
     const fate = classify(failure);
     countUpstreamError(model.id, failureLabel(fate) ?? "connection");
-    health?.noteFate(u, fate, path, model.timeoutMs);
+    if (replicaEnded(on, fate, startedAt)) health?.noteFate(u, fate, path, model.timeoutMs);
     if (failure.timedOut) throw timeoutError(model);
     // This failure may be the one that turned the upstream down.
     if (health?.isDown(u)) throw unavailable(model, health.retryAfterSeconds(u));
     throw new ApiError("upstream_error", `Upstream ${model.upstreamName} is unreachable`);
   }
+}
+
+interface OnReplica {
+  sets: ReplicaSets;
+  upstream: string;
+  replica: ReplicaView;
+  target: UpstreamTarget;
+}
+
+/**
+ * The replica this request goes to (docs/CONTRACT.md §21): by the prompt's
+ * prefix, bounded by load (../replicas/pick.ts); null for an upstream
+ * without replica sets (a registry built alone, in tests).
+ */
+function replicaFor(model: ModelEntry, upstreamModel: string, body: Record<string, unknown>): OnReplica | null {
+  const sets = model.replicaSets;
+  if (!sets || !model.upstream) return null;
+  const replica = pickReplica(sets.views(model.upstream), sets.cells, prefixKey(upstreamModel, body));
+  if (!replica) throw new ApiError("upstream_unavailable", `Upstream ${model.upstreamName} has no replica taking requests (all drained or removed).`, { headers: { "retry-after": "1" } });
+  enter(sets.cells, replica.idx);
+  return { sets, upstream: model.upstream, replica, target: { baseUrl: replica.baseUrl, apiKey: model.apiKey, ownClient: replica.ownClient } };
+}
+
+/**
+ * The request left its replica (its answer's headers came, or it failed).
+ * The in-flight count ends at the headers: a streamed answer runs on a
+ * while, but engines send a plain answer's headers with its body. True when
+ * the upstream as a whole is to hear the fate: always but for a failure
+ * that another replica would have taken instead.
+ */
+function replicaEnded(on: OnReplica | null, fate: Fate, startedAt: number): boolean {
+  if (!on) return true;
+  const views = on.sets.views(on.upstream);
+  const whole = fate.kind === "engine_failure";
+  if (leave(on.sets.cells, on.replica.idx, !whole, performance.now() - startedAt, fate.kind === "answer", views.length > 1)) on.sets.opened(on.replica.idx);
+  return !whole || views.length <= 1 || noOtherReplica(views, on.sets.cells, on.replica.idx);
 }
 
 /** docs/CONTRACT.md §11: while the upstream is down, answer at once instead of waiting out a connection timeout; retry-after says when the next probe runs. */

@@ -37,6 +37,13 @@ export interface UpstreamReport {
 
 export class UpstreamMonitor {
   readonly mem: HealthMemory = newHealthMemory();
+  /**
+   * Where an upstream is probed: each of its replicas in turn, the upstream
+   * being up when any answers (docs/CONTRACT.md §21). The server sets it once
+   * the replica sets exist (a replica's own breaker is closed by its own
+   * probes, src/inference/replicas/set.ts).
+   */
+  urlsOf: (config: UpstreamConfig) => string[] = (config) => [config.base_url];
   private readonly ups: UpstreamState[];
   private stopped = false;
 
@@ -134,7 +141,7 @@ export class UpstreamMonitor {
     const s = this.ups[u]!;
     if (this.stopped || stateOf(this.mem, u) === UP) return;
     s.probing = true;
-    const answer = await getModels(s.config.base_url, s.config.api_key ?? null, PROBE_TIMEOUT_MS).finally(() => (s.probing = false));
+    const answer = await this.probeAny(s.config).finally(() => (s.probing = false));
     if (this.stopped) return;
     // Any 2xx brings the upstream up; any other answer (a 4xx too) fails the probe like no answer.
     if (answer.ok) return this.cameUp(u);
@@ -144,6 +151,14 @@ export class UpstreamMonitor {
     const delay = refused ? PROBE_REFUSED_MS : s.probeDelay;
     if (!refused) s.probeDelay = Math.min(s.probeDelay * 2, PROBE_MAX_MS);
     this.scheduleProbe(u, delay);
+  }
+
+  /** `GET /models` of each replica in turn until one answers: its answer, or the last failure. */
+  private async probeAny(config: UpstreamConfig) {
+    const urls = this.urlsOf(config);
+    let answer = await getModels(urls[0]!, config.api_key ?? null, PROBE_TIMEOUT_MS);
+    for (let i = 1; !answer.ok && i < urls.length; i++) answer = await getModels(urls[i]!, config.api_key ?? null, PROBE_TIMEOUT_MS);
+    return answer;
   }
 
   /** The upstream's name and, while it is down, since when (ms); null for an unknown index. */
