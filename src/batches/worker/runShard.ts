@@ -27,6 +27,16 @@ import { openLocator } from "../../storage/locator";
 import { CHECKPOINT_MS, PartCheckpoints } from "./checkpoints";
 import { worked } from "./garbage";
 import { giveTurn, holdsTurn, takeTurn } from "./turns";
+import { PrefixGroups } from "./prefixGroups";
+import { replicasOf } from "./replicas";
+import { prefixKey } from "../../inference/replicas/pick";
+
+/** A line waiting in the prefix window. */
+interface Grouped {
+  req: BatchRequest;
+  model: PricedModel;
+  chars: number;
+}
 
 /**
  * A part file's buffered results are written once they reach this (and at
@@ -211,6 +221,44 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
   const nextCompletion = () => new Promise<void>((r) => (wake = r));
   let paused = false;
   let finished = false;
+  let groups: PrefixGroups<Grouped> | null = null;
+  // Upstream (or a built-in with simulated latency): bounded concurrency.
+  // On a limited model the scheduler bounds what really runs. No extra
+  // lines queue for a slot: while none wait in the scheduler, Workers
+  // take free slots from shared memory without a message (slots.ts).
+  const send = async (req: BatchRequest, model: PricedModel) => {
+    const bound = boundFor(model, task);
+    if (inFlight >= bound) {
+      giveTurn();
+      while (inFlight >= bound) await nextCompletion();
+    }
+    if (failure) throw failure;
+    inFlight++;
+    executeAsync(req, model, task, control)
+      .then(
+        (r) => {
+          // A result that arrives after a stop still counts: the request ran.
+          // null: a pause cut its retries short; it stays undone for the restart.
+          if (r) {
+            record(r, model);
+            progress();
+          } else paused = true;
+        },
+        (e) => void (failure ??= e),
+      )
+      .finally(() => {
+        inFlight--;
+        const w = wake;
+        wake = null;
+        w?.();
+      });
+  };
+  const sendNextGrouped = async (g: PrefixGroups<Grouped>) => {
+    const { req, model, chars } = g.next()!;
+    g.sent(chars);
+    if (control.stopCode) record(stoppedLine(req.custom_id, control.stopCode), undefined, model.id);
+    else await send(req, model);
+  };
   try {
     const stream = openLocator(task.input).slice(task.start, task.end).stream();
     outer: for await (const lines of readLines(stream)) {
@@ -239,40 +287,23 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
           record(runBuiltin(req, model, kind), model);
           continue;
         }
-        // Upstream (or a built-in with simulated latency): bounded concurrency.
-        // On a limited model the scheduler bounds what really runs. No extra
-        // lines queue for a slot: while none wait in the scheduler, Workers
-        // take free slots from shared memory without a message (slots.ts).
-        const bound = boundFor(model, task);
-        if (inFlight >= bound) {
-          giveTurn();
-          while (inFlight >= bound) await nextCompletion();
+        // A model with several replicas: its lines wait in the prefix window,
+        // grouped by prefix (./prefixGroups.ts), and go out from there.
+        const replicas = model.kind === "upstream" ? replicasOf(model.upstream).length : 0;
+        if (replicas > 1) {
+          (groups ??= new PrefixGroups(2 * replicas)).add(prefixKey(model.upstreamModel ?? model.id, req.body), { req, model, chars: text.length }, text.length);
+          while (groups.full && !control.pausing && !control.stopCode) await sendNextGrouped(groups);
+          continue;
         }
-        if (failure) throw failure;
-        inFlight++;
-        executeAsync(req, model, task, control)
-          .then(
-            (r) => {
-              // A result that arrives after a stop still counts: the request ran.
-              // null: a pause cut its retries short; it stays undone for the restart.
-              if (r) {
-                record(r, model);
-                progress();
-              } else paused = true;
-            },
-            (e) => void (failure ??= e),
-          )
-          .finally(() => {
-            inFlight--;
-            const w = wake;
-            wake = null;
-            w?.();
-          });
+        await send(req, model);
       }
       progress();
       // Give finished requests' writes and incoming control messages a turn.
       if (inFlight === 0) await new Promise((r) => setImmediate(r));
     }
+    // The window's last lines (a pause leaves them undone; a stop records them stopped).
+    while (groups && groups.lines > 0 && !control.pausing) await sendNextGrouped(groups);
+    if (control.pausing && groups && groups.lines > 0) paused = true;
     finished = true;
   } finally {
     // The shard's last requests, also when the loop failed: they write to
