@@ -18,6 +18,8 @@ const cfg = configWriter("offpeak-anthropic-");
 const MSG_ID = /^msg_[0-9A-Za-z]{24}$/;
 
 const sdk = (apiKey: string | null = t.admin) => new Anthropic({ baseURL: t.url, apiKey, maxRetries: 0 });
+/** Sampling fields the API takes (and offpeak passes on), which this SDK version's types no longer list. */
+const sampling = (fields: { temperature?: number; top_p?: number; top_k?: number }) => fields as {};
 const user = (content: Anthropic.MessageParam["content"]): Anthropic.MessageParam => ({ role: "user", content });
 
 /** An Anthropic message as an upstream with api "anthropic" answers. */
@@ -106,7 +108,7 @@ describe("offpeak-echo through @anthropic-ai/sdk (translated to a chat completio
     const final = await stream.finalMessage();
     expect(deltas).toEqual(["stream", " me", " these", " words"]);
     expect(final.id).toMatch(MSG_ID);
-    expect({ content: final.content, stop_reason: final.stop_reason, usage: final.usage }).toEqual({ content: plain.content, stop_reason: plain.stop_reason, usage: plain.usage });
+    expect({ content: final.content, stop_reason: final.stop_reason, usage: final.usage } as unknown).toEqual({ content: plain.content, stop_reason: plain.stop_reason, usage: plain.usage });
   });
 
   test("stream: true answers Anthropic's events in order, as named server-sent events", async () => {
@@ -161,7 +163,7 @@ describe("an OpenAI-speaking upstream (translated)", () => {
         usage: { prompt_tokens: 30, completion_tokens: 9, prompt_tokens_details: { cached_tokens: 16 } },
       });
     const ask = user("What's the weather in Paris?");
-    const first = await client.messages.create({ model: "up-chat", max_tokens: 200, messages: [ask], tools, tool_choice: { type: "any" }, temperature: 0.2, top_k: 20 });
+    const first = await client.messages.create({ model: "up-chat", max_tokens: 200, messages: [ask], tools, tool_choice: { type: "any" }, ...sampling({ temperature: 0.2, top_k: 20 }) });
     expect(first).toMatchObject({ model: "up-chat", stop_reason: "tool_use", content: [{ type: "tool_use", id: "call_w1", name: "get_weather", input: { city: "Paris" } }] });
     expect(first.usage).toMatchObject({ input_tokens: 14, output_tokens: 9, cache_read_input_tokens: 16 });
     const sent = up.requests[0]!.body;
@@ -210,7 +212,7 @@ describe("an OpenAI-speaking upstream (translated)", () => {
     const json: string[] = [];
     stream.on("inputJson", (partial) => json.push(partial));
     const final = await stream.finalMessage();
-    expect(final.content).toEqual([
+    expect(final.content as unknown).toEqual([
       { type: "text", text: "Let me check.", citations: null },
       { type: "tool_use", id: "call_s1", name: "get_weather", input: { city: "Oslo" } },
     ]);
@@ -263,7 +265,7 @@ describe("an OpenAI-speaking upstream (translated)", () => {
 describe('an upstream with api: "anthropic" (passed through)', () => {
   test("plain: the body goes as sent, the message comes back as the upstream made it", async () => {
     claude.handler = (r) => (r.path === "/messages" ? jsonResponse(upstreamMessage("from claude")) : jsonResponse({ error: { type: "not_found_error", message: r.path } }, 404));
-    const m = await client.messages.create({ model: "claude-up", max_tokens: 64, messages: [user("hello")], metadata: { user_id: "u-2" }, top_k: 5 });
+    const m = await client.messages.create({ model: "claude-up", max_tokens: 64, messages: [user("hello")], metadata: { user_id: "u-2" }, ...sampling({ top_k: 5 }) });
     expect(m).toMatchObject(upstreamMessage("from claude"));
     const sent = claude.requests[0]!;
     expect(sent.path).toBe("/messages");
