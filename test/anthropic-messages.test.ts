@@ -8,7 +8,7 @@ import Anthropic from "@anthropic-ai/sdk";
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
 import { configWriter, jsonResponse, REQUEST_ID, startScriptedUpstream, upstreamChunk, type ScriptedUpstream } from "./helpers/inference";
 import { startTestServer, type TestServer } from "./helpers/server";
-import { awayFromMinuteEnd } from "./helpers/wait";
+import { awayFromMinuteEnd, pollUntil } from "./helpers/wait";
 
 let t: TestServer;
 let up: ScriptedUpstream;
@@ -304,6 +304,19 @@ describe('an upstream with api: "anthropic" (passed through)', () => {
     const body = (await res.json()) as any;
     expect(body.error).toMatchObject({ type: "invalid_request_error", code: "invalid_value", param: "model" });
     expect(body.error.message).toContain('api: "anthropic"');
+    expect(claude.requests.length).toBe(0);
+  });
+});
+
+describe('an upstream with api: "anthropic" in an OpenAI batch', () => {
+  test("a chat line naming its model fails validation as a model that does not serve the endpoint; nothing is sent", async () => {
+    const openai = t.sdk();
+    const line = (id: string, model: string) => JSON.stringify({ custom_id: id, method: "POST", url: "/v1/chat/completions", body: { model, messages: [{ role: "user", content: "x" }] } });
+    const file = await openai.files.create({ file: new File([`${line("a", "offpeak-echo")}\n${line("b", "claude-up")}\n`], "lines.jsonl"), purpose: "batch" });
+    const batch = await openai.batches.create({ input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h" });
+    const done = await pollUntil(() => openai.batches.retrieve(batch.id), (b) => !["validating", "in_progress", "finalizing"].includes(b.status), { what: "the batch to end", progress: (b) => b.status });
+    expect(done.status).toBe("failed");
+    expect(done.errors?.data?.map((e) => [e.line, e.code, e.param])).toEqual([[2, "model_not_found", "body.model"]]);
     expect(claude.requests.length).toBe(0);
   });
 });

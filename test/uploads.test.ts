@@ -7,6 +7,7 @@
 // storage (the data dir, or the bucket in the S3 mode); 401/403/404 on
 // every route, and another project's upload.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { join } from "node:path";
 import { eq } from "drizzle-orm";
 import OpenAI, { toFile } from "openai";
 import { sweepExpiredUploads } from "../src/uploads/service";
@@ -343,3 +344,30 @@ describe("keys and projects", () => {
     expect((await json(v1)).status).toBe("completed");
   });
 });
+
+// The Python SDK's upload_file_chunked, where a python that has it is there
+// (OFFPEAK_PYTHON, as test/python-sdk.test.ts, which says out loud when it is not).
+const python = process.env.OFFPEAK_PYTHON || "python3";
+const pythonSdk = (() => {
+  if (!Bun.which(python) && !python.includes("/")) return false;
+  try {
+    return Bun.spawnSync([python, "-c", "import openai"], { stderr: "pipe" }).exitCode === 0;
+  } catch {
+    return false;
+  }
+})();
+
+test.skipIf(!pythonSdk)(
+  `the Python SDK's uploads.upload_file_chunked (${python}): a batch file in parts, completed with its md5, run as a batch`,
+  async () => {
+    const proc = Bun.spawn([python, join(import.meta.dir, "python", "uploads_check.py")], {
+      env: { ...process.env, OPENAI_BASE_URL: t.base, OPENAI_API_KEY: t.admin, PYTHONDONTWRITEBYTECODE: "1" },
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    const [out, err, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+    if (code !== 0) throw new Error(`uploads_check.py exited ${code}\n${out}\n${err}`);
+    expect(out).toContain("all ok");
+  },
+  SCENARIO_MS,
+);

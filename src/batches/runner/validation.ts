@@ -108,7 +108,8 @@ export class Validations {
       mkdirSync(batchDir(this.ctx, b.id), { recursive: true });
       // The endpoint's module says which models answer it (upstream ones and its built-in).
       const kind = kindOfUrl(b.endpoint);
-      const allowedModels = kind ? this.registry.list().filter((m) => serves(kind, m.kind)).map((m) => m.id) : [];
+      // An upstream with api "anthropic" answers Anthropic's Messages only (docs/CONTRACT.md §22): not an OpenAI batch's lines.
+      const allowedModels = kind ? this.registry.list().filter((m) => serves(kind, m.kind) && (m.api !== "anthropic" || kind.path === "/messages")).map((m) => m.id) : [];
       const tasks: ValidateTask[] = cuts.map((c, idx) => ({ type: "validate", batchId: b.id, idx, ...narrowLocator(input, c.start, c.end), endpoint: b.endpoint, models: allowedModels }));
       this.running.set(b.id, { batch: b, results: cuts.map(() => null), left: cuts.length, tasks });
       this.ctx.log.info("batch validating", { batch_id: b.id, status: b.status, shards: cuts.length });
