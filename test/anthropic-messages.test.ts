@@ -41,6 +41,7 @@ beforeAll(async () => {
   up = await startScriptedUpstream({ models: ["up-chat"] });
   claude = await startScriptedUpstream({ models: ["claude-up"] });
   const config = cfg.write("config.json", {
+    limits: { max_json_bytes: 65536 },
     upstreams: [
       { name: "openai-up", base_url: up.baseUrl, models: ["up-chat"] },
       { name: "claude-up", base_url: claude.baseUrl, models: ["claude-up"], api: "anthropic" },
@@ -364,6 +365,31 @@ describe("errors in Anthropic's shape, raised as the SDK's error classes", () =>
     const notJson = await fetch(`${t.url}/v1/messages`, { method: "POST", headers: { "x-api-key": t.admin, "content-type": "application/json" }, body: "{not json" });
     expect(notJson.status).toBe(400);
     expect(((await notJson.json()) as any).error.type).toBe("invalid_request_error");
+  });
+
+  test("413: a body over max_json_bytes is ContentTooLargeError, type request_too_large", async () => {
+    const e = await failure(client.messages.create({ ...params, messages: [user("x".repeat(70_000))] }));
+    expect(e).toBeInstanceOf(Anthropic.ContentTooLargeError);
+    expect(e.error).toEqual({ type: "error", error: { type: "request_too_large", message: expect.stringContaining("max_json_bytes") } });
+  });
+
+  test("5xx: an engine's failure is InternalServerError (api_error); after the stream began, an error event the SDK raises", async () => {
+    up.handler = () => jsonResponse({ error: { message: "boom", type: "server_error" } }, 500);
+    const e = await failure(client.messages.create({ ...params, model: "up-chat" }));
+    expect(e).toBeInstanceOf(Anthropic.InternalServerError);
+    expect(e.status).toBe(502);
+    expect(e.error).toEqual({ type: "error", error: { type: "api_error", message: expect.stringContaining("openai-up") } });
+
+    up.handler = () => sse([`data: ${JSON.stringify(upstreamChunk("up-chat", { content: "partial" }))}\n\n`, `data: ${JSON.stringify({ error: { message: "engine fell over", type: "server_error", code: null } })}\n\n`]);
+    const events: string[] = [];
+    const broken = await failure(
+      (async () => {
+        for await (const ev of await client.messages.create({ ...params, model: "up-chat", stream: true })) events.push(ev.type);
+      })(),
+    );
+    expect(broken).toBeInstanceOf(Anthropic.APIError);
+    expect(broken.error).toEqual({ type: "error", error: { type: "api_error", message: "engine fell over" } });
+    expect(events).toEqual(["message_start", "content_block_start", "content_block_delta"]);
   });
 
   test("429: a key over its rpm is RateLimitError, with retry-after (its admitted answer had the x-ratelimit headers)", async () => {
