@@ -144,6 +144,25 @@ describe("the key as x-api-key", () => {
   });
 });
 
+describe("the key as x-api-key with front threads (src/http/front)", () => {
+  test("a chat completion for an upstream model, answered on a front thread, takes it too", async () => {
+    const config = cfg.write("front.json", { upstreams: [{ name: "openai-up", base_url: up.baseUrl, models: ["up-chat"] }] });
+    const front = await startTestServer({ argv: ["--config", config], env: { OFFPEAK_HTTP_THREADS: "1" } });
+    try {
+      const ask = (key: string) =>
+        fetch(`${front.url}/v1/chat/completions`, { method: "POST", headers: { "x-api-key": key, "content-type": "application/json" }, body: JSON.stringify({ model: "up-chat", messages: [{ role: "user", content: "via a front thread" }] }) });
+      const ok = await ask(front.admin);
+      expect(ok.status).toBe(200);
+      expect(((await ok.json()) as any).choices[0].message.content).toBe("via a front thread");
+      expect((await ask("sk-op-wrong")).status).toBe(401);
+      const m = await new Anthropic({ baseURL: front.url, apiKey: front.admin, maxRetries: 0 }).messages.create({ model: "up-chat", max_tokens: 10, messages: [user("and a message")] });
+      expect(m.content).toEqual([{ type: "text", text: "and a message", citations: null }]);
+    } finally {
+      await front.stop();
+    }
+  });
+});
+
 describe("an OpenAI-speaking upstream (translated)", () => {
   const tools: Anthropic.Tool[] = [{ name: "get_weather", description: "The weather in a city", input_schema: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } }];
 
