@@ -1,47 +1,133 @@
-// The prefix window of a shard (src/batches/worker/prefixGroups.ts): lines
-// sharing a prefix leave it together, a few groups at a time, each group
-// until it is empty; every line leaves exactly once; its bounds say full.
+// The prefix window of a shard (src/batches/worker/prefixGroups.ts), against
+// a placement of its own (which replica is a prefix's home, which has room):
+// lines sharing a prefix leave together, all to one replica; a group sends
+// its first line alone and the rest once it finished; a replica works on at
+// most four groups at once; a replica with nothing of its own takes groups
+// from the others; a hot prefix is split; every line leaves exactly once.
 import { describe, expect, test } from "bun:test";
-import { MAX_LINES, PrefixGroups } from "../src/batches/worker/prefixGroups";
+import { MAX_LINES, PrefixGroups, WAIT, type Next, type Placement } from "../src/batches/worker/prefixGroups";
 
-const drain = <T>(g: PrefixGroups<T>): T[] => {
-  const out: T[] = [];
-  for (let x = g.next(); x !== undefined; x = g.next()) out.push(x);
+/** `live` replicas; a prefix's home is key % (number of replicas); room below `room` in flight (`inFlight`, set by the test). */
+function placement(live: number[], room: number, inFlight: number[]): Placement {
+  return { replicas: () => live, home: (key) => live[key % live.length]!, hasRoom: (r) => (inFlight[r] ?? 0) < room };
+}
+
+/** Sends every line, each finishing at once (its group warm after its first). */
+function drain<T>(g: PrefixGroups<T>): Next<T>[] {
+  const out: Next<T>[] = [];
+  for (let x = g.next(); x !== undefined; x = g.next()) {
+    if (x === WAIT) throw new Error("WAIT with nothing in flight");
+    out.push(x);
+    g.warmed(x.group);
+  }
+  return out;
+}
+
+/** Sends lines while replicas have room, finishing the oldest in flight whenever nothing may go: as a shard does. */
+function simulate<T>(g: PrefixGroups<T>, inFlight: number[]): Next<T>[] {
+  const out: Next<T>[] = [];
+  const running: Next<T>[] = [];
+  for (;;) {
+    const x = g.next();
+    if (x === undefined) break;
+    if (x === WAIT) {
+      const done = running.shift();
+      if (!done) throw new Error("WAIT with nothing in flight");
+      inFlight[done.replica]!--;
+      g.warmed(done.group);
+      continue;
+    }
+    out.push(x);
+    running.push(x);
+    inFlight[x.replica] = (inFlight[x.replica] ?? 0) + 1;
+  }
+  return out;
+}
+
+const sendAll = <T>(g: PrefixGroups<T>): Next<T>[] => {
+  const out: Next<T>[] = [];
+  for (let x = g.next(); x !== undefined && x !== WAIT; x = g.next()) out.push(x);
   return out;
 };
 
 describe("the prefix window", () => {
-  test("lines in random order leave grouped by prefix, two groups open at a time", () => {
-    const g = new PrefixGroups<string>(2);
-    // 6 prefixes, 10 lines each, interleaved as a shuffled file would have them.
+  test("lines in random order leave grouped by prefix, each once, each prefix to one replica (its home while it has room)", () => {
+    const inFlight = [0, 0];
+    const g = new PrefixGroups<string>(placement([0, 1], 4, inFlight));
     const order: string[] = [];
     for (let i = 0; i < 10; i++) for (const k of [3, 1, 5, 0, 4, 2]) order.push(`${k}-${i}`);
     for (const line of order) g.add(Number(line.split("-")[0]), line, 10);
-    const out = drain(g);
-    expect(out.slice().sort()).toEqual(order.slice().sort());
-    const keys = out.map((l) => l.split("-")[0]);
-    // At any time at most two prefixes have started and not yet finished.
-    const seen = new Set<string>();
-    let closed = 0;
-    const left = new Map<string, number>(["0", "1", "2", "3", "4", "5"].map((k) => [k, 10]));
-    for (const k of keys) {
-      seen.add(k);
-      left.set(k, left.get(k)! - 1);
-      if (left.get(k) === 0) closed++;
-      // Open groups = seen and not yet empty: at most 2 at any time.
-      expect(seen.size - closed).toBeLessThanOrEqual(2);
-    }
+    const out = simulate(g, inFlight);
+    expect(out.map((x) => x.item).sort()).toEqual(order.slice().sort());
+    // A replica with nothing left of its own takes half of a big group of the other's: at most two replicas a prefix.
+    for (const k of [0, 1, 2, 3, 4, 5]) expect(new Set(out.filter((x) => x.key === k).map((x) => x.replica)).size).toBeLessThanOrEqual(2);
+    expect(out.filter((x) => x.replica === x.key % 2).length).toBeGreaterThanOrEqual(40);
   });
 
-  test("the group with the most lines waiting opens first", () => {
-    const g = new PrefixGroups<string>(1);
-    g.add(7, "a", 1);
-    for (let i = 0; i < 3; i++) g.add(9, `b${i}`, 1);
-    expect(drain(g)).toEqual(["b0", "b1", "b2", "a"]);
+  test("a group sends its first line alone, the rest once it finished; four groups of a replica open at once", () => {
+    const g = new PrefixGroups<string>(placement([0], 1000, []));
+    for (const k of [1, 2, 3, 4, 5]) for (let i = 0; i < 2; i++) g.add(k, `${k}-${i}`, 1);
+    const firsts = sendAll(g);
+    expect(firsts.length).toBe(4);
+    for (const f of firsts) expect(f.item.endsWith("-0")).toBe(true);
+    expect(g.next()).toBe(WAIT);
+    g.warmed(firsts[2]!.group);
+    expect(g.next()).toMatchObject({ item: `${firsts[2]!.key}-1` });
+    // That group emptied: the fifth opens, with its first line alone.
+    const fifth = g.next() as Next<string>;
+    expect(fifth.item.endsWith("-0")).toBe(true);
+    expect(firsts.map((f) => f.key)).not.toContain(fifth.key);
+    expect(g.next()).toBe(WAIT);
+    for (const f of [...firsts, fifth]) g.warmed(f.group);
+    expect(drain(g).length).toBe(4);
+    expect(g.next()).toBeUndefined();
+  });
+
+  test("a full replica holds its groups back; a replica with nothing of its own takes a group of another's, whole", () => {
+    const inFlight = [0, 0];
+    const g = new PrefixGroups<string>(placement([0, 1], 2, inFlight));
+    // Keys 0 and 2 are homed on replica 0; none on replica 1.
+    for (const k of [0, 2]) for (let i = 0; i < 3; i++) g.add(k, `${k}-${i}`, 1);
+    inFlight[0] = 2;
+    const taken = g.next() as Next<string>;
+    expect(taken.replica).toBe(1);
+    g.warmed(taken.group);
+    inFlight[1] = 1;
+    // The rest of that group follows it to replica 1.
+    const rest = sendAll(g);
+    expect(rest.slice(0, 2).map((x) => [x.key, x.replica])).toEqual([
+      [taken.key, 1],
+      [taken.key, 1],
+    ]);
+  });
+
+  test("a hot prefix is split: its lines beyond half a replica's share go to the replica with the least waiting", () => {
+    const inFlight = [0, 0, 0, 0];
+    const g = new PrefixGroups<string>(placement([0, 1, 2, 3], 8, inFlight));
+    for (let i = 0; i < 80; i++) g.add(0, `hot-${i}`, 1); // home 0
+    for (const k of [1, 2, 3, 5, 6, 7]) for (let i = 0; i < 4; i++) g.add(k, `${k}-${i}`, 1);
+    const out = simulate(g, inFlight);
+    expect(out.length).toBe(104);
+    const hotOn = new Set(out.filter((x) => x.key === 0).map((x) => x.replica));
+    expect(hotOn.size).toBeGreaterThan(1);
+  });
+
+  test("a group whose replica leaves the set opens again on another", () => {
+    const live = [0, 1];
+    const inFlight = [1, 0]; // replica 0 full: the group opens on its home
+    const g = new PrefixGroups<string>(placement(live, 1, inFlight));
+    for (let i = 0; i < 3; i++) g.add(1, `a-${i}`, 1); // home 1
+    const first = g.next() as Next<string>;
+    expect(first.replica).toBe(1);
+    g.warmed(first.group);
+    live.splice(1, 1); // replica 1 drained
+    inFlight[0] = 0;
+    const rest = drain(g);
+    expect(rest.map((x) => x.replica)).toEqual([0, 0]);
   });
 
   test("full at MAX_LINES lines, and by characters; sent() gives characters back", () => {
-    const g = new PrefixGroups<number>(4);
+    const g = new PrefixGroups<number>(placement([0], 1000, []));
     for (let i = 0; i < MAX_LINES - 1; i++) g.add(i % 3, i, 1);
     expect(g.full).toBe(false);
     g.add(1, -1, 1);
@@ -49,7 +135,7 @@ describe("the prefix window", () => {
     g.next();
     g.sent(1);
     expect(g.full).toBe(false);
-    const big = new PrefixGroups<number>(1);
+    const big = new PrefixGroups<number>(placement([0], 1000, []));
     big.add(1, 1, 40 * 1024 * 1024);
     expect(big.full).toBe(true);
     big.next();

@@ -201,6 +201,10 @@ export interface Admission {
   priority: number;
   hit: boolean;
   workMs: number;
+  /** The prefix's cache key (model, NUL, prefix text). */
+  key: string;
+  /** performance.now() when it started running. */
+  at: number;
 }
 
 export interface EngineReplica {
@@ -329,7 +333,7 @@ export async function startEngineReplica(
       } else s.misses++;
       s.workMs += r.work;
       running.push(r);
-      admitted.push({ seq: r.seq, priority: r.priority, hit, workMs: r.work });
+      admitted.push({ seq: r.seq, priority: r.priority, hit, workMs: r.work, key: r.prefix.key, at: performance.now() });
       if (admitted.length > 2 * MAX_ADMISSIONS) admitted = admitted.slice(-MAX_ADMISSIONS);
     }
   }

@@ -12,6 +12,7 @@ import type { PricedModel, RunTask } from "../types";
 import { Attempts, attempt, backOff, chooseReplica, done, judge, lineCall, passGate, stopStateOf, type ShardControl } from "./lineSteps";
 import { failedLine, ids, resultLine, splicedLine, stoppedLine, type BatchRequest, type LastFailure, type LineResult } from "./resultLines";
 import { healthMemory } from "./upstreamGate";
+import { acquireSlot, type SlotRelease } from "./slots";
 
 export { stoppedLine, type BatchRequest, type LineResult, type ShardControl };
 
@@ -29,7 +30,8 @@ export function runBuiltin(req: BatchRequest, _model: PricedModel, kind: Endpoin
 }
 
 /** Resolves with the result line, or null when a pause left the request without a final answer. */
-export async function runUpstream(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl): Promise<LineResult | null> {
+/** `replica`: the one the prefix window chose for the line's first attempt (-1: the dispatch chooses). */
+export async function runUpstream(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl, replica = -1): Promise<LineResult | null> {
   const call = lineCall(req, model, endpointKind(task.endpoint).path);
   const attempts = new Attempts(healthMemory(), model.upstreamIdx);
   let last: LastFailure | null = null;
@@ -48,17 +50,38 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
       return control.stopCode ? stoppedLine(req.custom_id, control.stopCode) : null;
     }
     const epoch = attempts.epoch();
-    const replica = chooseReplica(call, avoid);
-    const verdict = judge(req, await attempt(call, replica), model, call, sent);
+    const on = chooseReplica(call, avoid, sent === 1 ? replica : -1);
+    const verdict = judge(req, await attempt(call, on), model, call, sent);
     done(pass, verdict.outcome);
     if (verdict.kind === "done") return verdict.result;
     last = verdict.last;
     // docs/CONTRACT.md §21: a line whose replica failed goes to another on its next attempt.
-    avoid = verdict.kind === "retry" && verdict.whole && replica ? replica.idx : -1;
+    avoid = verdict.kind === "retry" && verdict.whole && on ? on.idx : -1;
     if (verdict.kind === "rate_limited") continue;
     attempts.failed(verdict.whole, epoch);
     const next = await backOff(verdict, attempts, model, task, control);
     if (next === "pause") return null;
     if (next === "give_up") return failedLine(req.custom_id, last);
+  }
+}
+
+/** One line that waits (an upstream, or a built-in with simulated latency): its result, or null when a pause left it undone. */
+export async function runLine(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl, replica: number): Promise<LineResult | null> {
+  if (model.kind === "upstream") return runUpstream(req, model, task, control, replica);
+  // A built-in with simulated latency occupies a scheduler slot like an upstream would.
+  let release: SlotRelease | null = null;
+  if (model.limited) {
+    // Paused or stopped before its slot (the asks already waiting were cancelled; this line may
+    // come after, from the wait for room under the shard's bound), or its wait cancelled: paused,
+    // the line stays undone; stopped, it is not run.
+    const stopped = () => (control.stopCode ? stoppedLine(req.custom_id, control.stopCode) : null);
+    if (stopStateOf(control) !== null) return stopped();
+    if (!(release = await acquireSlot(model.id))) return stopped();
+  }
+  try {
+    await new Promise((r) => setTimeout(r, model.latencyMs));
+    return runBuiltin(req, model, endpointKind(task.endpoint));
+  } finally {
+    release?.();
   }
 }

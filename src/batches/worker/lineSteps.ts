@@ -12,7 +12,7 @@ import { UNMEASURED, slotOutcome, type SlotOutcome } from "../../inference/admis
 import type { UpstreamAnswer } from "../../inference/upstream/answer";
 import { Deadline } from "../../inference/upstream/deadline";
 import { CallFailure, classify, describe, failureLabel, type Fate } from "../../inference/upstream/fate";
-import { enter, leave } from "../../inference/replicas/cells";
+import { enter, isOpen, leave } from "../../inference/replicas/cells";
 import { noOtherReplica, pickReplica, prefixKey, type ReplicaView } from "../../inference/replicas/pick";
 import { epochOf, isDown, isUp, reportFate, type HealthMemory } from "../../inference/upstream/health";
 import { postJson, type UpstreamTarget } from "../../inference/upstream/transport";
@@ -109,10 +109,21 @@ export function lineCall(req: BatchRequest, model: PricedModel, path: string): L
   return { target: model, path, payload: JSON.stringify(body), timeoutMs: model.timeoutMs, key: prefixKey(upstreamModel, req.body), upstream: model.upstream ?? null };
 }
 
-/** The replica for an attempt (null: the model's own base_url, as for a Worker without replica sets). `avoid`: the one the last attempt failed on. */
-export function chooseReplica(call: LineCall, avoid: number): ReplicaView | null {
+/**
+ * The replica for an attempt (null: the model's own base_url, as for a
+ * Worker without replica sets). `avoid`: the one the last attempt failed
+ * on; `preferred`: the one the shard's prefix window chose, taken while it
+ * is in the set and its breaker closed.
+ */
+export function chooseReplica(call: LineCall, avoid: number, preferred = -1): ReplicaView | null {
   const cells = replicaCells();
-  return cells ? pickReplica(replicasOf(call.upstream), cells, call.key, avoid) : null;
+  if (!cells) return null;
+  const views = replicasOf(call.upstream);
+  if (preferred >= 0) {
+    const v = views.find((x) => x.idx === preferred);
+    if (v && !isOpen(cells, v.idx)) return v;
+  }
+  return pickReplica(views, cells, call.key, avoid);
 }
 
 /** What one attempt got: the answer and its whole body, or the failure it threw (sending or reading). */

@@ -15,21 +15,21 @@ import { dirname } from "node:path";
 import { fsyncEnabled, syncDir, syncFd } from "../../fsync";
 import { readLines } from "../../jsonl/lineReader";
 import type { FromWorker, PricedModel, RunTask, ShardTotals } from "../types";
-import { runBuiltin, runUpstream, stoppedLine, type BatchRequest, type LineResult, type ShardControl } from "./execute";
+import { runBuiltin, runLine, stoppedLine, type BatchRequest, type LineResult, type ShardControl } from "./execute";
 import { recoverParts } from "./partFiles";
 import { endpointKind } from "../../endpoints";
 import { addUsage } from "./usage";
-import { acquireSlot, limitNow, setSlotBatch, type SlotRelease } from "./slots";
-import { stopStateOf } from "./lineSteps";
+import { limitNow, setSlotBatch } from "./slots";
 import { countLine, takeWorkerMetrics } from "../../metrics/worker";
 import { bucketOf } from "../../storage/bucket";
 import { openLocator } from "../../storage/locator";
 import { CHECKPOINT_MS, PartCheckpoints } from "./checkpoints";
 import { worked } from "./garbage";
 import { giveTurn, holdsTurn, takeTurn } from "./turns";
-import { PrefixGroups } from "./prefixGroups";
+import { PrefixGroups, WAIT } from "./prefixGroups";
 import { replicasOf } from "./replicas";
 import { prefixKey } from "../../inference/replicas/pick";
+import { placementOf } from "./placement";
 
 /** A line waiting in the prefix window. */
 interface Grouped {
@@ -221,12 +221,18 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
   const nextCompletion = () => new Promise<void>((r) => (wake = r));
   let paused = false;
   let finished = false;
-  let groups: PrefixGroups<Grouped> | null = null;
+  // Per model with several replicas: its prefix window (./prefixGroups.ts).
+  const windows = new Map<string, PrefixGroups<Grouped>>();
+  const windowed = () => {
+    let n = 0;
+    for (const w of windows.values()) n += w.lines;
+    return n;
+  };
   // Upstream (or a built-in with simulated latency): bounded concurrency.
   // On a limited model the scheduler bounds what really runs. No extra
   // lines queue for a slot: while none wait in the scheduler, Workers
   // take free slots from shared memory without a message (slots.ts).
-  const send = async (req: BatchRequest, model: PricedModel) => {
+  const send = async (req: BatchRequest, model: PricedModel, finished?: () => void, replica = -1) => {
     const bound = boundFor(model, task);
     if (inFlight >= bound) {
       giveTurn();
@@ -234,7 +240,7 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
     }
     if (failure) throw failure;
     inFlight++;
-    executeAsync(req, model, task, control)
+    runLine(req, model, task, control, replica)
       .then(
         (r) => {
           // A result that arrives after a stop still counts: the request ran.
@@ -248,16 +254,27 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
       )
       .finally(() => {
         inFlight--;
+        finished?.();
         const w = wake;
         wake = null;
         w?.();
       });
   };
   const sendNextGrouped = async (g: PrefixGroups<Grouped>) => {
-    const { req, model, chars } = g.next()!;
+    const next = g.next();
+    if (next === undefined) return;
+    if (next === WAIT) {
+      // Every open group waits on its first line, in flight: until one finishes.
+      giveTurn();
+      await nextCompletion();
+      return;
+    }
+    const { req, model, chars } = next.item;
     g.sent(chars);
-    if (control.stopCode) record(stoppedLine(req.custom_id, control.stopCode), undefined, model.id);
-    else await send(req, model);
+    if (control.stopCode) {
+      record(stoppedLine(req.custom_id, control.stopCode), undefined, model.id);
+      g.warmed(next.group);
+    } else await send(req, model, () => g.warmed(next.group), next.replica);
   };
   try {
     const stream = openLocator(task.input).slice(task.start, task.end).stream();
@@ -291,8 +308,10 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
         // grouped by prefix (./prefixGroups.ts), and go out from there.
         const replicas = model.kind === "upstream" ? replicasOf(model.upstream).length : 0;
         if (replicas > 1) {
-          (groups ??= new PrefixGroups(2 * replicas)).add(prefixKey(model.upstreamModel ?? model.id, req.body), { req, model, chars: text.length }, text.length);
-          while (groups.full && !control.pausing && !control.stopCode) await sendNextGrouped(groups);
+          let w = windows.get(model.id);
+          if (!w) windows.set(model.id, (w = new PrefixGroups(placementOf(model, boundFor(model, task)))));
+          w.add(prefixKey(model.upstreamModel ?? model.id, req.body), { req, model, chars: text.length }, text.length);
+          while (w.full && !control.pausing && !control.stopCode) await sendNextGrouped(w);
           continue;
         }
         await send(req, model);
@@ -302,8 +321,8 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
       if (inFlight === 0) await new Promise((r) => setImmediate(r));
     }
     // The window's last lines (a pause leaves them undone; a stop records them stopped).
-    while (groups && groups.lines > 0 && !control.pausing) await sendNextGrouped(groups);
-    if (control.pausing && groups && groups.lines > 0) paused = true;
+    for (const w of windows.values()) while (w.lines > 0 && !control.pausing) await sendNextGrouped(w);
+    if (control.pausing && windowed() > 0) paused = true;
     finished = true;
   } finally {
     // The shard's last requests, also when the loop failed: they write to
@@ -362,29 +381,9 @@ async function uploadParts(task: RunTask): Promise<void> {
  * would stop at the bound for a batch of one shard. Elsewhere (an unlimited
  * model, or a limit this Worker cannot see): the task's bound.
  */
-function boundFor(model: PricedModel, task: RunTask): number {
+export function boundFor(model: PricedModel, task: RunTask): number {
   const limit = model.limited ? limitNow(model.id) : null;
   return limit === null ? task.concurrency : Math.max(1, limit + Math.ceil(limit / 4));
-}
-
-async function executeAsync(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl): Promise<LineResult | null> {
-  if (model.kind === "upstream") return runUpstream(req, model, task, control);
-  // A built-in with simulated latency occupies a scheduler slot like an upstream would.
-  let release: SlotRelease | null = null;
-  if (model.limited) {
-    // Paused or stopped before its slot (the asks already waiting were cancelled; this line may
-    // come after, from the wait for room under the shard's bound), or its wait cancelled: paused,
-    // the line stays undone; stopped, it is not run.
-    const stopped = () => (control.stopCode ? stoppedLine(req.custom_id, control.stopCode) : null);
-    if (stopStateOf(control) !== null) return stopped();
-    if (!(release = await acquireSlot(model.id))) return stopped();
-  }
-  try {
-    await new Promise((r) => setTimeout(r, model.latencyMs));
-    return runBuiltin(req, model, endpointKind(task.endpoint));
-  } finally {
-    release?.();
-  }
 }
 
 function isBlank(s: string): boolean {

@@ -113,6 +113,18 @@ function mix(a: number, b: number): number {
 /** Weighted rendezvous score: the highest wins; a replica of weight w wins w times as many keys. */
 const score = (key: number, r: ReplicaView): number => r.weight / -Math.log((mix(key, r.seed) + 0.5) / 4294967296);
 
+/** The replica a prefix goes to while it has room: the first in its ranking among those whose breaker is closed. */
+export function homeOf(replicas: readonly ReplicaView[], cells: ReplicaCells, key: number): ReplicaView | null {
+  let best: ReplicaView | null = null;
+  let bestScore = -Infinity;
+  for (const r of replicas) {
+    if (isOpen(cells, r.idx)) continue;
+    const sc = score(key, r);
+    if (sc > bestScore) [best, bestScore] = [r, sc];
+  }
+  return best ?? replicas[0] ?? null;
+}
+
 /**
  * The replica for a request with prefix `key`, among `replicas` (the ones
  * taking work: not draining), leaving out those whose breaker is open and,
