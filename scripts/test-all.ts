@@ -54,11 +54,13 @@ const SKIP: Record<Exclude<Mode, "sqlite">, Record<string, string>> = {
   postgres: {
     "docs.test.ts": "the /docs page and the OpenAPI document: nothing in them is stored",
     "console.test.ts": "the console in chromium: its API calls are covered by the API suites here; minutes of browser time",
+    "replicas-cluster.test.ts": "runs its two nodes on a Postgres of its own in every mode",
   },
   s3: {
     "docs.test.ts": "the /docs page and the OpenAPI document: nothing in them is stored",
     "console.test.ts": "the console in chromium: its API calls are covered by the API suites here; minutes of browser time",
     "storage-s3.test.ts": "runs its servers on the bucket (and on the disk) by itself already",
+    "replicas-cluster.test.ts": "runs its two nodes on a Postgres of its own in every mode",
     "batches-compose-crash.test.ts": "kills finalize between the local disk's steps (parts moved into files/); storage-s3.test.ts kills a batch on the bucket",
   },
 };

@@ -43,7 +43,7 @@ describe("an upstream with replicas", () => {
     ups = await Promise.all([0, 1, 2].map(() => startFakeUpstream({ models: [MODEL], latencyMs: 5 })));
     spare = await startFakeUpstream({ models: [MODEL], latencyMs: 5 });
     configPath = cfg.write("replicas.json", {
-      upstreams: [{ name: "pool", engine: "vllm", models: [MODEL], max_concurrency: 4, replicas: ups.map((u) => ({ base_url: u.baseUrl })) }],
+      upstreams: [{ name: "pool", engine: "vllm", models: [MODEL], max_concurrency: 4, batch_priority: 7, replicas: ups.map((u) => ({ base_url: u.baseUrl })) }],
     });
     t = await startTestServer({ argv: ["--config", configPath], dataDir });
   }, SCENARIO_MS);
@@ -101,6 +101,18 @@ describe("an upstream with replicas", () => {
     expect(home / 120).toBeGreaterThanOrEqual(0.68);
     // And the prefixes' homes are spread over the replicas (each is home to some).
     for (const n of homes) expect(n).toBeGreaterThanOrEqual(3);
+  }, SCENARIO_MS);
+
+  test("batch_priority goes upstream as `priority` on batch lines only, never on interactive requests", async () => {
+    const seen: { content: string; priority: unknown }[] = [];
+    for (const u of ups) u.plan = (r) => void seen.push({ content: r.content, priority: r.body.priority });
+    const client = t.sdk();
+    await client.chat.completions.create(chat(1, "interactive-priority") as any);
+    const { batch } = await createBatch(client, [line("p-1", 1, "batch-priority-1"), line("p-2", 2, "batch-priority-2")]);
+    expect((await waitBatch(client, batch.id)).status).toBe("completed");
+    for (const u of ups) u.plan = null;
+    expect(seen.find((x) => x.content === "interactive-priority")?.priority).toBeUndefined();
+    expect(seen.filter((x) => x.content.startsWith("batch-priority-")).map((x) => x.priority)).toEqual([7, 7]);
   }, SCENARIO_MS);
 
   test("one replica dying mid-batch fails no line; its lines go to the others", async () => {
