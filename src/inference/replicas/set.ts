@@ -18,6 +18,8 @@ import type { Logger } from "../../log";
 import { getModels, ownClientFor, type UpstreamClientSetting } from "../upstream/transport";
 import { MAX_REPLICAS, close, countersOf, isOpen, newReplicaCells, open, type ReplicaCounters } from "./cells";
 import { seedOf, type ReplicaView } from "./pick";
+import { replicaId } from "./replicaId";
+import { lookup } from "node:dns/promises";
 
 export type ReplicaState = "active" | "draining";
 export type ReplicaSource = "config" | "api" | "dns";
@@ -34,6 +36,23 @@ export interface ReplicaInfo {
   removed: boolean;
   view: ReplicaView;
   counters: ReplicaCounters;
+}
+
+/** How often a `resolve: "dns"` replica's host is looked up again. */
+export const DNS_EVERY_MS = 10_000;
+
+/** The replica URL once per address its host resolves to (sorted, so that a lookup in another order changes nothing). */
+async function resolvedUrls(baseUrl: string): Promise<string[]> {
+  const url = new URL(baseUrl);
+  const host = url.hostname.replace(/^\[|\]$/g, "");
+  const addresses = await lookup(host, { all: true });
+  const urls = new Set<string>();
+  for (const a of addresses) {
+    const u = new URL(baseUrl);
+    u.hostname = a.family === 6 ? `[${a.address}]` : a.address;
+    urls.add(u.toString().replace(/\/+$/, ""));
+  }
+  return [...urls].sort();
 }
 
 /** What every node re-reads: at most this long until a change made elsewhere is obeyed. */
@@ -64,6 +83,10 @@ export class ReplicaSets {
   private active = new Map<string, ReplicaView[]>();
   private readonly listeners: (() => void)[] = [];
   private lastRows = "";
+  private rows: ReplicaRow[] = [];
+  /** Per config replica with `resolve: "dns"`: the URLs of the addresses its host resolved to last. */
+  private readonly resolved = new Map<string, string[]>();
+  private dnsTimer: ReturnType<typeof setInterval> | null = null;
   private timer: ReturnType<typeof setInterval> | null = null;
   private polling = false;
 
@@ -78,6 +101,11 @@ export class ReplicaSets {
 
   /** Reads the table now, then every POLL_MS; probes open replicas. */
   async start(): Promise<void> {
+    if (this.upstreams.some((u) => u.replicas.some((r) => r.resolve === "dns"))) {
+      await this.resolveAll();
+      this.dnsTimer = setInterval(() => void this.resolveAll(), DNS_EVERY_MS);
+      this.dnsTimer.unref?.();
+    }
     await this.poll();
     this.timer = setInterval(() => {
       void this.poll();
@@ -87,6 +115,7 @@ export class ReplicaSets {
   }
 
   stop(): void {
+    if (this.dnsTimer) clearInterval(this.dnsTimer);
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
   }
@@ -136,6 +165,7 @@ export class ReplicaSets {
       const key = JSON.stringify(rows.map((r) => [r.id, r.state, r.weight, r.baseUrl, r.updatedAt]).sort());
       if (key !== this.lastRows) {
         this.lastRows = key;
+        this.rows = rows;
         this.apply(rows);
       }
     } catch (e) {
@@ -145,6 +175,27 @@ export class ReplicaSets {
       this.polling = false;
     }
     this.forgetDrained();
+  }
+
+  /** Looks up the hosts of the replicas with `resolve: "dns"`; a change of addresses rebuilds the sets (a vanished one drains). */
+  private async resolveAll(): Promise<void> {
+    let changed = false;
+    for (const u of this.upstreams)
+      for (const r of u.replicas) {
+        if (r.resolve !== "dns") continue;
+        const urls = await resolvedUrls(r.base_url).catch((e) => {
+          // A failed lookup keeps the last addresses: DNS trouble is not the engines'.
+          this.log.warn("replica DNS lookup failed", { upstream: u.name, base_url: r.base_url, error: String(e) });
+          return null;
+        });
+        if (urls === null) continue;
+        const before = this.resolved.get(r.id) ?? [];
+        if (urls.join() !== before.join()) {
+          this.resolved.set(r.id, urls);
+          changed = true;
+        }
+      }
+    if (changed) this.apply(this.rows);
   }
 
   /** Builds the sets from the config and the table's rows; publishes a change. */
@@ -159,7 +210,18 @@ export class ReplicaSets {
         const state = row?.state ?? "active";
         return this.knownOf(u, r.id, r.base_url, row?.weight ?? r.weight, limitOf(r, u), state, "config");
       };
-      for (const r of u.replicas) list.push(fromConfig(r));
+      for (const r of u.replicas) {
+        if (r.resolve !== "dns") {
+          list.push(fromConfig(r));
+          continue;
+        }
+        // One replica per address its host resolved to, named by upstream and address (the same on every node).
+        for (const url of this.resolved.get(r.id) ?? []) {
+          const id = replicaId(u.name, url);
+          const row = byId.get(id);
+          list.push(this.knownOf(u, id, url, row?.weight ?? r.weight, limitOf(r, u), row?.state ?? "active", "dns"));
+        }
+      }
       for (const row of rows) {
         if (row.upstream !== u.name || row.source === "config") continue;
         list.push(this.knownOf(u, row.id, row.baseUrl, row.weight, limitOf(null, u), row.state, row.source as ReplicaSource));
