@@ -33,6 +33,7 @@ Client (talks to a running server; --base-url, --api-key):
   offpeak files upload|list|get|download|rm …
   offpeak batches create|get|list|cancel|retry|wait …   (wait --out FILE: download the results)
   offpeak webhooks create|list|rm …
+  offpeak upstreams list|add|drain|activate|remove …   (the engines of each upstream; admin key)
   offpeak batch run FILE.jsonl [--out RESULTS.jsonl] [--errors ERRORS.jsonl]
   offpeak healthcheck [--url URL]
 

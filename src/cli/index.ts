@@ -5,6 +5,7 @@ import { batchCommand } from "./run";
 import { batchesCommand } from "./batches";
 import { filesCommand } from "./files";
 import { healthcheckCommand } from "./health";
+import { upstreamsCommand } from "./upstreams";
 import { webhooksCommand } from "./webhooks";
 
 export const CLIENT_COMMANDS: Record<string, (argv: string[]) => Promise<number>> = {
@@ -13,6 +14,7 @@ export const CLIENT_COMMANDS: Record<string, (argv: string[]) => Promise<number>
   batch: batchCommand,
   healthcheck: healthcheckCommand,
   webhooks: webhooksCommand,
+  upstreams: upstreamsCommand,
 };
 
 export { CliError } from "./args";

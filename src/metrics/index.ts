@@ -69,6 +69,20 @@ export const m = {
     "Batch requests allowed in flight at once to the upstream after 429s (additive increase, multiplicative decrease); absent while not limited.",
     ["upstream"],
   ),
+  // Per replica of an upstream (docs/CONTRACT.md §21), read at scrape time from what GET /upstreams shows (src/upstreams/service.ts).
+  replicaInFlight: registry.gauge("offpeak_replica_in_flight", "Requests in flight on the replica now (interactive and batch, from every thread), by upstream and replica id.", ["upstream", "replica"]),
+  replicaRequests: registry.counter("offpeak_replica_requests_total", "Requests sent to the replica (each retry counts), by upstream and replica id.", ["upstream", "replica"]),
+  replicaFailures: registry.counter(
+    "offpeak_replica_failures_total",
+    "Requests on the replica that failed as a whole (no connection, a timeout, 502/503/504), by upstream and replica id.",
+    ["upstream", "replica"],
+  ),
+  replicaConcurrencyLimit: registry.gauge(
+    "offpeak_replica_concurrency_limit",
+    "Requests the replica may have in flight at once: its max_concurrency, else its share of its model's limit now; absent when unlimited. By upstream and replica id.",
+    ["upstream", "replica"],
+  ),
+  replicaUp: registry.gauge("offpeak_replica_up", "1 while the replica takes requests or could (a draining one included), 0 while it is down (its breaker open or its upstream down), by upstream and replica id.", ["upstream", "replica"]),
   batchDispatchConcurrency: registry.gauge("offpeak_batch_dispatch_concurrency", "Batch requests in flight to the model now (its batch dispatch concurrency), by model.", ["model"]),
   filesStored: registry.gauge("offpeak_files_stored", "Files in the database (including batch outputs), by purpose.", ["purpose"]),
   fileBytesStored: registry.gauge("offpeak_file_bytes_stored", "Bytes of stored files, by purpose.", ["purpose"]),

@@ -96,6 +96,18 @@ export class Counter extends ValueMetric {
     const c = this.cell(values);
     return () => void c.value++;
   }
+  /**
+   * The total outright, for a count kept elsewhere and copied at scrape
+   * time (the replicas' shared cells, src/inference/replicas/cells.ts, which
+   * every thread adds to with atomics). Such a counter is reset() and
+   * refilled at each scrape like a gauge, so a series goes with what it
+   * counts; it is never bound (bind()). The source only goes up (it starts
+   * at 0 with the process, as every counter here does).
+   */
+  setTotal(values: readonly string[], total: number): void {
+    if (!(total >= 0)) throw new Error(`${this.name}: a counter's total is at least 0`);
+    this.cell(values).value = total;
+  }
 }
 
 export class Gauge extends ValueMetric {

@@ -8,6 +8,7 @@ import { m, registry } from "./index";
 import { windowOf } from "../inference/upstream/health";
 import { peakNow } from "../scheduling/order";
 import { PROMETHEUS_CONTENT_TYPE } from "./registry";
+import { listUpstreams } from "../upstreams/service";
 
 const BATCH_STATUSES = ["validating", "in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled"];
 
@@ -62,6 +63,27 @@ export async function collectGauges(ctx: AppContext): Promise<void> {
     const w = windowOf(ctx.registry.health.mem, i).window;
     if (w !== null) m.upstreamBatchWindow.set([u.name], w);
   });
+  collectReplicas(ctx);
+}
+
+/**
+ * Each replica as GET /upstreams shows it (docs/CONTRACT.md §21: the same
+ * numbers): its counters are totals kept in the shared cells, copied here;
+ * a replica that left the set leaves /metrics with it.
+ */
+function collectReplicas(ctx: AppContext): void {
+  const series = [m.replicaInFlight, m.replicaRequests, m.replicaFailures, m.replicaConcurrencyLimit, m.replicaUp];
+  for (const s of series) s.reset();
+  if (!ctx.registry.replicas) return;
+  for (const u of listUpstreams(ctx).data)
+    for (const r of u.replicas) {
+      const labels = [u.name, r.id];
+      m.replicaInFlight.set(labels, r.in_flight);
+      m.replicaRequests.setTotal(labels, r.requests);
+      m.replicaFailures.setTotal(labels, r.failures);
+      if (r.concurrency_limit !== null) m.replicaConcurrencyLimit.set(labels, r.concurrency_limit);
+      m.replicaUp.set(labels, r.healthy ? 1 : 0);
+    }
 }
 
 export const metricsRoutes = (ctx: AppContext) =>
