@@ -198,7 +198,7 @@ export class BatchRunner {
     );
     const sets = this.registry.replicas;
     if (sets && !this.pool.replicas) {
-      this.pool.replicas = () => ({ cells: sets.cells, sets: sets.snapshot() });
+      this.pool.replicas = () => ({ cells: sets.cells, times: sets.times, sets: sets.snapshot() });
       sets.onChange(() => this.pool?.replicasChanged());
     }
     return this.pool;

@@ -10,6 +10,8 @@ import type { ReplicaView } from "../inference/replicas/pick";
 /** The replica cells all threads share, and which replicas of each upstream take work. */
 export interface ReplicaState {
   cells: Int32Array;
+  /** When each replica's engine load was read. */
+  times: Float64Array;
   sets: Record<string, ReplicaView[]>;
 }
 

@@ -41,6 +41,8 @@ function replicaView(ctx: AppContext, u: UpstreamConfig, r: ReplicaInfo) {
     requests: r.counters.requests,
     failures: r.counters.failures,
     latency_ms: r.counters.answers > 0 ? Math.round(r.counters.heldMs / r.counters.answers) : null,
+    /** Requests its engine reports running and waiting (vLLM, SGLang, llama.cpp /metrics; null: unknown or older than 5 s). */
+    engine_load: setsOf(ctx).engineLoad(r.view.idx),
   };
 }
 

@@ -50,7 +50,7 @@ self.onmessage = (event: MessageEvent<ToWorker>) => {
       setSharedSlots(msg.slots, msg.held, (model) => models.get(model)?.sharedBase ?? -1);
       initGate(msg.health, post);
       initTurns(msg.turns, msg.turn);
-      if (msg.replicas) setReplicas(msg.replicas.cells, msg.replicas.sets);
+      if (msg.replicas) setReplicas(msg.replicas.cells, msg.replicas.sets, msg.replicas.times);
       return;
     case "replicas":
       updateReplicas(msg.sets);

@@ -21,7 +21,7 @@ import type { PricedModel, RunTask } from "../types";
 import { ids, answerLine, resultLine, type BatchRequest, type LastFailure, type LineResult } from "./resultLines";
 import { acquireSlot, type SlotRelease } from "./slots";
 import { READY, claim, enterUpstream, healthMemory, nextTick, ready, settled, tellSuspect } from "./upstreamGate";
-import { replicaCells, replicasOf } from "./replicas";
+import { replicaCells, replicaTimes, replicasOf } from "./replicas";
 
 /** How a running shard is told to stop, set by messages to its Worker. */
 export interface ShardControl {
@@ -123,7 +123,7 @@ export function chooseReplica(call: LineCall, avoid: number, preferred = -1): Re
     const v = views.find((x) => x.idx === preferred);
     if (v && !isOpen(cells, v.idx)) return v;
   }
-  return pickReplica(views, cells, call.key, avoid);
+  return pickReplica(views, cells, call.key, avoid, replicaTimes());
 }
 
 /** What one attempt got: the answer and its whole body, or the failure it threw (sending or reading). */

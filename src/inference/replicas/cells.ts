@@ -10,6 +10,8 @@
 
 /** Int32 cells per replica. */
 export const REPLICA_CELLS = 8;
+/** When each replica's engine load was read (ms since epoch; plain reads: a torn value only ages a reading). */
+export type EngineTimes = Float64Array;
 const IN_FLIGHT = 0;
 const OPEN = 1; // 1: left out of dispatch (failures in a row), until a probe answers
 const FAILS = 2; // failures as a whole in a row
@@ -17,6 +19,7 @@ const REQUESTS = 3; // requests sent (wraps: readers take differences)
 const FAILURES = 4; // failures as a whole
 const ANSWERS = 5; // 2xx answers
 const HELD = 6; // time those answers took, in ms (wraps)
+const ENGINE_LOAD = 7; // requests the engine itself reports running and waiting (its /metrics), all clients'; -1: unknown
 
 /** Failures as a whole in a row that open a replica's breaker. */
 export const REPLICA_FAIL_THRESHOLD = 3;
@@ -26,10 +29,33 @@ export const MAX_REPLICAS = 1024;
 export type ReplicaCells = Int32Array;
 
 export const newReplicaCells = (): ReplicaCells => new Int32Array(new SharedArrayBuffer(4 * REPLICA_CELLS * MAX_REPLICAS));
+export const newEngineTimes = (): EngineTimes => new Float64Array(new SharedArrayBuffer(8 * MAX_REPLICAS));
 
 const at = (r: number, cell: number) => r * REPLICA_CELLS + cell;
 
 export const inFlightOf = (cells: ReplicaCells, r: number): number => Atomics.load(cells, at(r, IN_FLIGHT));
+
+/** A reading of the engine's load older than this is unknown (docs/CONTRACT.md §21). */
+export const ENGINE_LOAD_MAX_AGE_MS = 5000;
+
+/** The engine's own count of requests running and waiting (every client's, every node's), or -1 when unknown or stale. */
+export function engineLoadOf(cells: ReplicaCells, times: EngineTimes | null, r: number, now = Date.now()): number {
+  if (!times || now - times[r]! > ENGINE_LOAD_MAX_AGE_MS) return -1;
+  return Atomics.load(cells, at(r, ENGINE_LOAD));
+}
+
+/** Main thread: the engine said it runs and holds `load` requests. */
+export function setEngineLoad(cells: ReplicaCells, times: EngineTimes, r: number, load: number, now = Date.now()): void {
+  Atomics.store(cells, at(r, ENGINE_LOAD), load);
+  times[r] = now;
+}
+
+/** A replica's load for the dispatch: its requests in flight from here, or the engine's own count when that is known and larger (other nodes' and clients' requests). */
+export function loadOf(cells: ReplicaCells, times: EngineTimes | null, r: number): number {
+  const own = inFlightOf(cells, r);
+  const engine = times ? engineLoadOf(cells, times, r) : -1;
+  return engine > own ? engine : own;
+}
 export const isOpen = (cells: ReplicaCells, r: number): boolean => Atomics.load(cells, at(r, OPEN)) === 1;
 
 /** A request starts on replica r. */

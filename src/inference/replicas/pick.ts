@@ -13,14 +13,16 @@
 // removing a replica moves only the prefixes it gains or loses.
 //
 // Load bounds the affinity (consistent hashing with bounded loads): the
-// request takes the first replica in its ranking whose requests in flight,
+// request takes the first replica in its ranking whose load (its requests
+// in flight from this process, or the engine's own count of running and
+// waiting requests when that is fresh and larger: other nodes' too),
 // this one included, stay within LOAD_FACTOR × its weighted share of all in
 // flight. A hot prefix thus spills onto its second choice (the same on every
 // node) instead of piling onto one engine. A replica at its own
 // max_concurrency is passed over; if all are, the least loaded takes it.
 //
 // Imports only the shared cells: a batch Worker loads it.
-import { inFlightOf, isOpen, type ReplicaCells } from "./cells";
+import { inFlightOf, isOpen, loadOf, type EngineTimes, type ReplicaCells } from "./cells";
 
 /** Whether a failure on one replica is the upstream's as a whole: no other replica would take the request. */
 export function noOtherReplica(replicas: readonly ReplicaView[], cells: ReplicaCells, failed: number): boolean {
@@ -130,8 +132,10 @@ export function homeOf(replicas: readonly ReplicaView[], cells: ReplicaCells, ke
  * taking work: not draining), leaving out those whose breaker is open and,
  * when another will do, `avoid` (the replica the request's last attempt
  * failed on). Null only when there is no replica at all (all drained).
+ * `times`: when each engine's own load was read (./cells.ts engineLoadOf):
+ * a fresh reading larger than this process's count is the load.
  */
-export function pickReplica(replicas: readonly ReplicaView[], cells: ReplicaCells, key: number, avoid = -1): ReplicaView | null {
+export function pickReplica(replicas: readonly ReplicaView[], cells: ReplicaCells, key: number, avoid = -1, times: EngineTimes | null = null): ReplicaView | null {
   if (replicas.length <= 1) return replicas[0] ?? null;
   let candidates = replicas.filter((r) => !isOpen(cells, r.idx));
   // Every breaker open: the upstream fails as a whole, as one engine would,
@@ -143,28 +147,27 @@ export function pickReplica(replicas: readonly ReplicaView[], cells: ReplicaCell
   let total = 1;
   let weights = 0;
   for (const r of candidates) {
-    total += inFlightOf(cells, r.idx);
+    total += loadOf(cells, times, r.idx);
     weights += r.weight;
   }
   if (key !== 0) {
     const ranked = candidates.map((r) => ({ r, s: score(key, r) })).sort((a, b) => b.s - a.s);
     for (const { r } of ranked) {
-      const load = inFlightOf(cells, r.idx);
-      if (r.limit > 0 && load >= r.limit) continue;
-      if (load + 1 <= Math.max(1, Math.ceil((LOAD_FACTOR * total * r.weight) / weights))) return r;
+      if (r.limit > 0 && inFlightOf(cells, r.idx) >= r.limit) continue;
+      if (loadOf(cells, times, r.idx) + 1 <= Math.max(1, Math.ceil((LOAD_FACTOR * total * r.weight) / weights))) return r;
     }
   }
-  return leastLoaded(candidates, cells);
+  return leastLoaded(candidates, cells, times);
 }
 
 /** The replica with the fewest requests in flight per unit of weight (ties: the first listed). */
-export function leastLoaded(replicas: readonly ReplicaView[], cells: ReplicaCells): ReplicaView {
+export function leastLoaded(replicas: readonly ReplicaView[], cells: ReplicaCells, times: EngineTimes | null = null): ReplicaView {
   let best = replicas[0]!;
   let bestLoad = Infinity;
   for (const r of replicas) {
     const inFlight = inFlightOf(cells, r.idx);
     const full = r.limit > 0 && inFlight >= r.limit ? 1e9 : 0;
-    const load = full + (inFlight + 1) / r.weight;
+    const load = full + (loadOf(cells, times, r.idx) + 1) / r.weight;
     if (load < bestLoad) {
       best = r;
       bestLoad = load;

@@ -16,7 +16,8 @@ import type { Db } from "../../db/client";
 import type { ReplicaRow } from "../../db/schema";
 import type { Logger } from "../../log";
 import { getModels, ownClientFor, type UpstreamClientSetting } from "../upstream/transport";
-import { MAX_REPLICAS, close, countersOf, isOpen, newReplicaCells, open, type ReplicaCounters } from "./cells";
+import { MAX_REPLICAS, close, countersOf, engineLoadOf, isOpen, newEngineTimes, newReplicaCells, open, setEngineLoad, type ReplicaCounters } from "./cells";
+import { ENGINE_EVERY_MS, publishesLoad, readEngineLoad } from "./engineLoad";
 import { seedOf, type ReplicaView } from "./pick";
 import { replicaId } from "./replicaId";
 import { lookup } from "node:dns/promises";
@@ -69,12 +70,17 @@ interface Known {
   source: ReplicaSource;
   removed: boolean;
   probing: boolean;
+  /** Its engine's /metrics is being read. */
+  reading: boolean;
   nextProbeAt: number;
   probeDelay: number;
 }
 
 export class ReplicaSets {
   readonly cells = newReplicaCells();
+  /** When each replica's engine load was read (./engineLoad.ts). */
+  readonly times = newEngineTimes();
+  private engineTimer: ReturnType<typeof setInterval> | null = null;
   /** Every replica seen while this process runs, by id (indexes into the cells are never reused). */
   private readonly known = new Map<string, Known>();
   /** Per upstream, in order: the replicas listed now (removed ones that still run requests included). */
@@ -107,6 +113,10 @@ export class ReplicaSets {
       this.dnsTimer.unref?.();
     }
     await this.poll();
+    if (this.upstreams.some((u) => publishesLoad(u.engine))) {
+      this.engineTimer = setInterval(() => this.readEngines(), ENGINE_EVERY_MS);
+      this.engineTimer.unref?.();
+    }
     this.timer = setInterval(() => {
       void this.poll();
       this.probeOpen();
@@ -115,6 +125,7 @@ export class ReplicaSets {
   }
 
   stop(): void {
+    if (this.engineTimer) clearInterval(this.engineTimer);
     if (this.dnsTimer) clearInterval(this.dnsTimer);
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
@@ -175,6 +186,29 @@ export class ReplicaSets {
       this.polling = false;
     }
     this.forgetDrained();
+  }
+
+  /** Reads the load each replica's engine reports (vLLM, SGLang, llama.cpp); a replica whose engine does not answer keeps no reading. */
+  private readEngines(): void {
+    for (const u of this.upstreams) {
+      const engine = u.engine;
+      if (!publishesLoad(engine)) continue;
+      for (const k of this.listed.get(u.name) ?? []) {
+        if (k.removed || k.reading) continue;
+        k.reading = true;
+        void readEngineLoad(engine, k.view.baseUrl, u.api_key)
+          .then((load) => {
+            if (load !== null) setEngineLoad(this.cells, this.times, k.view.idx, load);
+          })
+          .finally(() => (k.reading = false));
+      }
+    }
+  }
+
+  /** The load a replica's engine reported, or null (not read, or older than 5 s). */
+  engineLoad(idx: number): number | null {
+    const load = engineLoadOf(this.cells, this.times, idx);
+    return load < 0 ? null : load;
   }
 
   /** Looks up the hosts of the replicas with `resolve: "dns"`; a change of addresses rebuilds the sets (a vanished one drains). */
@@ -253,6 +287,7 @@ export class ReplicaSets {
         source,
         removed: false,
         probing: false,
+        reading: false,
         nextProbeAt: 0,
         probeDelay: PROBE_FIRST_MS,
       };
