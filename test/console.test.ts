@@ -507,6 +507,67 @@ suite("web console in chromium", () => {
     await page.getByText("ok", { exact: true }).first().waitFor();
   }, T);
 
+  test("status: an admin sees each upstream's replicas (state after a drain through the API, in flight / limit, a live sparkline); a non-admin key's page keeps health and models, without them (docs/CONTRACT.md §21)", async () => {
+    // A server of its own: an upstream of two replicas, each a fake engine.
+    const ups = await Promise.all([0, 1].map(() => startFakeUpstream({ models: ["twin-chat"], latencyMs: 5 })));
+    const upCfg = writeUpstreamConfig("offpeak-console-replicas-", { name: "twins", engine: "vllm", models: ["twin-chat"], max_concurrency: 3, replicas: ups.map((u) => ({ base_url: u.baseUrl })) });
+    const s = await startTestServer({ argv: ["--config", upCfg.path] });
+    try {
+      const listed: any = ((await (await s.api("/upstreams")).json()) as any).data[0];
+      const patch = (id: string, state: string) => s.api(`/upstreams/twins/replicas/${id}`, { method: "PATCH", headers: { "content-type": "application/json" }, body: JSON.stringify({ state }) });
+      expect((await patch(listed.replicas[0].id, "draining")).status).toBe(200);
+      const page = await newPage();
+      await page.goto(`${s.url}/#/status`);
+      await page.getByLabel("API key").fill(ADMIN_KEY);
+      await page.getByRole("button", { name: "Sign in" }).click();
+      const table = page.getByRole("table", { name: /Replicas of twins/ });
+      const row = (i: number) => table.getByRole("row").filter({ hasText: ups[i]!.baseUrl });
+      await row(0).getByText("draining", { exact: true }).waitFor();
+      await row(1).getByText("active", { exact: true }).waitFor();
+      for (const i of [0, 1]) {
+        await row(i).getByText(listed.replicas[i].id.slice(0, 12)).waitFor();
+        await row(i).getByText("0 / 3", { exact: true }).waitFor();
+        await row(i).getByText("healthy", { exact: true }).waitFor();
+      }
+      // Active again through the API: the page's own refresh shows it.
+      expect((await patch(listed.replicas[0].id, "active")).status).toBe(200);
+      await row(0).getByText("active", { exact: true }).waitFor();
+      // Requests held by the engines: the in-flight count and its sparkline move with the refresh.
+      for (const u of ups) u.latencyMs = (c) => (c.startsWith("held-") ? 15_000 : 5);
+      const client = s.sdk();
+      const held = [0, 1, 2].map((k) => client.chat.completions.create({ model: "twin-chat", messages: [{ role: "user", content: `held-${k} ${"x".repeat(k * 500)}` }] }));
+      await table.getByText(/^[1-3] \/ 3$/).first().waitFor();
+      await table.getByRole("img", { name: /In flight on rep_\w+ over the last \d+ readings: now [1-3], peak [1-3]/ }).first().waitFor();
+      expect(await table.getByRole("img", { name: /^In flight on rep_/ }).count()).toBe(2);
+      await Promise.all(held);
+      // On a phone the replica tables fit its width too.
+      await page.setViewportSize({ width: 360, height: 740 });
+      await page.waitForTimeout(100);
+      const { scroll, client: width } = await inPage<{ scroll: number; client: number }>(page, `({ scroll: document.documentElement.scrollWidth, client: document.documentElement.clientWidth })`);
+      expect(scroll).toBe(width);
+
+      // A key without admin: the same page, health and models, no replicas and no request for them.
+      const key = await s.createKey({ name: "status-reader", project: "status-reader", scopes: ["files:read"] });
+      const reader = await newPage();
+      const asked: string[] = [];
+      reader.on("request", (r) => {
+        if (new URL(r.url()).pathname.endsWith("/upstreams")) asked.push(r.url());
+      });
+      await reader.goto(`${s.url}/#/status`);
+      await reader.getByLabel("API key").fill(key);
+      await reader.getByRole("button", { name: "Sign in" }).click();
+      await reader.getByRole("table", { name: /Models/ }).getByRole("cell", { name: "twin-chat" }).waitFor();
+      await reader.getByRole("table", { name: /Upstream engines/ }).getByRole("cell", { name: "twins" }).waitFor();
+      expect(await reader.getByRole("table", { name: /Replicas of/ }).count()).toBe(0);
+      expect(await reader.getByRole("alert").count()).toBe(0);
+      expect(asked).toEqual([]);
+    } finally {
+      await s.stop();
+      for (const u of ups) await u.stop();
+      upCfg.cleanup();
+    }
+  }, T);
+
   test("a phone-sized screen: every page fits its width (no horizontal scrolling)", async () => {
     const b = await createBatch(lines(3, "phone"));
     const page = await newPage({ width: 360, height: 740 });

@@ -119,7 +119,7 @@ function Page({ route, me }: { route: Route; me: Me }) {
     case "files":
       return can(me, "files:read") ? <FilesPage me={me} /> : <NotAllowed what="read files" />;
     case "status":
-      return <StatusPage />;
+      return <StatusPage me={me} />;
     case "keys":
       return can(me, "admin") ? <KeysPage me={me} /> : <NotAllowed what="manage API keys" />;
     case "webhooks":

@@ -78,6 +78,26 @@ export interface Status {
   upstreams?: { name: string; healthy: boolean; since: number | null; last_error?: string | null }[];
 }
 
+/** GET /upstreams (docs/CONTRACT.md §21, admin keys only). */
+export interface UpstreamReplica {
+  id: string;
+  base_url: string;
+  weight: number;
+  state: "active" | "draining" | "down";
+  source: "config" | "api" | "dns";
+  in_flight: number;
+  concurrency_limit: number | null;
+  healthy: boolean;
+  latency_ms?: number | null;
+}
+
+export interface Upstream {
+  name: string;
+  engine: string | null;
+  models: string[];
+  replicas: UpstreamReplica[];
+}
+
 export interface ApiKey {
   id: string;
   object: "api_key";

@@ -1,27 +1,45 @@
 // Status and models (GET /status needs only a valid key): overall health,
-// upstreams, and each model's health and load. Refreshed every 5 s.
+// upstreams, and each model's health and load; for admin keys also each
+// upstream's replicas (GET /upstreams, ./Replicas.tsx). Refreshed every 5 s.
 import { useEffect, useState } from "preact/hooks";
-import { api } from "../api";
+import { ApiError, api } from "../api";
 import { ErrorNote, PageTitle, Time } from "../components";
 import { fmtBytes, fmtDuration, fmtInt } from "../format";
-import type { Status } from "../types";
+import { can } from "../session";
+import type { Me, Status, Upstream } from "../types";
+import { ReplicaTables, withReading, type History } from "./Replicas";
 
 const Health = ({ ok, up = "healthy", down = "unhealthy" }: { ok: boolean; up?: string; down?: string }) => (
   <span class={`badge ${ok ? "badge-completed" : "badge-failed"}`}>{ok ? up : down}</span>
 );
 
-export function StatusPage() {
+/** GET /upstreams, or null when this key may not (403: not admin) or it failed this time (the last reading stays). */
+async function upstreamsOrNull(onRefused: () => void): Promise<Upstream[] | null> {
+  try {
+    return (await api<{ data: Upstream[] }>("/upstreams")).data;
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 403) onRefused();
+    return null;
+  }
+}
+
+export function StatusPage({ me }: { me?: Me }) {
   const [s, setS] = useState<Status | null>(null);
   const [error, setError] = useState<unknown>(null);
+  const [replicas, setReplicas] = useState<{ upstreams: Upstream[]; history: History } | null>(null);
   useEffect(() => {
     let timer: ReturnType<typeof setTimeout>;
     let stopped = false;
+    // Only admin keys may list the replicas; a narrower key's page never asks (and stops asking if refused).
+    let mayList = !me || can(me, "admin");
     const load = async () => {
       try {
-        const next = await api<Status>("/status");
+        const [next, ups] = await Promise.all([api<Status>("/status"), mayList ? upstreamsOrNull(() => (mayList = false)) : null]);
         if (stopped) return;
         setS(next);
         setError(null);
+        if (ups) setReplicas((prev) => ({ upstreams: ups, history: withReading(prev?.history ?? new Map(), ups) }));
+        else if (!mayList) setReplicas(null);
       } catch (e) {
         if (!stopped) setError(e);
       }
@@ -102,6 +120,7 @@ export function StatusPage() {
               </tbody>
             </table>
           )}
+          {replicas && replicas.upstreams.length > 0 && <ReplicaTables upstreams={replicas.upstreams} history={replicas.history} />}
 
           <h2>Models</h2>
           <table class="list">
