@@ -26,6 +26,7 @@ import { directInference, type DirectHooks } from "./http/direct";
 import { modelsRoutes } from "./models/routes";
 import { chatsRoutes } from "./chatSessions/routes";
 import { anthropicRoutes } from "./anthropic/routes";
+import { messageBatchesRoutes } from "./anthropic/batches/routes";
 import { statusRoutes } from "./status/routes";
 import { metricsRoutes } from "./metrics/routes";
 import { webhooksRoutes } from "./webhooks/routes";
@@ -57,6 +58,7 @@ const apiRoutes = (ctx: AppContext, prefix: string) =>
     .use(modelsRoutes(ctx))
     .use(chatsRoutes(ctx))
     .use(anthropicRoutes(ctx))
+    .use(messageBatchesRoutes(ctx))
     .use(statusRoutes(ctx))
     .use(metricsRoutes(ctx))
     .use(keysRoutes(ctx))

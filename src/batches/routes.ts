@@ -32,8 +32,12 @@ export const batchesRoutes = (ctx: AppContext) =>
     )
     .get(
       "",
-      ({ request, query }) => listBatches(ctx, principalOf(request).project, intParam(query.limit, "limit", 1, 100, 20), query.after || undefined),
-      { query: t.Object({ limit: t.Optional(t.String()), after: t.Optional(t.String()) }), detail: { summary: "List batches, newest first" } },
+      ({ request, query }) =>
+        listBatches(ctx, principalOf(request).project, intParam(query.limit, "limit", 1, 100, 20), query.after || undefined, query.include === "message_batches"),
+      {
+        query: t.Object({ limit: t.Optional(t.String()), after: t.Optional(t.String()), include: t.Optional(t.String()) }),
+        detail: { summary: "List batches, newest first", description: "include=message_batches lists Anthropic message batches too (marked `api: \"anthropic\"`), as the console and the CLI do." },
+      },
     )
     .get("/:id", async ({ request, params }) => batchView(await getBatch(ctx, principalOf(request).project, params.id)), {
       detail: { summary: "Retrieve a batch" },

@@ -10,6 +10,7 @@ import { addFileDeleteGuard, getFile } from "../files/service";
 import { ENDPOINT_LIST, kindOfUrl } from "../endpoints";
 import type { StatusDetailCode, StatusDetails } from "./statusDetails";
 import { BATCH_DISCOUNT } from "./worker/usage";
+import { messageBatchId } from "../anthropic/batches/ids";
 
 export type { BatchRow };
 export const FINAL_STATES = ["completed", "failed", "expired", "cancelled"] as const;
@@ -58,6 +59,8 @@ export function batchView(b: BatchRow) {
     metadata: b.metadata ?? null,
     estimated_completion_at: final ? null : (b.estimatedCompletionAt ?? null),
     status_details: statusDetailsOf(b),
+    // A message batch (docs/CONTRACT.md §22), as the console and the CLI see it: which API made it and its id there.
+    ...(b.api ? { api: b.api, message_batch_id: messageBatchId(b.id) } : {}),
   };
 }
 
@@ -82,8 +85,8 @@ export function windowHours(window: string): number {
   return hours;
 }
 
-/** `within`: a transaction to create it in, and the input file's row when that transaction just made it. */
-export async function createBatch(ctx: AppContext, project: string, input: CreateBatchInput, within?: { q: Queryable; file: FileRow }): Promise<BatchRow> {
+/** `within`: a transaction to create it in, and the input file's row when that transaction just made it; `api`: "anthropic" for a message batch (src/anthropic/batches). */
+export async function createBatch(ctx: AppContext, project: string, input: CreateBatchInput, within?: { q: Queryable; file: FileRow; api?: "anthropic" }): Promise<BatchRow> {
   const endpoint = kindOfUrl(input.endpoint)?.endpoint;
   if (!endpoint) throw new ApiError("invalid_value", `endpoint must be one of ${ENDPOINT_LIST}`, { param: "endpoint" });
   const hours = windowHours(input.completion_window);
@@ -112,6 +115,7 @@ export async function createBatch(ctx: AppContext, project: string, input: Creat
       total: file.lineCount ?? 0,
       metadata,
       outputExpiresAfter,
+      api: within?.api ?? null,
     })
     .returning();
   return row!;
@@ -125,9 +129,11 @@ export async function getBatch(ctx: AppContext, project: string, id: string): Pr
   return row;
 }
 
-export async function listBatches(ctx: AppContext, project: string, limit: number, after?: string) {
+/** Message batches (docs/CONTRACT.md §22) only with `withMessageBatches` (the console and the CLI list both): an OpenAI client sees its own kind. */
+export async function listBatches(ctx: AppContext, project: string, limit: number, after?: string, withMessageBatches = false) {
   const { batches } = ctx.db.t;
   const conds = [eq(batches.project, project)];
+  if (!withMessageBatches) conds.push(isNull(batches.api));
   if (after) {
     const [cursor] = isId("batch_", after) ? await ctx.db.select({ seq: batches.seq }).from(batches).where(and(eq(batches.id, after), eq(batches.project, project))) : [];
     if (!cursor) throw new ApiError("invalid_value", `after: no batch with id '${after.slice(0, 80)}'`, { param: "after" });

@@ -1,0 +1,148 @@
+// POST /v1/messages/batches (docs/CONTRACT.md §22): a message batch is made
+// as an OpenAI batch is, so that it runs as one (docs/CONTRACT.md §5: the
+// same engine, scheduling, durability, events, webhooks, cluster). The
+// body is read as it streams (./requestsReader.ts); each request is
+// checked and translated to a chat completion (../request.ts) and written
+// as a line of a batch input file — `{custom_id, method, url, body}` — into
+// the file store while the body is still arriving. Any bad request refuses
+// the whole batch, naming it (`requests.N.params.…`, its custom_id), and the
+// file written so far is dropped: nothing is made. Once all is read the
+// file's row and the batch's row (api "anthropic", endpoint
+// /v1/chat/completions, window 24h) are inserted in one transaction by the
+// same createBatch the OpenAI route uses.
+//
+// Bounded as an upload is (docs/CONTRACT.md §16): one of the server's and the key's
+// upload slots, the upload idle timeout, at most 256 MB read and only one
+// request held at a time.
+import type { Principal } from "../../auth/verify";
+import type { AppContext } from "../../context";
+import type { BatchRow, FileRow } from "../../db/schema";
+import { chatCompletions as chatKind } from "../../endpoints/chatCompletions";
+import { serves } from "../../endpoints/kind";
+import { ApiError } from "../../errors";
+import { IdleReader } from "../../http/idleReader";
+import { newId, nowSeconds } from "../../ids";
+import { createBatch } from "../../batches/service";
+import { drain } from "../../files/upload";
+import { uploadSlotsOf } from "../../files/uploadSlots";
+import { toChatRequest } from "../request";
+import { readRequests, tooLarge } from "./requestsReader";
+
+/** docs/CONTRACT.md §22: Anthropic's limits on one message batch. */
+export const MAX_REQUESTS = 100_000;
+export const MAX_BODY_BYTES = 256 * 1024 * 1024;
+const CUSTOM_ID = /^[a-zA-Z0-9_-]{1,64}$/;
+const JSON_TYPE = /^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i;
+/** Lines are gathered into writes of about this much. */
+const FLUSH_CHARS = 1 << 20;
+
+const bad = (param: string, message: string) => new ApiError("invalid_value", `${param}: ${message}`, { param });
+const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
+
+/** `onChunk`: sees every chunk of the body as read (an Idempotency-Key's digest). */
+export async function createMessageBatch(ctx: AppContext, principal: Pick<Principal, "keyId" | "project">, request: Request, onChunk?: (chunk: Uint8Array) => void): Promise<BatchRow> {
+  const type = request.headers.get("content-type") ?? "";
+  if (!JSON_TYPE.test(type))
+    throw new ApiError("invalid_value", `The request body must be JSON with Content-Type: application/json (got ${type ? `'${type.slice(0, 100)}'` : "none"})`);
+  const declared = Number(request.headers.get("content-length") ?? NaN);
+  if (declared > MAX_BODY_BYTES) throw tooLarge(MAX_BODY_BYTES);
+  if (!request.body) throw new ApiError("missing_field", "requests: Field required", { param: "requests" });
+  const giveBackSlot = uploadSlotsOf(ctx).take(principal.keyId);
+  const body = new IdleReader(request.body, ctx.config.uploadIdleTimeoutS * 1000);
+  try {
+    return await receive(ctx, principal.project, body, onChunk);
+  } catch (err) {
+    // A body left unread: the answer closes the connection (as an upload's, src/files/upload.ts).
+    if (!(await drain(body)) && err instanceof ApiError) err.headers.connection = "close";
+    throw err;
+  } finally {
+    body.close();
+    giveBackSlot();
+  }
+}
+
+async function receive(ctx: AppContext, project: string, body: IdleReader, onChunk?: (chunk: Uint8Array) => void): Promise<BatchRow> {
+  const models = servingModels(ctx);
+  const fileId = newId("file-");
+  const writer = ctx.store.createWriter(fileId);
+  const seen = new Set<string>();
+  let pending = "";
+  const flush = async () => {
+    if (!pending) return;
+    const sent = writer.write(Buffer.from(pending));
+    pending = "";
+    if (sent) await sent;
+  };
+  let committed = false;
+  try {
+    for await (const { index, text } of readRequests(body, MAX_BODY_BYTES, onChunk)) {
+      if (index >= MAX_REQUESTS) throw bad("requests", `at most ${MAX_REQUESTS} requests may be sent in one batch`);
+      pending += lineOf(index, text, seen, models);
+      if (pending.length >= FLUSH_CHARS) await flush();
+    }
+    if (seen.size === 0) throw bad("requests", "must hold at least one request");
+    await flush();
+    writer.finish?.();
+    await writer.commit();
+    committed = true;
+    const now = nowSeconds();
+    return await ctx.db.transaction(async (tx) => {
+      const [file] = await tx
+        .insert(ctx.db.t.files)
+        .values({ id: fileId, project, filename: "message_batch_requests.jsonl", purpose: "batch", bytes: writer.bytes, status: "processed", createdAt: now, lineCount: seen.size })
+        .returning();
+      return createBatch(ctx, project, { input_file_id: fileId, endpoint: chatKind.endpoint, completion_window: "24h" }, { q: tx, file: file as FileRow, api: "anthropic" });
+    });
+  } catch (e) {
+    writer.abort();
+    // A committed blob whose rows did not make it: removed too (nothing is made).
+    if (committed) ctx.store.delete(fileId);
+    throw e;
+  }
+}
+
+/** The models a message batch's requests may name: those that answer chat completions (an `api: "anthropic"` upstream speaks only /v1/messages). */
+function servingModels(ctx: AppContext): Set<string> {
+  return new Set(
+    ctx.registry
+      .list()
+      .filter((m) => serves(chatKind, m.kind) && m.api !== "anthropic")
+      .map((m) => m.id),
+  );
+}
+
+/** One request, checked, as its line of the batch input file. */
+function lineOf(index: number, text: string, seen: Set<string>, models: Set<string>): string {
+  const at = `requests.${index}`;
+  let req: unknown;
+  try {
+    req = JSON.parse(text);
+  } catch {
+    throw new ApiError("invalid_json", `${at}: not valid JSON`, { param: at });
+  }
+  if (!isObject(req)) throw bad(at, "must be an object");
+  for (const k of Object.keys(req)) if (k !== "custom_id" && k !== "params") throw bad(`${at}.${k}`, "Extra inputs are not permitted");
+  const customId = req.custom_id;
+  if (customId === undefined) throw new ApiError("missing_field", `${at}.custom_id: Field required`, { param: `${at}.custom_id` });
+  if (typeof customId !== "string" || !CUSTOM_ID.test(customId))
+    throw bad(`${at}.custom_id`, `must match ^[a-zA-Z0-9_-]{1,64}$ (got ${JSON.stringify(String(customId).slice(0, 80))})`);
+  if (seen.has(customId)) throw new ApiError("duplicate_custom_id", `${at}.custom_id: duplicate custom_id '${customId}'; each must be unique within the batch`, { param: `${at}.custom_id` });
+  seen.add(customId);
+  const params = req.params;
+  if (params === undefined) throw new ApiError("missing_field", `${at}.params: Field required (custom_id '${customId}')`, { param: `${at}.params` });
+  if (!isObject(params)) throw bad(`${at}.params`, `must be an object (custom_id '${customId}')`);
+  let chat: Record<string, unknown>;
+  try {
+    chat = toChatRequest(params);
+  } catch (e) {
+    if (!(e instanceof ApiError)) throw e;
+    // The translation names the field within params: prefixed with where the request is.
+    throw new ApiError(e.code, `${at}.params.${e.message} (custom_id '${customId}')`, { param: `${at}.params${e.param ? `.${e.param}` : ""}` });
+  }
+  if (params.stream === true) throw bad(`${at}.params.stream`, `streaming is not supported in a message batch (custom_id '${customId}')`);
+  delete chat.stream;
+  delete chat.stream_options;
+  if (!models.has(chat.model as string))
+    throw bad(`${at}.params.model`, `model '${String(chat.model).slice(0, 200)}' is not available for message batches (custom_id '${customId}')`);
+  return JSON.stringify({ custom_id: customId, method: "POST", url: chatKind.endpoint, body: chat }) + "\n";
+}

@@ -1,0 +1,165 @@
+// The body of POST /v1/messages/batches, `{"requests": [{…}, {…}, …]}`, read
+// as it streams (docs/CONTRACT.md §22: up to 256 MB, never held whole): a
+// byte-level scanner for this one shape that hands over each element of
+// `requests` as its own JSON text, for JSON.parse one at a time. Only the
+// element being read is held (plus the chunk it arrived in).
+//
+// The shape around the elements is checked here: one top-level object whose
+// only key is `requests`, an array of objects; anything else is a 400
+// (invalid_json for bad syntax, invalid_value / missing_field otherwise).
+// Each element's own syntax is JSON.parse's to judge.
+import { ApiError } from "../../errors";
+import type { ChunkReader } from "../../files/multipart";
+
+const WS = new Uint8Array(256);
+for (const c of [0x20, 0x09, 0x0a, 0x0d]) WS[c] = 1;
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const OPEN_OBJECT = 0x7b;
+const CLOSE_OBJECT = 0x7d;
+const OPEN_ARRAY = 0x5b;
+const CLOSE_ARRAY = 0x5d;
+const COMMA = 0x2c;
+const COLON = 0x3a;
+
+const syntax = (what: string) => new ApiError("invalid_json", `The request body is not valid JSON: ${what}`);
+export const tooLarge = (max: number) =>
+  new ApiError("request_too_large", `The request body exceeds the maximum size of ${max} bytes`, { headers: { connection: "close" } });
+
+/** One element of `requests`: its index and its JSON text. */
+export interface RequestElement {
+  index: number;
+  text: string;
+}
+
+/**
+ * Where the scanner is in the shape around the elements:
+ *  start → `{` → keys (`"requests"` `:` `[` elements `]`, `,` …) → `}` → end.
+ */
+type Phase = "start" | "beforeKey" | "key" | "colon" | "value" | "firstElement" | "nextElement" | "element" | "afterElement" | "end";
+
+/**
+ * Yields each element of the body's `requests` array in order. `maxBytes`:
+ * a body longer than that is refused (413) as soon as it is seen;
+ * `onChunk` sees every chunk as read (an Idempotency-Key's digest).
+ */
+export async function* readRequests(body: ChunkReader, maxBytes: number, onChunk?: (chunk: Uint8Array) => void): AsyncGenerator<RequestElement> {
+  const decoder = new TextDecoder();
+  let total = 0;
+  let phase: Phase = "start";
+  let sawRequests = false;
+  let index = 0;
+  // The element being read: the pieces of it from earlier chunks (copies: chunks are not ours to keep).
+  let pieces: Uint8Array[] = [];
+  let depth = 0;
+  let inString = false;
+  let escaped = false;
+  // The top-level key being read (only "requests" is taken; a longer name is cut for the message).
+  let key: number[] = [];
+  let keyEscaped = false;
+
+  for (;;) {
+    const { done, value: c } = await body.read();
+    if (done) break;
+    if (!c || c.length === 0) continue;
+    total += c.length;
+    if (total > maxBytes) throw tooLarge(maxBytes);
+    onChunk?.(c);
+    const n = c.length;
+    let i = 0;
+    // An element that began in an earlier chunk goes on from the chunk's start.
+    let elementStart = phase === "element" ? 0 : -1;
+    while (i < n) {
+      if (phase === "element") {
+        // To the element's closing brace, minding strings.
+        let closed = false;
+        while (i < n) {
+          const b = c[i++]!;
+          if (inString) {
+            if (escaped) escaped = false;
+            else if (b === BACKSLASH) escaped = true;
+            else if (b === QUOTE) inString = false;
+          } else if (b === QUOTE) inString = true;
+          else if (b === OPEN_OBJECT || b === OPEN_ARRAY) depth++;
+          else if ((b === CLOSE_OBJECT || b === CLOSE_ARRAY) && --depth === 0) {
+            closed = true;
+            break;
+          }
+        }
+        if (!closed) break; // kept below, with the rest of this chunk
+        const tail = c.subarray(elementStart, i);
+        let text: string;
+        if (pieces.length === 0) text = decoder.decode(tail);
+        else {
+          pieces.push(tail);
+          text = decoder.decode(Buffer.concat(pieces));
+          pieces = [];
+        }
+        yield { index: index++, text };
+        phase = "afterElement";
+        continue;
+      }
+      const b = c[i++]!;
+      if (phase === "key") {
+        if (keyEscaped) {
+          keyEscaped = false;
+          if (key.length < 64) key.push(b);
+        } else if (b === BACKSLASH) keyEscaped = true;
+        else if (b === QUOTE) phase = "colon";
+        else if (key.length < 64) key.push(b);
+        continue;
+      }
+      if (WS[b]) continue;
+      switch (phase) {
+        case "start":
+          if (b !== OPEN_OBJECT) throw new ApiError("invalid_value", "The request body must be a JSON object with `requests`");
+          phase = "beforeKey";
+          break;
+        case "beforeKey":
+          // After `{`, or after the array's `]` (then `,` or `}`).
+          if (b === CLOSE_OBJECT) phase = "end";
+          else if (b === COMMA && sawRequests) phase = "beforeKey";
+          else if (b === QUOTE) {
+            key = [];
+            phase = "key";
+          } else throw syntax("expected a key or '}'");
+          break;
+        case "colon": {
+          if (b !== COLON) throw syntax("expected ':' after a key");
+          const name = Buffer.from(key).toString("utf8");
+          if (name !== "requests") throw new ApiError("invalid_value", `${name}: Extra inputs are not permitted`, { param: name });
+          if (sawRequests) throw new ApiError("invalid_value", "requests: given more than once", { param: "requests" });
+          sawRequests = true;
+          phase = "value";
+          break;
+        }
+        case "value":
+          if (b !== OPEN_ARRAY) throw new ApiError("invalid_value", "requests: must be an array", { param: "requests" });
+          phase = "firstElement";
+          break;
+        case "afterElement":
+          if (b === CLOSE_ARRAY) phase = "beforeKey";
+          else if (b === COMMA) phase = "nextElement";
+          else throw syntax(`expected ',' or ']' after requests.${index - 1}`);
+          break;
+        case "firstElement":
+        case "nextElement":
+          if (b === CLOSE_ARRAY && phase === "firstElement") phase = "beforeKey";
+          else if (b !== OPEN_OBJECT) throw new ApiError("invalid_value", `requests.${index}: must be an object`, { param: `requests.${index}` });
+          else {
+            phase = "element";
+            elementStart = i - 1;
+            depth = 1;
+            inString = false;
+            escaped = false;
+          }
+          break;
+        case "end":
+          throw syntax("more after the closing '}'");
+      }
+    }
+    if (phase === "element") pieces.push(c.slice(elementStart, n));
+  }
+  if (phase !== "end") throw phase === "start" ? new ApiError("invalid_value", "The request body must be a JSON object with `requests`") : syntax("it ends early");
+  if (!sawRequests) throw new ApiError("missing_field", "requests: Field required", { param: "requests" });
+}

@@ -1,0 +1,96 @@
+// GET /v1/messages/batches/{id}/results (docs/CONTRACT.md §22): JSON Lines
+// `{custom_id, result}`, made from the ended batch's own result files as
+// they are read — each line of the output file as `succeeded` with the
+// chat answer translated to a message (../message.ts), each line of the
+// error file as `errored` (the error in Anthropic's shape) or, for a line
+// its batch's cancel or expiry stopped, `canceled` / `expired`. Pulled a
+// chunk at a time as the client reads: never whole in memory, whatever
+// the batch's size. A batch the engine refused before running (`failed`:
+// a model gone since it was made) answers each request of its input errored.
+import { eq } from "drizzle-orm";
+import type { AppContext } from "../../context";
+import type { BatchRow } from "../../db/schema";
+import { anthropicErrorType, ApiError, statusOfErrorBody } from "../../errors";
+import { fileStream } from "../../files/content";
+import { readLines } from "../../jsonl/lineReader";
+import { toMessage } from "../message";
+import { getMessageBatch } from "./service";
+import { stopOf } from "./stopped";
+import { isEnded } from "./view";
+
+type Json = Record<string, unknown>;
+type Translate = (text: string) => string | null;
+
+export async function messageBatchResults(ctx: AppContext, project: string, id: string): Promise<Response> {
+  const b = await getMessageBatch(ctx, project, id);
+  if (!isEnded(b)) throw new ApiError("invalid_value", `Message batch ${id} has not ended yet (results are available once processing_status is 'ended')`);
+  const sources: [string | null, Translate][] =
+    b.status === "failed"
+      ? [[b.inputFileId, refusedLine(b)]]
+      : [
+          [b.outputFileId, succeededLine],
+          [b.errorFileId, erroredLine],
+        ];
+  return new Response(resultStream(ctx, sources), { headers: { "content-type": "application/binary" } });
+}
+
+function resultStream(ctx: AppContext, sources: [string | null, Translate][]): ReadableStream<Uint8Array> {
+  const encoder = new TextEncoder();
+  let lines: AsyncGenerator<{ text: string }[]> | null = null;
+  let translate: Translate | null = null;
+  let next = 0;
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      for (;;) {
+        if (!lines) {
+          if (next >= sources.length) return controller.close();
+          const [fileId, t] = sources[next++]!;
+          const row = fileId ? (await ctx.db.select().from(ctx.db.t.files).where(eq(ctx.db.t.files.id, fileId)))[0] : undefined;
+          if (!row) continue;
+          lines = readLines(await fileStream(ctx, row));
+          translate = t;
+        }
+        const { value, done } = await lines.next();
+        if (done) {
+          lines = null;
+          continue;
+        }
+        let out = "";
+        for (const { text } of value) {
+          if (text === "") continue;
+          const line = translate!(text);
+          if (line !== null) out += line;
+        }
+        if (out) return controller.enqueue(encoder.encode(out));
+      }
+    },
+    async cancel() {
+      await lines?.return(undefined);
+    },
+  });
+}
+
+const resultLine = (customId: unknown, result: Json) => JSON.stringify({ custom_id: customId, result }) + "\n";
+const errored = (status: number, message: string): Json => ({ type: "errored", error: { type: "error", error: { type: anthropicErrorType(status), message } } });
+
+function succeededLine(text: string): string {
+  const l = JSON.parse(text) as { custom_id: string; response: { body: Json } };
+  return resultLine(l.custom_id, { type: "succeeded", message: toMessage(l.response.body) });
+}
+
+function erroredLine(text: string): string {
+  const stop = stopOf(text);
+  const l = JSON.parse(text) as { custom_id: string; response: { status_code: number; body: unknown } | null; error: { code: string; message: string } | null };
+  if (stop) return resultLine(l.custom_id, { type: stop });
+  if (l.response) {
+    const body = l.response.body as { error?: { message?: unknown } } | null;
+    const message = typeof body?.error?.message === "string" ? body.error.message : JSON.stringify(l.response.body).slice(0, 2000);
+    return resultLine(l.custom_id, errored(l.response.status_code, message));
+  }
+  return resultLine(l.custom_id, errored(statusOfErrorBody({ code: l.error?.code }), l.error?.message ?? "the request failed"));
+}
+
+function refusedLine(b: BatchRow): Translate {
+  const why = b.errors?.[0]?.message ?? "the batch could not be run";
+  return (text) => resultLine((JSON.parse(text) as { custom_id: string }).custom_id, errored(400, why));
+}
