@@ -6,6 +6,7 @@
 // 401/403/404 on every route; the two kinds of batch kept apart.
 import Anthropic from "@anthropic-ai/sdk";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { runCli } from "./helpers/cli";
 import { configWriter } from "./helpers/inference";
 import { startTestServer, storedBlobs, type TestServer } from "./helpers/server";
 import { needs, pollUntil } from "./helpers/wait";
@@ -206,6 +207,11 @@ describe("list", () => {
     const both = await json(t.api("/batches?include=message_batches", { key }));
     expect(both.data.map((b: { message_batch_id: string }) => b.message_batch_id)).toEqual(newestFirst);
     expect(both.data.every((b: { api: string }) => b.api === "anthropic")).toBe(true);
+
+    // `offpeak batches list` lists them beside the others, saying which they are.
+    const listed = await runCli(["batches", "list", "--base-url", t.base, "--api-key", key]);
+    expect(listed.code).toBe(0);
+    for (const id of ids) expect(listed.stdout).toMatch(new RegExp(`^batch_\\w+ .*/v1/chat/completions \\(anthropic ${id}\\)$`, "m"));
   });
 });
 

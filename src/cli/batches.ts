@@ -30,7 +30,8 @@ stderr when a running batch should end and why it waits, if it does.
 the same). retry makes a new
 batch of the failed lines of a finished one (same endpoint and window,
 metadata retry_of) and prints it. list shows each batch's request counts:
-COMPLETED (succeeded), FAILED and TOTAL.
+COMPLETED (succeeded), FAILED and TOTAL, and Anthropic's message batches
+beside the others (ENDPOINT names them, with their msgbatch_ id).
 
 wait shows progress on stderr (a bar on a terminal, a plain line every few
 seconds otherwise), then prints the final record. With --out it then
@@ -131,7 +132,8 @@ async function list(argv: string[]): Promise<number> {
   const p = parseVerb(argv, { limit: "string", after: "string", json: "boolean" });
   if (helped(p, BATCHES_HELP)) return 0;
   positionals(p, [], "offpeak batches list [--limit N] [--after BATCH_ID] [--json]");
-  const res = await new Client(connection(p)).json<List<Batch>>("GET", "/batches", { query: { limit: p.flags.limit, after: p.flags.after } });
+  // Anthropic's message batches too (docs/CONTRACT.md §22): ENDPOINT says so, with their msgbatch_ id.
+  const res = await new Client(connection(p)).json<List<Batch>>("GET", "/batches", { query: { limit: p.flags.limit, after: p.flags.after, include: "message_batches" } });
   if (p.bools.json) {
     printJson(res);
     return 0;
@@ -146,7 +148,7 @@ async function list(argv: string[]): Promise<number> {
         String(b.request_counts.failed),
         String(b.request_counts.total),
         timeText(b.created_at),
-        b.endpoint,
+        b.api === "anthropic" ? `${b.endpoint} (anthropic ${b.message_batch_id})` : b.endpoint,
       ]),
     ),
   );

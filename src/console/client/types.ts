@@ -64,6 +64,9 @@ export interface Batch {
   estimated_completion_at?: number | null;
   /** docs/CONTRACT.md §18: why a running batch is not moving (upstream_down, rate_limited, peak_hours, queued). */
   status_details?: { code: string; message: string; since: number | null } | null;
+  /** A message batch made through Anthropic's API (docs/CONTRACT.md §22), and its id there (msgbatch_…). */
+  api?: "anthropic";
+  message_batch_id?: string;
 }
 
 export interface Status {

@@ -49,7 +49,8 @@ export function BatchesPage({ me }: { me: Me }) {
       setBusy(true);
       let next = 5000;
       try {
-        const q = `/batches?limit=${PAGE_SIZE}${cursors.after ? `&after=${encodeURIComponent(cursors.after)}` : ""}`;
+        // Anthropic's message batches too (docs/CONTRACT.md §22), marked in their row.
+        const q = `/batches?limit=${PAGE_SIZE}&include=message_batches${cursors.after ? `&after=${encodeURIComponent(cursors.after)}` : ""}`;
         const page = await api<List<Batch>>(q, { signal: ctrl.signal });
         if (stopped) return;
         setList(page);
@@ -126,6 +127,14 @@ export function BatchesPage({ me }: { me: Me }) {
                       {b.endpoint.replace(/^\/v1\//, "")}
                       {b.model && ` · ${b.model}`}
                       {b.metadata?.description && ` · ${b.metadata.description}`}
+                      {b.api === "anthropic" && (
+                        <>
+                          {" · "}
+                          <span class="badge" title={`Anthropic message batch ${b.message_batch_id}`}>
+                            Anthropic
+                          </span>
+                        </>
+                      )}
                     </div>
                   </div>
                 </td>
