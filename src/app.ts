@@ -22,6 +22,7 @@ import { chatRoute, chatRoutes } from "./chatCompletions/routes";
 import { embeddingsRoute, embeddingsRoutes } from "./embeddings/routes";
 import { responsesRoute, responsesRoutes } from "./responses/routes";
 import { completionsRoute, completionsRoutes } from "./completions/routes";
+import { UPSTREAM_ONLY_ROUTES, upstreamOnlyRoutes } from "./upstreamOnly/routes";
 import { directInference, type DirectHooks } from "./http/direct";
 import { modelsRoutes } from "./models/routes";
 import { chatsRoutes } from "./chatSessions/routes";
@@ -55,6 +56,7 @@ const apiRoutes = (ctx: AppContext, prefix: string) =>
     .use(embeddingsRoutes(ctx))
     .use(responsesRoutes(ctx))
     .use(completionsRoutes(ctx))
+    .use(upstreamOnlyRoutes(ctx))
     .use(modelsRoutes(ctx))
     .use(chatsRoutes(ctx))
     .use(anthropicRoutes(ctx))
@@ -82,7 +84,7 @@ export function buildHandler(
     open: (request, path, scope) => openRequest(request, verify, publicRoute, path, scope),
     answerError: (code, error, request) => toErrorResponse(ctx, code, error, request),
   };
-  const fetch = directInference(ctx, [chatRoute, embeddingsRoute, responsesRoute, completionsRoute], API_BASES, hooks, (request) => app.fetch(request));
+  const fetch = directInference(ctx, [chatRoute, embeddingsRoute, responsesRoute, completionsRoute, ...UPSTREAM_ONLY_ROUTES], API_BASES, hooks, (request) => app.fetch(request));
   // Every request is read in the one form in which the router and the key check see the same path.
   return { routes: app.routes, fetch: (request) => fetch(routable(request)), hooks };
 }

@@ -8,6 +8,8 @@ const CODES = {
   invalid_file: 400,
   duplicate_custom_id: 400,
   webhook_url_not_allowed: 400,
+  /** A batch endpoint no model serves (docs/CONTRACT.md §22). */
+  unsupported_endpoint: 400,
   invalid_api_key: 401,
   insufficient_scope: 403,
   not_found: 404,
@@ -17,6 +19,8 @@ const CODES = {
   invalid_state: 409,
   /** A replica URL its upstream already has (docs/CONTRACT.md §21). */
   replica_exists: 409,
+  /** An Idempotency-Key used before with another request (src/idempotency). */
+  idempotency_key_reused: 409,
   file_too_large: 413,
   /** A JSON body over max_json_bytes. */
   request_too_large: 413,

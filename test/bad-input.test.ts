@@ -328,7 +328,7 @@ describe("POST /files purpose=batch: line checks", () => {
   });
 
   test("unsupported url → 400 naming url", async () => {
-    for (const url of ["/v1/moderations", "/v1/images/generations", "/v1/responses/", "https://api.openai.com/v1/chat/completions", "/v1/chat/completions/", 5]) {
+    for (const url of ["/v1/audio/speech", "/v1/images/generations", "/v1/responses/", "https://api.openai.com/v1/chat/completions", "/v1/chat/completions/", 5]) {
       const line = JSON.stringify({ custom_id: "a", method: "POST", url, body: { model: "offpeak-echo" } });
       const err = await rejected(t, () => uploadRaw(t, lines(line)), 400, { param: "url" });
       expect(err.message).toMatch(/\bline 1\b/);

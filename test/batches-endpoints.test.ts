@@ -161,17 +161,23 @@ describe("validation", () => {
   test("upload accepts the new urls (both forms) and names the first line with an unknown one", async () => {
     const ok = await uploadBatchFile(client, [respLine("a", { input: "x" }), cmplLine("b", { prompt: "x" }, "/api/v1/completions"), respLine("c", { input: "y" }, "/api/v1/responses")]);
     expect(ok.status).toBe("processed");
-    const res = await uploadRaw(t, [respLine("a", { input: "x" }), line("b", "/v1/moderations", { model: "offpeak-echo", input: "x" })].join("\n") + "\n");
+    const res = await uploadRaw(t, [respLine("a", { input: "x" }), line("b", "/v1/images/generations", { model: "offpeak-echo", prompt: "x" })].join("\n") + "\n");
     const e = await expectError(res, 400, { param: "url" });
     expect(e.message).toContain("line 2");
     expect(e.message).toContain("/v1/responses");
     expect(e.message).toContain("/v1/completions");
   });
 
-  test("batch create accepts the endpoints; an unknown one is 400 naming endpoint", async () => {
+  test("batch create accepts the endpoints; one no model serves is 400 unsupported_endpoint naming it, and makes nothing", async () => {
     const file = await uploadBatchFile(client, [cmplLine("a", { prompt: "x" })]);
-    const res = await t.api("/batches", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ input_file_id: file.id, endpoint: "/v1/moderations", completion_window: "24h" }) });
-    await expectError(res, 400, { param: "endpoint" });
+    const before = (await client.batches.list({ limit: 100 })).data.length;
+    for (const endpoint of ["/v1/images/generations", "/v1/videos", "/v1/audio/speech", "/v1/chat/completions/", "/v2/rerank", "x".repeat(5000)]) {
+      const res = await t.api("/batches", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ input_file_id: file.id, endpoint, completion_window: "24h" }) });
+      const e = await expectError(res, 400, { code: "unsupported_endpoint", param: "endpoint" });
+      expect(e.message).toContain(endpoint.slice(0, 200));
+      expect(e.message.length).toBeLessThan(1000);
+    }
+    expect((await client.batches.list({ limit: 100 })).data.length).toBe(before);
     const created = await t.api("/batches", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ input_file_id: file.id, endpoint: "/api/v1/completions", completion_window: "24h" }) });
     expect(created.status).toBe(200);
     expect(((await created.json()) as { endpoint: string }).endpoint).toBe("/v1/completions");

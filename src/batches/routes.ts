@@ -2,7 +2,8 @@ import { Elysia, t } from "elysia";
 import { principalOf } from "../auth/plugin";
 import { streamHold } from "../auth/revocations";
 import type { AppContext } from "../context";
-import { jsonOnly } from "../http/jsonBody";
+import { jsonOnly, rawBodyOf } from "../http/jsonBody";
+import { withIdempotency } from "../idempotency";
 import { intParam } from "../http/query";
 import { batchView, cancelBatch, createBatch, getBatch, listBatches } from "./service";
 import { batchEventsOf } from "./events";
@@ -22,11 +23,15 @@ export const batchesRoutes = (ctx: AppContext) =>
     .post(
       "",
       // Answered only once the record's commit is on disk (syncCommits), as the cancel below.
-      async ({ request, body }) => {
-        const row = await createBatch(ctx, principalOf(request).project, body);
-        ctx.kickBatches();
-        await ctx.db.syncCommits();
-        return batchView(row);
+      // With an Idempotency-Key the same request within 24 h answers the same batch (src/idempotency).
+      ({ request, body }) => {
+        const principal = principalOf(request);
+        return withIdempotency(ctx, request, principal, "POST /batches", rawBodyOf(request) ?? JSON.stringify(body), async () => {
+          const row = await createBatch(ctx, principal.project, body);
+          ctx.kickBatches();
+          await ctx.db.syncCommits();
+          return batchView(row);
+        });
       },
       { parse: jsonOnly, body: CreateBody, detail: { summary: "Create a batch from an uploaded JSONL file" } },
     )

@@ -7,7 +7,8 @@ import type { Queryable } from "../db/client";
 import { ApiError, notFound } from "../errors";
 import { isId, newId, nowSeconds } from "../ids";
 import { addFileDeleteGuard, getFile } from "../files/service";
-import { ENDPOINT_LIST, kindOfUrl } from "../endpoints";
+import { ENDPOINT_KINDS, kindOfUrl } from "../endpoints";
+import { serves } from "../endpoints/kind";
 import type { StatusDetailCode, StatusDetails } from "./statusDetails";
 import { BATCH_DISCOUNT } from "./worker/usage";
 import { messageBatchId } from "../anthropic/batches/ids";
@@ -85,10 +86,28 @@ export function windowHours(window: string): number {
   return hours;
 }
 
+/**
+ * The canonical form ("/v1/…") of a batch `endpoint` some model here serves;
+ * anything else (an unknown path, `/v1/images/generations`, a kind only
+ * upstream models serve when none is configured) is refused: 400
+ * unsupported_endpoint naming it (docs/CONTRACT.md §22).
+ */
+export function batchEndpoint(ctx: AppContext, endpoint: string): string {
+  const kind = kindOfUrl(endpoint);
+  if (kind && ctx.registry.list().some((m) => serves(kind, m.kind))) return kind.endpoint;
+  const shown = endpoint.length > 200 ? `${endpoint.slice(0, 200)}…` : endpoint;
+  throw new ApiError("unsupported_endpoint", `The endpoint '${shown}' is not supported for batches: no model here serves it (supported: ${servedEndpoints(ctx).join(", ")})`, {
+    param: "endpoint",
+  });
+}
+
+/** The batch endpoints some model here serves. */
+export const servedEndpoints = (ctx: AppContext): string[] =>
+  ENDPOINT_KINDS.filter((k) => ctx.registry.list().some((m) => serves(k, m.kind))).map((k) => k.endpoint);
+
 /** `within`: a transaction to create it in, and the input file's row when that transaction just made it; `api`: "anthropic" for a message batch (src/anthropic/batches). */
 export async function createBatch(ctx: AppContext, project: string, input: CreateBatchInput, within?: { q: Queryable; file: FileRow; api?: "anthropic" }): Promise<BatchRow> {
-  const endpoint = kindOfUrl(input.endpoint)?.endpoint;
-  if (!endpoint) throw new ApiError("invalid_value", `endpoint must be one of ${ENDPOINT_LIST}`, { param: "endpoint" });
+  const endpoint = batchEndpoint(ctx, input.endpoint);
   const hours = windowHours(input.completion_window);
   const metadata = checkMetadata(input.metadata);
   let outputExpiresAfter: number | null = null;

@@ -5,9 +5,12 @@ import { chatCompletions } from "./chatCompletions";
 import { completions } from "./completions";
 import { embeddings } from "./embeddings";
 import type { EndpointKind } from "./kind";
+import { moderations } from "./moderations";
+import { rerank } from "./rerank";
 import { responses } from "./responses";
+import { score } from "./score";
 
-export const ENDPOINT_KINDS: readonly EndpointKind[] = [chatCompletions, embeddings, responses, completions];
+export const ENDPOINT_KINDS: readonly EndpointKind[] = [chatCompletions, embeddings, responses, completions, moderations, score, rerank];
 
 /** Every url a batch line may name (and every batch `endpoint`), mapped to its kind: "/v1/…" and "/api/v1/…". */
 export const BATCH_URLS: ReadonlyMap<string, EndpointKind> = new Map(ENDPOINT_KINDS.flatMap((k) => [[k.endpoint, k] as const, ["/api" + k.endpoint, k] as const]));

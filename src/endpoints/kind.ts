@@ -11,7 +11,7 @@ import type { IdStream } from "../ids";
 import type { ModelKind } from "../inference/registry";
 
 /** The path under the API base, which is also the path under an upstream's base_url ("/messages…": Anthropic's, src/anthropic). */
-export type EndpointPath = "/chat/completions" | "/embeddings" | "/responses" | "/completions" | "/messages" | "/messages/count_tokens";
+export type EndpointPath = "/chat/completions" | "/embeddings" | "/responses" | "/completions" | "/messages" | "/messages/count_tokens" | "/moderations" | "/score" | "/rerank";
 
 /** The token counts of one answer's `usage`, filled in place (reading them allocates nothing on the batch hot path). */
 export interface TokenCounts {
@@ -46,8 +46,8 @@ export interface EndpointKind {
   readonly endpoint: string;
   /** Where the interactive route lives under the API base, and where upstream calls go. */
   readonly path: EndpointPath;
-  /** The built-in model that answers it (besides every upstream model). */
-  readonly builtin: Exclude<ModelKind, "upstream">;
+  /** The built-in model that answers it (besides every upstream model); null: upstream models only (./upstreamOnly.ts). */
+  readonly builtin: Exclude<ModelKind, "upstream"> | null;
   /** For messages: "… does not serve {noun}". */
   readonly noun: string;
   /**

@@ -27,7 +27,8 @@ const ListQuery = t.Object({
 
 export const filesRoutes = (ctx: AppContext) =>
   new Elysia({ prefix: "/files", detail: { tags: ["files"] } })
-    .post("", ({ request }) => uploadFile(ctx, principalOf(request), request), {
+    // A replay of an Idempotency-Key's first answer (src/idempotency) is a Response, which Elysia sends as it is.
+    .post("", ({ request }) => uploadFile(ctx, principalOf(request), request) as Promise<ReturnType<typeof fileView>>, {
       // The body is read as a stream by uploadFile; Elysia must not buffer it.
       parse: "none",
       response: FileRecord,

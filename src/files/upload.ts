@@ -18,7 +18,9 @@ import type { LineError } from "../jsonl/batchFileValidator";
 import { ValidatorClient } from "../jsonl/validatorClient";
 import { IdleReader } from "../http/idleReader";
 import type { BlobWriter } from "../storage/blobStore";
-import { boundaryOf, readMultipart, type PartSink } from "./multipart";
+import { withIdempotency, type BodyDigest } from "../idempotency";
+import { digestPart } from "../idempotency/multipart";
+import { boundaryOf, readMultipart, type PartInfo, type PartSink } from "./multipart";
 import { UPLOAD_PURPOSES, fileView, type FileRow } from "./service";
 import { uploadSlotsOf } from "./uploadSlots";
 
@@ -45,27 +47,33 @@ export async function uploadFile(ctx: AppContext, principal: Pick<Principal, "ke
   const giveBackSlot = uploadSlotsOf(ctx).take(principal.keyId);
   const body = new IdleReader(request.body, ctx.config.uploadIdleTimeoutS * 1000);
   try {
-    return await receive(ctx, principal.project, body, boundary);
+    // With an Idempotency-Key (docs/CONTRACT.md §22) the parts are digested as they stream
+    // in; a second request with the key reads its body only to compare it, then replays.
+    return await withIdempotency(
+      ctx,
+      request,
+      principal,
+      "POST /files",
+      { digestOnly: (digest) => digestUpload(body, boundary, maxBytes, digest) },
+      (digest) => receive(ctx, principal.project, body, boundary, digest),
+    );
+  } catch (err) {
+    // A body left unread (too long, idle, cut off, refused before reading): the answer
+    // closes the connection; Bun would take the rest of a sized one for the next request.
+    if (!(await drain(body)) && err instanceof ApiError) err.headers.connection = "close";
+    throw err;
   } finally {
     body.close();
     giveBackSlot();
   }
 }
 
-async function receive(ctx: AppContext, project: string, body: IdleReader, boundary: string) {
+async function receive(ctx: AppContext, project: string, body: IdleReader, boundary: string, digest: BodyDigest) {
   const id = newId("file-");
   const st: UploadState = { fields: new Map(), filename: null, writer: null, validator: null };
   try {
-    await readMultipart(body, boundary, (part) => {
-      if (part.filename === null) return fieldSink(st, part.name);
-      if (part.name !== "file") return discardSink;
-      if (st.writer) throw new ApiError("invalid_value", "only one file may be uploaded per request", { param: "file" });
-      if (!part.filename) throw new ApiError("invalid_value", "the file part needs a filename", { param: "file" });
-      // Refused rather than cut short: a cut name loses its extension.
-      if (part.filename.length > MAX_FILENAME_CHARS) throw new ApiError("invalid_value", `the filename is longer than ${MAX_FILENAME_CHARS} characters`, { param: "file" });
-      st.filename = part.filename;
-      return fileSink(ctx, st, id);
-    });
+    await readMultipart(body, boundary, (part) => digestPart(digest, part, sinkFor(ctx, st, id, part)));
+    digest.complete();
     return await finishUpload(ctx, project, id, st);
   } catch (caught) {
     let err = caught;
@@ -73,11 +81,32 @@ async function receive(ctx: AppContext, project: string, body: IdleReader, bound
     if (err instanceof EarlyReject) err = await batchLineCount(st.validator!, () => st.writer!.readBack()).then(() => new ApiError("invalid_file", "Invalid batch file"), (e) => e);
     st.writer?.abort();
     st.validator?.close();
-    // A body left unread (too long, idle, cut off): the answer closes the
-    // connection; Bun would take the rest of a sized one for the next request.
-    if (!(await drain(body)) && err instanceof ApiError) err.headers.connection = "close";
     throw err;
   }
+}
+
+function sinkFor(ctx: AppContext, st: UploadState, id: string, part: PartInfo): PartSink {
+  if (part.filename === null) return fieldSink(st, part.name);
+  if (part.name !== "file") return discardSink;
+  if (st.writer) throw new ApiError("invalid_value", "only one file may be uploaded per request", { param: "file" });
+  if (!part.filename) throw new ApiError("invalid_value", "the file part needs a filename", { param: "file" });
+  // Refused rather than cut short: a cut name loses its extension.
+  if (part.filename.length > MAX_FILENAME_CHARS) throw new ApiError("invalid_value", `the filename is longer than ${MAX_FILENAME_CHARS} characters`, { param: "file" });
+  st.filename = part.filename;
+  return fileSink(ctx, st, id);
+}
+
+/** For a replay: the body read only into `digest`, as receive() feeds it, within the same size limit. */
+async function digestUpload(body: IdleReader, boundary: string, maxBytes: number, digest: BodyDigest): Promise<void> {
+  let bytes = 0;
+  const counted: PartSink = {
+    write(chunk) {
+      if ((bytes += chunk.length) > maxBytes + MULTIPART_SLACK) throw tooLarge(maxBytes);
+    },
+    end() {},
+  };
+  await readMultipart(body, boundary, (part) => digestPart(digest, part, counted));
+  digest.complete();
 }
 
 function fieldSink(st: UploadState, name: string): PartSink {
