@@ -1,0 +1,148 @@
+// Anthropic's Message Batches (docs/CONTRACT.md §22) against the same work as
+// OpenAI batches, on offpeak-echo: N requests (--n, default 1,000,000) sent
+// as message batches (POST /v1/messages/batches, at most 100,000 requests
+// each, so N/100,000 of them), run, and their results read
+// (GET …/results, every line parsed), against the same requests as as many
+// OpenAI batches (upload the JSONL file, create, wait, read the output
+// file, every line parsed). Each run starts a fresh server for each side,
+// alternating which goes first; medians of --runs (default 3). Prints the
+// seconds of each, the ratio (target ≤ 1.2×) and each side's peak RSS
+// (target ≤ 256 MB).
+//
+// Usage: bun bench/message-batches.ts [--n 1000000] [--runs 3]
+import { benchArgs, machineNote, median } from "./lib";
+import { auth, startBenchServer, type BenchServer } from "./server";
+
+const args = benchArgs();
+const n = Number(args.opt("n") ?? 1_000_000);
+const runs = Number(args.opt("runs") ?? 3);
+const PER_BATCH = 100_000;
+if (!(n >= 1) || !(runs >= 1)) {
+  console.error("usage: bun bench/message-batches.ts [--n 1000000] [--runs 3]");
+  process.exit(2);
+}
+const groups = Math.ceil(n / PER_BATCH);
+const sizes = Array.from({ length: groups }, (_, g) => Math.min(PER_BATCH, n - g * PER_BATCH));
+
+/** Request i: a Messages request, which is also a chat completion request as it stands (the same body on both sides). */
+const params = (i: number) => ({ model: "offpeak-echo", max_tokens: 16, messages: [{ role: "user", content: `request number ${i} of the benchmark, please echo` }] });
+
+/** The body of one message batch: requests [from, from + size). */
+function messageBody(from: number, size: number): string {
+  const parts: string[] = [];
+  for (let i = from; i < from + size; i++) parts.push(JSON.stringify({ custom_id: `r${i}`, params: params(i) }));
+  return `{"requests":[${parts.join(",")}]}`;
+}
+
+/** The same requests as an OpenAI batch input file. */
+function jsonl(from: number, size: number): string {
+  let out = "";
+  for (let i = from; i < from + size; i++) out += JSON.stringify({ custom_id: `r${i}`, method: "POST", url: "/v1/chat/completions", body: params(i) }) + "\n";
+  return out;
+}
+
+/** Reads a JSON Lines answer as it streams, parsing each line; calls `each` with it. */
+async function eachLine(res: Response, each: (v: { custom_id: string; [k: string]: unknown }) => void): Promise<void> {
+  if (!res.ok || !res.body) throw new Error(`${res.url}: ${res.status} ${await res.text()}`);
+  const decoder = new TextDecoder();
+  let carry = "";
+  for await (const chunk of res.body) {
+    const text = carry + decoder.decode(chunk, { stream: true });
+    const lines = text.split("\n");
+    carry = lines.pop()!;
+    for (const l of lines) if (l) each(JSON.parse(l));
+  }
+  if (carry) each(JSON.parse(carry));
+}
+
+const root = (s: BenchServer) => s.base.replace(/\/api\/v1$/, "");
+
+async function poll<T>(get: () => Promise<T>, done: (v: T) => boolean): Promise<T> {
+  for (;;) {
+    const v = await get();
+    if (done(v)) return v;
+    await Bun.sleep(50);
+  }
+}
+
+/** Bodies made before the clock starts: the client's own work is not what is measured. */
+const messageBodies = sizes.map((size, g) => messageBody(g * PER_BATCH, size));
+const inputFiles = sizes.map((size, g) => jsonl(g * PER_BATCH, size));
+console.log(`${n} requests as ${groups} batch(es) a side; bodies ${(messageBodies.reduce((a, b) => a + b.length, 0) / 1e6).toFixed(1)} MB (message) / ${(inputFiles.reduce((a, b) => a + b.length, 0) / 1e6).toFixed(1)} MB (JSONL)`);
+
+async function messageSide(s: BenchServer): Promise<number> {
+  const t0 = performance.now();
+  const ids: string[] = [];
+  for (const body of messageBodies) {
+    const res = await fetch(`${root(s)}/v1/messages/batches`, { method: "POST", headers: { ...auth, "content-type": "application/json" }, body });
+    if (!res.ok) throw new Error(`create: ${res.status} ${await res.text()}`);
+    ids.push(((await res.json()) as { id: string }).id);
+  }
+  let ok = 0;
+  for (const id of ids) {
+    await poll(
+      () => fetch(`${root(s)}/v1/messages/batches/${id}`, { headers: auth }).then((r) => r.json() as Promise<{ processing_status: string }>),
+      (b) => b.processing_status === "ended",
+    );
+    await eachLine(await fetch(`${root(s)}/v1/messages/batches/${id}/results`, { headers: auth }), (l) => {
+      if ((l.result as { type: string }).type === "succeeded") ok++;
+    });
+  }
+  if (ok !== n) throw new Error(`message batches: ${ok} of ${n} succeeded`);
+  return (performance.now() - t0) / 1000;
+}
+
+async function openaiSide(s: BenchServer): Promise<number> {
+  const t0 = performance.now();
+  const ids: string[] = [];
+  for (const text of inputFiles) {
+    const form = new FormData();
+    form.append("purpose", "batch");
+    form.append("file", new Blob([text]), "input.jsonl");
+    const file = (await fetch(`${s.base}/files`, { method: "POST", headers: auth, body: form }).then((r) => r.json())) as { id: string };
+    const res = await fetch(`${s.base}/batches`, {
+      method: "POST",
+      headers: { ...auth, "content-type": "application/json" },
+      body: JSON.stringify({ input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h" }),
+    });
+    if (!res.ok) throw new Error(`create: ${res.status} ${await res.text()}`);
+    ids.push(((await res.json()) as { id: string }).id);
+  }
+  let ok = 0;
+  for (const id of ids) {
+    const b = await poll(
+      () => fetch(`${s.base}/batches/${id}`, { headers: auth }).then((r) => r.json() as Promise<{ status: string; output_file_id: string | null }>),
+      (b) => ["completed", "failed", "expired", "cancelled"].includes(b.status),
+    );
+    await eachLine(await fetch(`${s.base}/files/${b.output_file_id}/content`, { headers: auth }), (l) => {
+      if ((l.response as { status_code: number }).status_code === 200) ok++;
+    });
+  }
+  if (ok !== n) throw new Error(`OpenAI batches: ${ok} of ${n} succeeded`);
+  return (performance.now() - t0) / 1000;
+}
+
+const sides = { message: messageSide, openai: openaiSide } as const;
+const seconds: Record<keyof typeof sides, number[]> = { message: [], openai: [] };
+const rss: Record<keyof typeof sides, number[]> = { message: [], openai: [] };
+for (let r = 0; r < runs; r++) {
+  const order: (keyof typeof sides)[] = r % 2 === 0 ? ["message", "openai"] : ["openai", "message"];
+  for (const side of order) {
+    const server = await startBenchServer();
+    try {
+      const s = await sides[side](server);
+      seconds[side].push(s);
+      rss[side].push(server.peakRssMb());
+      console.log(`run ${r + 1} ${side.padEnd(7)}: ${s.toFixed(2)} s, peak RSS ${server.peakRssMb().toFixed(0)} MB`);
+    } finally {
+      await server.stop();
+    }
+  }
+}
+const m = median(seconds.message);
+const o = median(seconds.openai);
+console.log(`machine : ${machineNote()}`);
+console.log(`message batches: ${m.toFixed(2)} s (median of ${runs}; ${(n / m).toFixed(0)} requests/s)`);
+console.log(`OpenAI batches : ${o.toFixed(2)} s (median of ${runs}; ${(n / o).toFixed(0)} requests/s)`);
+console.log(`ratio   : ${(m / o).toFixed(2)}× (target ≤ 1.2×)`);
+console.log(`peak RSS: message ${Math.max(...rss.message).toFixed(0)} MB, OpenAI ${Math.max(...rss.openai).toFixed(0)} MB (target ≤ 256 MB)`);
