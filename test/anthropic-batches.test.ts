@@ -161,6 +161,24 @@ describe("a message batch through @anthropic-ai/sdk", () => {
   });
 });
 
+describe("Idempotency-Key", () => {
+  test("the same key and body: the first answer again (one batch made); the same key with another body: 409", async () => {
+    const key = await t.createKey({ name: "idem", scopes: ["batches:read", "batches:write"], project: "msgbatch-idem" });
+    const body = JSON.stringify({ requests: [req("i1", "once only"), req("i2", "twice asked")] });
+    const post = (b: string) => raw("", { method: "POST", key, headers: { "content-type": "application/json", "idempotency-key": "nightly-1" }, body: b });
+    const first = await post(body);
+    expect(first.status).toBe(200);
+    const a = await first.json();
+    const again = await post(body);
+    expect(again.status).toBe(200);
+    expect(again.headers.get("idempotent-replayed")).toBe("true");
+    expect((await again.json()).id).toBe(a.id);
+    expect((await sdk(key).messages.batches.list()).data.map((b) => b.id)).toEqual([a.id]);
+    await expectAnthropicError(await post(JSON.stringify({ requests: [req("i1", "something else")] })), 409, "invalid_request_error", /Idempotency-Key/);
+    expect((await sdk(key).messages.batches.list()).data.map((b) => b.id)).toEqual([a.id]);
+  });
+});
+
 describe("list", () => {
   test("newest first; limit, after_id and before_id page through them (has_more, first_id, last_id); the SDK's auto-pagination sees each once", async () => {
     // A project of its own: only these five are in it.

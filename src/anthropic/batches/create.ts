@@ -14,16 +14,21 @@
 // Bounded as an upload is (docs/CONTRACT.md §16): one of the server's and the key's
 // upload slots, the upload idle timeout, at most 256 MB read and only one
 // request held at a time.
+//
+// With an Idempotency-Key (src/idempotency) the body is digested as it
+// streams; a second request with the key reads its body only to compare
+// it, then answers what the first did (an Anthropic-shaped error too).
 import type { Principal } from "../../auth/verify";
 import type { AppContext } from "../../context";
 import type { BatchRow, FileRow } from "../../db/schema";
 import { chatCompletions as chatKind } from "../../endpoints/chatCompletions";
 import { serves } from "../../endpoints/kind";
-import { ApiError } from "../../errors";
+import { anthropicErrorBody, ApiError } from "../../errors";
 import { IdleReader } from "../../http/idleReader";
 import { newId, nowSeconds } from "../../ids";
 import { createBatch } from "../../batches/service";
 import { drain } from "../../files/upload";
+import { withIdempotency, type BodyDigest } from "../../idempotency";
 import { uploadSlotsOf } from "../../files/uploadSlots";
 import { toChatRequest } from "../request";
 import { readRequests, tooLarge } from "./requestsReader";
@@ -39,8 +44,17 @@ const FLUSH_CHARS = 1 << 20;
 const bad = (param: string, message: string) => new ApiError("invalid_value", `${param}: ${message}`, { param });
 const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
 
-/** `onChunk`: sees every chunk of the body as read (an Idempotency-Key's digest). */
-export async function createMessageBatch(ctx: AppContext, principal: Pick<Principal, "keyId" | "project">, request: Request, onChunk?: (chunk: Uint8Array) => void): Promise<BatchRow> {
+/**
+ * Makes the batch and answers `answer(row)` (the caller's view of it, made
+ * once the row is committed), or the first answer again for a retry with
+ * the same Idempotency-Key (a Response).
+ */
+export async function createMessageBatch<T>(
+  ctx: AppContext,
+  principal: Pick<Principal, "keyId" | "project">,
+  request: Request,
+  answer: (row: BatchRow) => Promise<T>,
+): Promise<T | Response> {
   const type = request.headers.get("content-type") ?? "";
   if (!JSON_TYPE.test(type))
     throw new ApiError("invalid_value", `The request body must be JSON with Content-Type: application/json (got ${type ? `'${type.slice(0, 100)}'` : "none"})`);
@@ -50,7 +64,15 @@ export async function createMessageBatch(ctx: AppContext, principal: Pick<Princi
   const giveBackSlot = uploadSlotsOf(ctx).take(principal.keyId);
   const body = new IdleReader(request.body, ctx.config.uploadIdleTimeoutS * 1000);
   try {
-    return await receive(ctx, principal.project, body, onChunk);
+    return await withIdempotency(
+      ctx,
+      request,
+      principal,
+      "POST /v1/messages/batches",
+      { digestOnly: (digest) => digestBody(body, digest) },
+      async (digest) => answer(await receive(ctx, principal.project, body, digest)),
+      { errorBody: (e) => anthropicErrorBody(e.status, e.message) },
+    );
   } catch (err) {
     // A body left unread: the answer closes the connection (as an upload's, src/files/upload.ts).
     if (!(await drain(body)) && err instanceof ApiError) err.headers.connection = "close";
@@ -61,7 +83,21 @@ export async function createMessageBatch(ctx: AppContext, principal: Pick<Princi
   }
 }
 
-async function receive(ctx: AppContext, project: string, body: IdleReader, onChunk?: (chunk: Uint8Array) => void): Promise<BatchRow> {
+/** For a replay: the body read only into `digest`, as receive() feeds it, within the same size limit. */
+async function digestBody(body: IdleReader, digest: BodyDigest): Promise<void> {
+  let total = 0;
+  for (;;) {
+    const { done, value } = await body.read();
+    if (done) break;
+    if (!value) continue;
+    if ((total += value.length) > MAX_BODY_BYTES) throw tooLarge(MAX_BODY_BYTES);
+    digest.update(value);
+  }
+  digest.complete();
+}
+
+async function receive(ctx: AppContext, project: string, body: IdleReader, digest: BodyDigest): Promise<BatchRow> {
+  const onChunk = digest.active ? (chunk: Uint8Array) => digest.update(chunk) : undefined;
   const models = servingModels(ctx);
   const fileId = newId("file-");
   const writer = ctx.store.createWriter(fileId);
@@ -80,6 +116,8 @@ async function receive(ctx: AppContext, project: string, body: IdleReader, onChu
       pending += lineOf(index, text, seen, models);
       if (pending.length >= FLUSH_CHARS) await flush();
     }
+    // The whole body is in (its answer may be kept for an Idempotency-Key's replay).
+    digest.complete();
     if (seen.size === 0) throw bad("requests", "must hold at least one request");
     await flush();
     writer.finish?.();

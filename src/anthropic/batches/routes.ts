@@ -23,13 +23,13 @@ export const messageBatchesRoutes = (ctx: AppContext) =>
   new Elysia({ prefix: "/messages/batches", detail: { tags: ["anthropic"] } })
     .post(
       "",
-      // Answered once the records' commit is on disk, as POST /batches.
-      async ({ request }) => {
-        const row = await createMessageBatch(ctx, principalOf(request), request);
-        ctx.kickBatches();
-        await ctx.db.syncCommits();
-        return messageBatchView(ctx, row, rootOf(request));
-      },
+      // Answered once the records' commit is on disk, as POST /batches; an Idempotency-Key's retry gets the first answer.
+      ({ request }) =>
+        createMessageBatch(ctx, principalOf(request), request, async (row) => {
+          ctx.kickBatches();
+          await ctx.db.syncCommits();
+          return messageBatchView(ctx, row, rootOf(request));
+        }),
       {
         // Read as a stream by createMessageBatch (up to 256 MB): Elysia must not buffer it.
         parse: "none",
