@@ -238,7 +238,7 @@ describe("refused: the whole batch, with nothing made", () => {
   async function state() {
     const files = (await json(t.api("/files?limit=100&purpose=batch"))).data.map((f: { id: string }) => f.id);
     const batches = (await json(t.api("/batches?include=message_batches&limit=100"))).data.map((b: { id: string }) => b.id);
-    return { files, batches, blobs: (await storedBlobs(t)).filter((n) => !n.endsWith(".parts")) };
+    return { files, batches, blobs: (await storedBlobs(t)).filter((n) => !n.includes(".parts")) };
   }
 
   const cases: [string, () => unknown, RegExp][] = [
