@@ -168,11 +168,11 @@ describe("Idempotency-Key", () => {
     const post = (b: string) => raw("", { method: "POST", key, headers: { "content-type": "application/json", "idempotency-key": "nightly-1" }, body: b });
     const first = await post(body);
     expect(first.status).toBe(200);
-    const a = await first.json();
+    const a = (await first.json()) as { id: string };
     const again = await post(body);
     expect(again.status).toBe(200);
     expect(again.headers.get("idempotent-replayed")).toBe("true");
-    expect((await again.json()).id).toBe(a.id);
+    expect(((await again.json()) as { id: string }).id).toBe(a.id);
     expect((await sdk(key).messages.batches.list()).data.map((b) => b.id)).toEqual([a.id]);
     await expectAnthropicError(await post(JSON.stringify({ requests: [req("i1", "something else")] })), 409, "invalid_request_error", /Idempotency-Key/);
     expect((await sdk(key).messages.batches.list()).data.map((b) => b.id)).toEqual([a.id]);

@@ -97,7 +97,8 @@ describe("401", () => {
       ["Bearer without a key", { key: null, headers: { authorization: "Bearer " } }],
       ["the key without a scheme", { key: null, headers: { authorization: ADMIN_KEY } }],
       ["two keys", { key: null, headers: { authorization: `Bearer ${ADMIN_KEY} ${ADMIN_KEY}` } }],
-      ["x-api-key header instead", { key: null, headers: { "x-api-key": ADMIN_KEY } }],
+      // x-api-key is accepted (docs/CONTRACT.md §22, Anthropic's SDKs): a wrong key there is still 401.
+      ["a wrong key in x-api-key", { key: null, headers: { "x-api-key": "sk-op-wrong-key-00000000000000000000000" } }],
     ];
     for (const r of ROUTES) for (const [what, opts] of cases) await expect401(await call(r, opts), `${r.name}: ${what}`);
     // Also under the /v1 mount.

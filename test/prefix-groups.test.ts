@@ -8,8 +8,15 @@ import { describe, expect, test } from "bun:test";
 import { MAX_LINES, PrefixGroups, WAIT, type Next, type Placement } from "../src/batches/worker/prefixGroups";
 
 /** `live` replicas; a prefix's home is key % (number of replicas); room below `room` in flight (`inFlight`, set by the test). */
-function placement(live: number[], room: number, inFlight: number[]): Placement {
-  return { replicas: () => live, home: (key) => live[key % live.length]!, hasRoom: (r) => (inFlight[r] ?? 0) < room };
+function placement(live: number[], room: number, inFlight: number[], groups: number[] = []): Placement {
+  return {
+    replicas: () => live,
+    home: (key) => live[key % live.length]!,
+    hasRoom: (r) => (inFlight[r] ?? 0) < room,
+    groupsOn: (r) => groups[r] ?? 0,
+    opened: (r) => void (groups[r] = (groups[r] ?? 0) + 1),
+    closed: (r) => void (groups[r] = (groups[r] ?? 0) - 1),
+  };
 }
 
 /** Sends every line, each finishing at once (its group warm after its first). */
@@ -124,6 +131,21 @@ describe("the prefix window", () => {
     inFlight[0] = 0;
     const rest = drain(g);
     expect(rest.map((x) => x.replica)).toEqual([0, 0]);
+  });
+
+  test("two windows (two shards) share a replica's four open groups; release() gives a window's back", () => {
+    const groups: number[] = [];
+    const a = new PrefixGroups<string>(placement([0], 1000, [], groups));
+    const b = new PrefixGroups<string>(placement([0], 1000, [], groups));
+    for (const k of [1, 2, 3]) for (let i = 0; i < 2; i++) a.add(k, `a${k}-${i}`, 1);
+    for (const k of [4, 5, 6]) for (let i = 0; i < 2; i++) b.add(k, `b${k}-${i}`, 1);
+    expect(sendAll(a).length).toBe(3);
+    expect(sendAll(b).length).toBe(1);
+    expect(b.next()).toBe(WAIT);
+    expect(groups[0]).toBe(4);
+    a.release();
+    expect(groups[0]).toBe(1);
+    expect(sendAll(b).length).toBe(2);
   });
 
   test("full at MAX_LINES lines, and by characters; sent() gives characters back", () => {

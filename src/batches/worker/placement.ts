@@ -1,8 +1,9 @@
 // Where a model's prefix groups (./prefixGroups.ts) go: its replicas taking
 // work now, a prefix's home among them, and whether one has room.
-import { inFlightOf } from "../../inference/replicas/cells";
+import { groupClosed, groupOpened, groupsOn, inFlightOf } from "../../inference/replicas/cells";
 import { homeOf } from "../../inference/replicas/pick";
 import type { PricedModel } from "../types";
+import type { BatchRequest } from "./resultLines";
 import type { Placement } from "./prefixGroups";
 import { replicaCells, replicasOf } from "./replicas";
 
@@ -25,5 +26,18 @@ export function placementOf(model: PricedModel, bound: number): Placement {
       const share = v.limit > 0 ? v.limit : Math.max(1, Math.ceil(bound / all.length));
       return inFlightOf(cells, idx) < share;
     },
+    groupsOn: (idx) => groupsOn(cells, idx),
+    opened: (idx) => groupOpened(cells, idx),
+    closed: (idx) => groupClosed(cells, idx),
   };
 }
+
+/** A line waiting in a shard's prefix window. */
+export interface Grouped {
+  req: BatchRequest;
+  model: PricedModel;
+  chars: number;
+}
+
+/** How long a prefix window that may send nothing waits before it looks again, when no line of its own is in flight to wake it. */
+export const WAIT_POLL_MS = 20;

@@ -26,7 +26,7 @@
 
 export const MAX_LINES = 1024;
 export const MAX_CHARS = 32 * 1024 * 1024;
-/** Groups a replica works on at once: one being sent, the next ones warming its cache (their first line costs a whole prefill, the others far less). */
+/** Groups a replica works on at once, every shard's window counted: one being sent, the next ones warming its cache (their first line costs a whole prefill, the others far less). */
 const OPEN_PER_REPLICA = 4;
 /** A group is split onto an idle replica only if at least this many lines are left (fewer finish soon where they are). */
 const SPLIT_MIN = 8;
@@ -39,6 +39,10 @@ export interface Placement {
   replicas(): readonly number[];
   home(key: number): number;
   hasRoom(replica: number): boolean;
+  /** Groups open on a replica in every window (several shards may run at once), and their count's changes. */
+  groupsOn(replica: number): number;
+  opened(replica: number): void;
+  closed(replica: number): void;
 }
 
 export interface Group<T> {
@@ -94,10 +98,8 @@ export class PrefixGroups<T> {
     const ready = (g: Group<T>) => g.warm || !g.started;
     // 1.
     for (const g of this.open) if (ready(g) && p.hasRoom(g.replica)) return this.take(g);
-    const openOn = new Map<number, number>();
-    for (const g of this.open) openOn.set(g.replica, (openOn.get(g.replica) ?? 0) + 1);
     for (const r of live) {
-      if (!p.hasRoom(r) || (openOn.get(r) ?? 0) >= OPEN_PER_REPLICA) continue;
+      if (!p.hasRoom(r) || p.groupsOn(r) >= OPEN_PER_REPLICA) continue;
       // 2.
       const part = this.parts.findIndex((x) => x.to === r);
       if (part >= 0) return this.take(this.openOn(this.parts.splice(part, 1)[0]!.group, r));
@@ -129,11 +131,24 @@ export class PrefixGroups<T> {
   private openOn(g: Group<T>, replica: number): Group<T> {
     g.replica = replica;
     this.open.push(g);
+    this.placement.opened(replica);
     return g;
   }
 
-  private reopen(g: Group<T>): void {
+  /** Closes `g` (emptied, or its replica gone): it no longer counts on its replica. */
+  private closeGroup(g: Group<T>): void {
     this.open.splice(this.open.indexOf(g), 1);
+    this.placement.closed(g.replica);
+  }
+
+  /** The window is left (the shard ended or paused): its open groups stop counting on their replicas. */
+  release(): void {
+    for (const g of this.open) this.placement.closed(g.replica);
+    this.open = [];
+  }
+
+  private reopen(g: Group<T>): void {
+    this.closeGroup(g);
     g.replica = -1;
     g.started = g.warm = false;
     if (!this.byKey.has(g.key)) this.byKey.set(g.key, g);
@@ -147,7 +162,7 @@ export class PrefixGroups<T> {
     if (g.items.length === 0) {
       // Emptied: it leaves the window (a later line of its prefix starts a new group).
       if (this.byKey.get(g.key) === g) this.byKey.delete(g.key);
-      this.open.splice(this.open.indexOf(g), 1);
+      this.closeGroup(g);
     }
     return { item, key: g.key, replica: g.replica, group: g };
   }
@@ -187,8 +202,6 @@ export class PrefixGroups<T> {
     for (const g of this.open) if (g.replica !== replica && g.items.length >= SPLIT_MIN && (!big || g.items.length > big.items.length)) big = g;
     if (!big) return null;
     const half = big.items.splice(Math.ceil(big.items.length / 2));
-    const g: Group<T> = { key: big.key, items: half, replica, started: false, warm: false };
-    this.open.push(g);
-    return g;
+    return this.openOn({ key: big.key, items: half, replica: -1, started: false, warm: false }, replica);
   }
 }

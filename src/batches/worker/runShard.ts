@@ -29,14 +29,9 @@ import { giveTurn, holdsTurn, takeTurn } from "./turns";
 import { PrefixGroups, WAIT } from "./prefixGroups";
 import { replicasOf } from "./replicas";
 import { prefixKey } from "../../inference/replicas/pick";
-import { placementOf } from "./placement";
+import { WAIT_POLL_MS, placementOf, type Grouped } from "./placement";
 
-/** A line waiting in the prefix window. */
-interface Grouped {
-  req: BatchRequest;
-  model: PricedModel;
-  chars: number;
-}
+
 
 /**
  * A part file's buffered results are written once they reach this (and at
@@ -223,11 +218,6 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
   let finished = false;
   // Per model with several replicas: its prefix window (./prefixGroups.ts).
   const windows = new Map<string, PrefixGroups<Grouped>>();
-  const windowed = () => {
-    let n = 0;
-    for (const w of windows.values()) n += w.lines;
-    return n;
-  };
   // Upstream (or a built-in with simulated latency): bounded concurrency.
   // On a limited model the scheduler bounds what really runs. No extra
   // lines queue for a slot: while none wait in the scheduler, Workers
@@ -264,9 +254,12 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
     const next = g.next();
     if (next === undefined) return;
     if (next === WAIT) {
-      // Every open group waits on its first line, in flight: until one finishes.
+      // Nothing may go now: this shard's groups wait on their first lines, or
+      // the replicas' open groups are other shards' (their windows share the
+      // count, ./placement.ts). Until a line of this shard finishes, or a
+      // moment passes (another shard's progress wakes nobody here).
       giveTurn();
-      await nextCompletion();
+      await (inFlight > 0 ? Promise.race([nextCompletion(), Bun.sleep(WAIT_POLL_MS)]) : Bun.sleep(WAIT_POLL_MS));
       return;
     }
     const { req, model, chars } = next.item;
@@ -322,9 +315,11 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
     }
     // The window's last lines (a pause leaves them undone; a stop records them stopped).
     for (const w of windows.values()) while (w.lines > 0 && !control.pausing) await sendNextGrouped(w);
-    if (control.pausing && windowed() > 0) paused = true;
+    if (control.pausing && [...windows.values()].some((w) => w.lines > 0)) paused = true;
     finished = true;
   } finally {
+    // Its prefix groups stop counting on their replicas (the other shards' windows open theirs).
+    for (const w of windows.values()) w.release();
     // The shard's last requests, also when the loop failed: they write to
     // these files when they finish; closing first could let a later shard
     // reuse the descriptor numbers and receive their lines.

@@ -9,7 +9,7 @@
 // Imports nothing: a batch Worker loads it.
 
 /** Int32 cells per replica. */
-export const REPLICA_CELLS = 8;
+export const REPLICA_CELLS = 9;
 /** When each replica's engine load was read (ms since epoch; plain reads: a torn value only ages a reading). */
 export type EngineTimes = Float64Array;
 const IN_FLIGHT = 0;
@@ -20,6 +20,7 @@ const FAILURES = 4; // failures as a whole
 const ANSWERS = 5; // 2xx answers
 const HELD = 6; // time those answers took, in ms (wraps)
 const ENGINE_LOAD = 7; // requests the engine itself reports running and waiting (its /metrics), all clients'; -1: unknown
+const GROUPS = 8; // prefix groups open on it, in every batch Worker's window (src/batches/worker/prefixGroups.ts)
 
 /** Failures as a whole in a row that open a replica's breaker. */
 export const REPLICA_FAIL_THRESHOLD = 3;
@@ -57,6 +58,11 @@ export function loadOf(cells: ReplicaCells, times: EngineTimes | null, r: number
   return engine > own ? engine : own;
 }
 export const isOpen = (cells: ReplicaCells, r: number): boolean => Atomics.load(cells, at(r, OPEN)) === 1;
+
+/** Prefix groups open on replica r, every shard's window counted. */
+export const groupsOn = (cells: ReplicaCells, r: number): number => Atomics.load(cells, at(r, GROUPS));
+export const groupOpened = (cells: ReplicaCells, r: number): void => void Atomics.add(cells, at(r, GROUPS), 1);
+export const groupClosed = (cells: ReplicaCells, r: number): void => void Atomics.sub(cells, at(r, GROUPS), 1);
 
 /** A request starts on replica r. */
 export function enter(cells: ReplicaCells, r: number): void {
