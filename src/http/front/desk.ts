@@ -363,9 +363,9 @@ class FrontDesk {
       if (failure && early.stage === "body") throw failure;
       const model = resolveModel(this.ctx, a.model, chatKind);
       if (failure) throw failure;
-      if (model.kind !== "upstream" || (model.upstream !== null && (model.replicaSets?.views(model.upstream).length ?? 1) > 1)) {
+      if (model.kind !== "upstream" || !onlyBaseUrl(model)) {
         // The built-ins run on the main thread: the front thread relays the request.
-        // So do models with several replicas: the dispatch among them (src/inference/replicas/) runs here.
+        // So do models whose upstream dispatches over replicas (src/inference/replicas/): the choice runs here.
         run.held.delete(a.id);
         run.send({ t: "reply", id: a.id, relay: true });
         return;
@@ -454,4 +454,10 @@ class FrontDesk {
     if (tokens && held.principal) this.ctx.rateLimiter.charge(held.principal.keyId, tokens);
     run.held.delete(id);
   }
+}
+
+/** Whether a model's requests all go to its base_url: one replica taking work, and that one (a front thread knows no other). */
+function onlyBaseUrl(model: ModelEntry): boolean {
+  const views = model.upstream !== null ? model.replicaSets?.views(model.upstream) : undefined;
+  return !views || (views.length === 1 && views[0]!.baseUrl === model.baseUrl);
 }
