@@ -512,6 +512,13 @@ async function start(shared: boolean): Promise<TestPostgres> {
 }
 
 /** Tells the watchdog whether postgres should run (it looks every 0.25 s): written whole, then renamed. */
+/**
+ * How long a fast shutdown may take (it ends the sessions and writes a
+ * checkpoint): seconds alone, far more with the whole suite's processes
+ * writing to the same disk (15 s proved too short there).
+ */
+const STOP_WITHIN_MS = 60_000;
+
 function want(inst: Instance, state: "up" | "down"): void {
   const file = join(dirname(inst.data), "want");
   writeFileSync(`${file}.tmp`, `${state}\n`, { mode: 0o644 });
@@ -550,19 +557,19 @@ function handle(inst: Instance): RestartablePostgres {
       let timer: Timer | undefined;
       const timedOut = await Promise.race([
         inst.proc.exited.then(() => false),
-        new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), 15_000))),
+        new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), STOP_WITHIN_MS))),
       ]);
       clearTimeout(timer);
-      if (timedOut) fail(`the server on port ${port} did not stop within 15 s`);
+      if (timedOut) fail(`the server on port ${port} did not stop within ${STOP_WITHIN_MS / 1000} s`);
     },
     async halt() {
       if (stopped || inst.dead) fail("halt() of a server that is stopped");
       if (inst.halted) return;
       inst.halted = true;
       want(inst, "down");
-      const deadline = Date.now() + 15_000;
+      const deadline = Date.now() + STOP_WITHIN_MS;
       while (!exited(inst.postmaster)) {
-        if (Date.now() > deadline) fail(`the server on port ${port} did not halt within 15 s`);
+        if (Date.now() > deadline) fail(`the server on port ${port} did not halt within ${STOP_WITHIN_MS / 1000} s`);
         await Bun.sleep(10);
       }
     },
