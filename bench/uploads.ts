@@ -44,7 +44,8 @@ async function startServer(name: string): Promise<Server> {
   const dataDir = mkdtempSync(join(tmpdir(), "offpeak-bench-uploads-"));
   const port = freePort();
   const child = spawnBun(["src/main.ts", "serve", "--port", String(port), "--data-dir", dataDir], {
-    env: { OFFPEAK_ADMIN_KEY: ADMIN_KEY, OFFPEAK_LOG_LEVEL: "warn", OFFPEAK_UNSAFE_NO_FSYNC: "" },
+    // An 8 GB file of gen-batch's short lines has ≈29M lines: past the default 10M a batch file may hold.
+    env: { OFFPEAK_ADMIN_KEY: ADMIN_KEY, OFFPEAK_LOG_LEVEL: "warn", OFFPEAK_UNSAFE_NO_FSYNC: "", OFFPEAK_MAX_BATCH_LINES: String(Math.max(10_000_000, 2 * lines)) },
   });
   await waitForHttp(`http://127.0.0.1:${port}/healthz`, child.proc);
   child.assertRuns("src/main.ts");
