@@ -403,7 +403,16 @@ while :; do
   [ -f "$root/want" ] && read -r want <"$root/want"
   if [ "$want" = down ]; then
     if [ -n "$pg" ]; then
+      # A fast shutdown; if it has not ended in 10 s (a full run of the suite once kept one going
+      # past a minute), an immediate one (as a crash: the restart recovers), then SIGKILL.
       kill -INT "$pg" 2>/dev/null
+      i=0
+      while kill -0 "$pg" 2>/dev/null && [ $i -lt 300 ]; do
+        i=$((i + 1))
+        [ $i -eq 200 ] && kill -QUIT "$pg" 2>/dev/null && echo "$(date +%T.%N) fast shutdown still going after 10 s: immediate" >>"$root/watchdog.log"
+        [ $i -eq 280 ] && kill -KILL "$pg" 2>/dev/null
+        sleep 0.05
+      done
       wait "$pg" 2>/dev/null
       pg=
       echo "$(date +%T.%N) halted" >>"$root/watchdog.log"
@@ -519,6 +528,18 @@ async function start(shared: boolean): Promise<TestPostgres> {
  */
 const STOP_WITHIN_MS = 60_000;
 
+/** The last lines of the watchdog's and the server's logs, for a failure's message. */
+function logTails(inst: Instance): string {
+  const tail = (name: string) => {
+    try {
+      return readFileSync(join(dirname(inst.data), name), "utf8").slice(-1500);
+    } catch {
+      return "(none)";
+    }
+  };
+  return `\nwatchdog.log: ${tail("watchdog.log")}\npostgres.log: ${tail("postgres.log")}`;
+}
+
 function want(inst: Instance, state: "up" | "down"): void {
   const file = join(dirname(inst.data), "want");
   writeFileSync(`${file}.tmp`, `${state}\n`, { mode: 0o644 });
@@ -569,7 +590,7 @@ function handle(inst: Instance): RestartablePostgres {
       want(inst, "down");
       const deadline = Date.now() + STOP_WITHIN_MS;
       while (!exited(inst.postmaster)) {
-        if (Date.now() > deadline) fail(`the server on port ${port} did not halt within ${STOP_WITHIN_MS / 1000} s`);
+        if (Date.now() > deadline) fail(`the server on port ${port} did not halt within ${STOP_WITHIN_MS / 1000} s${logTails(inst)}`);
         await Bun.sleep(10);
       }
     },
