@@ -71,13 +71,16 @@ export const seedOf = (id: string): number => hashText(id);
  * input, an embedding's input). 0: no prompt text (any replica will do).
  */
 export function prefixKey(model: string, body: Record<string, unknown>): number {
-  const parts: string[] = [];
+  // Hashed as it is walked (no copy of the text): FNV-1a over each piece, a
+  // NUL between pieces, seeded with the model's hash.
+  let h = hashText(model);
   let left = PREFIX_CHARS;
   const add = (s: unknown): boolean => {
     if (typeof s !== "string" || left <= 0) return left > 0;
-    const piece = s.length > left ? s.slice(0, left) : s;
-    parts.push(piece);
-    left -= piece.length;
+    if (left < PREFIX_CHARS) h = Math.imul(h, 0x01000193) >>> 0; // the NUL between pieces
+    const n = s.length > left ? left : s.length;
+    h = hashText(s, h, n);
+    left -= n;
     return left > 0;
   };
   const addContent = (c: unknown): boolean => {
@@ -98,7 +101,7 @@ export function prefixKey(model: string, body: Record<string, unknown>): number 
     if (add(body.instructions)) if (addContent(body.prompt)) addContent(body.input);
   }
   if (left === PREFIX_CHARS) return 0;
-  return hashText(parts.join("\u0000"), hashText(model)) || 1;
+  return h || 1;
 }
 
 /** Mixes a key and a seed into a uniform 32-bit value (murmur3's finalizer). */
@@ -151,10 +154,19 @@ export function pickReplica(replicas: readonly ReplicaView[], cells: ReplicaCell
     weights += r.weight;
   }
   if (key !== 0) {
-    const ranked = candidates.map((r) => ({ r, s: score(key, r) })).sort((a, b) => b.s - a.s);
-    for (const { r } of ranked) {
-      if (r.limit > 0 && inFlightOf(cells, r.idx) >= r.limit) continue;
-      if (loadOf(cells, times, r.idx) + 1 <= Math.max(1, Math.ceil((LOAD_FACTOR * total * r.weight) / weights))) return r;
+    // The candidates in their ranking for this key, best first, until one may take it (no sort, no array: they are few).
+    let last = Infinity;
+    for (let tried = 0; tried < candidates.length; tried++) {
+      let best: ReplicaView | null = null;
+      let bestScore = -Infinity;
+      for (const r of candidates) {
+        const sc = score(key, r);
+        if (sc < last && sc > bestScore) [best, bestScore] = [r, sc];
+      }
+      if (!best) break;
+      last = bestScore;
+      if (best.limit > 0 && inFlightOf(cells, best.idx) >= best.limit) continue;
+      if (loadOf(cells, times, best.idx) + 1 <= Math.max(1, Math.ceil((LOAD_FACTOR * total * best.weight) / weights))) return best;
     }
   }
   return leastLoaded(candidates, cells, times);

@@ -81,7 +81,9 @@ interface OnReplica {
 function replicaFor(model: ModelEntry, upstreamModel: string, body: Record<string, unknown>): OnReplica | null {
   const sets = model.replicaSets;
   if (!sets || !model.upstream) return null;
-  const replica = pickReplica(sets.views(model.upstream), sets.cells, prefixKey(upstreamModel, body), -1, sets.times);
+  const views = sets.views(model.upstream);
+  // One replica: no prefix to hash.
+  const replica = views.length === 1 ? views[0]! : pickReplica(views, sets.cells, prefixKey(upstreamModel, body), -1, sets.times);
   if (!replica) throw new ApiError("upstream_unavailable", `Upstream ${model.upstreamName} has no replica taking requests (all drained or removed).`, { headers: { "retry-after": "1" } });
   enter(sets.cells, replica.idx);
   return { sets, upstream: model.upstream, replica, target: { baseUrl: replica.baseUrl, apiKey: model.apiKey, ownClient: replica.ownClient } };
