@@ -285,6 +285,8 @@ describe("4. back off", () => {
     const { c, clock } = fakeClock(1);
     expect(await backOff({ whole: false, waitMs: null }, attempts, model(), task({ maxAttempts: 3 }), control(), clock)).toBe("give_up");
     expect(await backOff({ whole: false, waitMs: null }, attempts, model(), task({ deadline: c.t + 300 }), control(), clock)).toBe("give_up");
+    // The engine failing as a whole (not yet called down) when the deadline comes: the line ends batch_expired, not with that failure.
+    expect(await backOff({ whole: true, waitMs: null }, new Attempts(null, 0), model(), task({ deadline: c.t + 1 }), control(), clock)).toBe("expire");
     expect(c.slept).toEqual([]);
   });
 

@@ -301,7 +301,7 @@ describe("a 3 s phase of 429 with retry-after: 1", () => {
   }, SCENARIO_MS);
 });
 
-// ── server C: one "h" of completion_window lasts 4 s ───────────────────────
+// ── server C: one "h" of completion_window lasts 6 s ───────────────────────
 
 describe("an outage longer than the window", () => {
   const N = 300;
@@ -310,11 +310,12 @@ describe("an outage longer than the window", () => {
   afterAll(() => teardown(c));
 
   test("ends the batch expired: lines done before stay in the output, the rest are batch_expired error lines", async () => {
-    c = await setup("outage-c", { OFFPEAK_BATCH_HOUR_SECONDS: "4", OFFPEAK_BATCH_MAX_ATTEMPTS: String(MAX_ATTEMPTS) });
+    // 6 s: room for 40 lines out before the deadline on a busy machine (4 s once let only 16 out).
+    c = await setup("outage-c", { OFFPEAK_BATCH_HOUR_SECONDS: "6", OFFPEAK_BATCH_MAX_ATTEMPTS: String(MAX_ATTEMPTS) });
     const { fake, client } = c;
     fake.latencyMs = 30;
     const { batch } = await createBatch(client, text, { window: "1h" });
-    expect(batch.expires_at! - batch.created_at).toBe(4);
+    expect(batch.expires_at! - batch.created_at).toBe(6);
     await pollUntil(async () => fake.stats.requests, (n) => n >= 40, 10_000, 10, "the batch to be partway");
     await fake.down();
     const done = await waitBatch(client, batch.id, undefined, 30_000);

@@ -62,6 +62,7 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
     const next = await backOff(verdict, attempts, model, task, control);
     if (next === "pause") return null;
     if (next === "give_up") return failedLine(req.custom_id, last);
+    if (next === "expire") return stoppedLine(req.custom_id, "batch_expired");
   }
 }
 

@@ -271,8 +271,14 @@ export interface Clock {
 
 export const realClock: Clock = { now: Date.now, random: Math.random, sleep: (ms) => new Promise((r) => setTimeout(r, ms)) };
 
-/** "again": to the gate for the next attempt; "give_up": the line ends with its last failure; "pause": it ends with no result. */
-export type Next = "again" | "give_up" | "pause";
+/**
+ * "again": to the gate for the next attempt; "give_up": the line ends with
+ * its last failure; "expire": the batch's deadline comes first while the
+ * engine fails as a whole (an outage the health has not called yet), so the
+ * line ends batch_expired, not with that failure (docs/CONTRACT.md §11); "pause":
+ * it ends with no result.
+ */
+export type Next = "again" | "give_up" | "expire" | "pause";
 
 /**
  * After a failed attempt: waits out the backoff — exponential with full
@@ -295,7 +301,7 @@ export async function backOff(verdict: { whole: boolean; waitMs: number | null }
   if (state !== null) return state === "pause" ? "pause" : "give_up";
   const backoff = clock.random() * task.retryBaseMs * 2 ** (n - 1);
   const delay = Math.min(Math.max(verdict.waitMs ?? 0, backoff), 60_000);
-  if (clock.now() + delay >= task.deadline) return "give_up";
+  if (clock.now() + delay >= task.deadline) return verdict.whole ? "expire" : "give_up";
   // A cancel or a shutdown must not wait out a long retry-after; an outage
   // that begins meanwhile sends the line to the gate at once.
   await sleepUnless(delay, () => stopped() || (mem !== null && !isUp(mem, u)), clock);
