@@ -84,10 +84,18 @@ const TIMED = new Set([
   "cli-client.test.ts",
   "cluster.test.ts",
   "console.test.ts",
-  // Restarts and halts its own Postgres: a fast shutdown's checkpoint beside seven busy test processes took over 15 s.
-  "postgres-outage.test.ts",
   "storage-s3.test.ts",
 ]);
+
+/**
+ * Files that run last, each in a process of its own with nothing beside it:
+ * postgres-outage halts and resumes a Postgres of its own, and in the
+ * whole suite's processes (with the parallel files, then with the timed
+ * ones) its Postgres was not stopped within a minute in three full runs,
+ * while alone it stops in under a second every time. Until that is
+ * understood, it runs where it measures the server and not the machine.
+ */
+const ALONE = new Set(["postgres-outage.test.ts"]);
 
 /** A file that starts servers through the harness, so that the mode's variables reach them. */
 const FOLLOWS_MODE = /\b(startTestServer|testDatabaseArgs|testServeArgs)\(/;
@@ -224,6 +232,7 @@ async function main() {
   if (opts.updateTimings) mkdirSync(TIMINGS_DIR, { recursive: true });
   const jobs: Job[] = [];
   const serial: Job[] = [];
+  const last: Job[] = [];
   for (const mode of opts.modes) {
     let files = wanted;
     if (mode !== "sqlite") {
@@ -235,6 +244,9 @@ async function main() {
       if (once.length) console.log(`  (no server from the harness: the same in every mode, run in sqlite) ${once.join(" ")}`);
       for (const s of skipped) console.log(s);
     } else console.log(`[sqlite] ${files.length} file(s)`);
+    for (const f of files.filter((x) => ALONE.has(basename(x))))
+      last.push({ mode, files: [f], log: join(logDir, `${mode}-${basename(f, ".test.ts")}.log`), parallel: 1, timings: join(TIMINGS_DIR, `${mode}-alone.json`), updateTimings: false });
+    files = files.filter((f) => !ALONE.has(basename(f)));
     const timed = files.filter((f) => TIMED.has(basename(f)));
     files = files.filter((f) => !TIMED.has(basename(f)));
     if (timed.length)
@@ -273,6 +285,8 @@ async function main() {
   // its files one after another, so no two timed files of a mode overlap.
   if (serial.length) console.log(`then, side by side, one process a mode: ${serial.map((j) => `${j.mode} (${j.files.map((f) => basename(f)).join(" ")})`).join("; ")}`);
   results.push(...(await Promise.all(serial.map(report))));
+  if (last.length) console.log(`then, one at a time, alone: ${last.map((j) => `${basename(j.files[0]!)} (${j.mode})`).join(", ")}`);
+  for (const j of last) results.push(await report(j));
 
   const wall = (performance.now() - t0) / 1000;
   console.log("");
