@@ -30,9 +30,9 @@ export function runBuiltin(req: BatchRequest, _model: PricedModel, kind: Endpoin
 }
 
 /** Resolves with the result line, or null when a pause left the request without a final answer. */
-/** `replica`: the one the prefix window chose for the line's first attempt (-1: the dispatch chooses). */
-export async function runUpstream(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl, replica = -1): Promise<LineResult | null> {
-  const call = lineCall(req, model, endpointKind(task.endpoint).path);
+/** `replica`: the one the prefix window chose for the line's first attempt (-1: the dispatch chooses); `key`: its prefix key, when the window has it. */
+export async function runUpstream(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl, replica = -1, key: number | null = null): Promise<LineResult | null> {
+  const call = lineCall(req, model, endpointKind(task.endpoint).path, key);
   const attempts = new Attempts(healthMemory(), model.upstreamIdx);
   let last: LastFailure | null = null;
   let avoid = -1;
@@ -67,8 +67,8 @@ export async function runUpstream(req: BatchRequest, model: PricedModel, task: R
 }
 
 /** One line that waits (an upstream, or a built-in with simulated latency): its result, or null when a pause left it undone. */
-export async function runLine(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl, replica: number): Promise<LineResult | null> {
-  if (model.kind === "upstream") return runUpstream(req, model, task, control, replica);
+export async function runLine(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl, replica: number, key: number | null): Promise<LineResult | null> {
+  if (model.kind === "upstream") return runUpstream(req, model, task, control, replica, key);
   // A built-in with simulated latency occupies a scheduler slot like an upstream would.
   let release: SlotRelease | null = null;
   if (model.limited) {

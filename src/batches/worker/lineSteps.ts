@@ -12,8 +12,8 @@ import { UNMEASURED, slotOutcome, type SlotOutcome } from "../../inference/admis
 import type { UpstreamAnswer } from "../../inference/upstream/answer";
 import { Deadline } from "../../inference/upstream/deadline";
 import { CallFailure, classify, describe, failureLabel, type Fate } from "../../inference/upstream/fate";
-import { enter, isOpen, leave } from "../../inference/replicas/cells";
-import { noOtherReplica, pickReplica, prefixKey, type ReplicaView } from "../../inference/replicas/pick";
+import { enter, isOpen } from "../../inference/replicas/cells";
+import { leftReplica, pickReplica, prefixKey, type ReplicaView } from "../../inference/replicas/pick";
 import { epochOf, isDown, isUp, reportFate, type HealthMemory } from "../../inference/upstream/health";
 import { postJson, type UpstreamTarget } from "../../inference/upstream/transport";
 import { countUpstreamAttempt } from "../../metrics/worker";
@@ -96,17 +96,20 @@ export interface LineCall {
   path: string;
   payload: string;
   timeoutMs: number;
-  /** The prompt's prefix key: which replica it goes to (inference/replicas/pick.ts). */
-  key: number;
+  /** The prompt's prefix key (inference/replicas/pick.ts), once a choice among replicas needed it (or the shard's prefix window gave it); null before. */
+  key: number | null;
+  /** The request body, for the prefix key. */
+  body: Record<string, unknown>;
+  upstreamModel: string;
   /** The upstream's name: its replica set. */
   upstream: string | null;
 }
 
-export function lineCall(req: BatchRequest, model: PricedModel, path: string): LineCall {
+export function lineCall(req: BatchRequest, model: PricedModel, path: string, key: number | null = null): LineCall {
   const upstreamModel = model.upstreamModel ?? model.id;
   // docs/CONTRACT.md §21 batch_priority: the engine lets interactive requests overtake batch lines it holds.
   const body = model.batchPriority === null || model.batchPriority === undefined ? { ...req.body, model: upstreamModel, stream: false } : { ...req.body, model: upstreamModel, stream: false, priority: model.batchPriority };
-  return { target: model, path, payload: JSON.stringify(body), timeoutMs: model.timeoutMs, key: prefixKey(upstreamModel, req.body), upstream: model.upstream ?? null };
+  return { target: model, path, payload: JSON.stringify(body), timeoutMs: model.timeoutMs, key, body: req.body, upstreamModel, upstream: model.upstream ?? null };
 }
 
 /**
@@ -123,6 +126,9 @@ export function chooseReplica(call: LineCall, avoid: number, preferred = -1): Re
     const v = views.find((x) => x.idx === preferred);
     if (v && !isOpen(cells, v.idx)) return v;
   }
+  // One replica (most upstreams): no prefix to hash, a million lines over.
+  if (views.length <= 1) return views[0] ?? null;
+  call.key ??= prefixKey(call.upstreamModel, call.body);
   return pickReplica(views, cells, call.key, avoid, replicaTimes());
 }
 
@@ -156,10 +162,8 @@ function replicaEnded(tried: Tried, fate: Fate, upstream: string | null): boolea
   const replica = tried.replica;
   const cells = replicaCells();
   if (!replica || !cells) return true;
-  const whole = fate.kind === "engine_failure";
-  const views = replicasOf(upstream);
-  leave(cells, replica.idx, !whole, performance.now() - (tried.startedAt ?? 0), fate.kind === "answer", views.length > 1);
-  return !whole || views.length <= 1 || noOtherReplica(views, cells, replica.idx);
+  // An opened breaker needs no message: the main thread's sweep probes open replicas.
+  return leftReplica(replicasOf(upstream), cells, replica.idx, fate.kind === "engine_failure", performance.now() - (tried.startedAt ?? 0), fate.kind === "answer").tellUpstream;
 }
 
 // ── 3. judge ───────────────────────────────────────────────────────────

@@ -222,7 +222,7 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
   // On a limited model the scheduler bounds what really runs. No extra
   // lines queue for a slot: while none wait in the scheduler, Workers
   // take free slots from shared memory without a message (slots.ts).
-  const send = async (req: BatchRequest, model: PricedModel, finished?: () => void, replica = -1) => {
+  const send = async (req: BatchRequest, model: PricedModel, finished?: () => void, replica = -1, key: number | null = null) => {
     const bound = boundFor(model, task);
     if (inFlight >= bound) {
       giveTurn();
@@ -230,7 +230,7 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
     }
     if (failure) throw failure;
     inFlight++;
-    runLine(req, model, task, control, replica)
+    runLine(req, model, task, control, replica, key)
       .then(
         (r) => {
           // A result that arrives after a stop still counts: the request ran.
@@ -267,7 +267,7 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
     if (control.stopCode) {
       record(stoppedLine(req.custom_id, control.stopCode), undefined, model.id);
       g.warmed(next.group);
-    } else await send(req, model, () => g.warmed(next.group), next.replica);
+    } else await send(req, model, () => g.warmed(next.group), next.replica, next.key);
   };
   try {
     const stream = openLocator(task.input).slice(task.start, task.end).stream();

@@ -22,7 +22,20 @@
 // max_concurrency is passed over; if all are, the least loaded takes it.
 //
 // Imports only the shared cells: a batch Worker loads it.
-import { inFlightOf, isOpen, loadOf, type EngineTimes, type ReplicaCells } from "./cells";
+import { inFlightOf, isOpen, leave, loadOf, type EngineTimes, type ReplicaCells } from "./cells";
+
+/**
+ * A request left replica `r` of `replicas` (its answer came, or it failed:
+ * `whole` a failure of the engine as a whole). Counts it in the cells
+ * (an only replica never opens its breaker: its health is the upstream's)
+ * and says whether the upstream's health is to hear of it: always, but for
+ * a failure another replica would have taken. `opened`: this failure opened
+ * the replica's breaker.
+ */
+export function leftReplica(replicas: readonly ReplicaView[], cells: ReplicaCells, r: number, whole: boolean, heldMs: number, answered: boolean): { tellUpstream: boolean; opened: boolean } {
+  const opened = leave(cells, r, !whole, heldMs, answered, replicas.length > 1);
+  return { tellUpstream: !whole || replicas.length <= 1 || noOtherReplica(replicas, cells, r), opened };
+}
 
 /** Whether a failure on one replica is the upstream's as a whole: no other replica would take the request. */
 export function noOtherReplica(replicas: readonly ReplicaView[], cells: ReplicaCells, failed: number): boolean {

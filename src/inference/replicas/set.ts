@@ -16,6 +16,8 @@ import type { Db } from "../../db/client";
 import type { ReplicaRow } from "../../db/schema";
 import type { Logger } from "../../log";
 import { getModels, ownClientFor, type UpstreamClientSetting } from "../upstream/transport";
+// A replica is probed as an upstream is (../upstream/monitor.ts): the same backoff.
+import { PROBE_FIRST_MS, PROBE_MAX_MS, PROBE_REFUSED_MS, PROBE_TIMEOUT_MS } from "../upstream/monitor";
 import { MAX_REPLICAS, close, countersOf, engineLoadOf, isOpen, newEngineTimes, newReplicaCells, open, setEngineLoad, type ReplicaCounters } from "./cells";
 import { ENGINE_EVERY_MS, publishesLoad, readEngineLoad } from "./engineLoad";
 import { seedOf, type ReplicaView } from "./pick";
@@ -58,10 +60,6 @@ async function resolvedUrls(baseUrl: string): Promise<string[]> {
 
 /** What every node re-reads: at most this long until a change made elsewhere is obeyed. */
 export const POLL_MS = 500;
-const PROBE_REFUSED_MS = 1000;
-const PROBE_FIRST_MS = 1000;
-const PROBE_MAX_MS = 30_000;
-const PROBE_TIMEOUT_MS = 5000;
 
 interface Known {
   upstream: string;

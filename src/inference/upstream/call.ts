@@ -10,8 +10,8 @@ import type { ModelEntry } from "../registry";
 import type { UpstreamAnswer } from "./answer";
 import { Deadline } from "./deadline";
 import { CallFailure, classify, failureLabel, type Fate } from "./fate";
-import { enter, leave } from "../replicas/cells";
-import { noOtherReplica, pickReplica, prefixKey, type ReplicaView } from "../replicas/pick";
+import { enter } from "../replicas/cells";
+import { leftReplica, pickReplica, prefixKey, type ReplicaView } from "../replicas/pick";
 import type { ReplicaSets } from "../replicas/set";
 import { attachDeadline, timeoutError } from "./interactive";
 import { postJson, type UpstreamTarget } from "./transport";
@@ -98,10 +98,9 @@ function replicaFor(model: ModelEntry, upstreamModel: string, body: Record<strin
  */
 function replicaEnded(on: OnReplica | null, fate: Fate, startedAt: number): boolean {
   if (!on) return true;
-  const views = on.sets.views(on.upstream);
-  const whole = fate.kind === "engine_failure";
-  if (leave(on.sets.cells, on.replica.idx, !whole, performance.now() - startedAt, fate.kind === "answer", views.length > 1)) on.sets.opened(on.replica.idx);
-  return !whole || views.length <= 1 || noOtherReplica(views, on.sets.cells, on.replica.idx);
+  const left = leftReplica(on.sets.views(on.upstream), on.sets.cells, on.replica.idx, fate.kind === "engine_failure", performance.now() - startedAt, fate.kind === "answer");
+  if (left.opened) on.sets.opened(on.replica.idx);
+  return left.tellUpstream;
 }
 
 /** docs/CONTRACT.md §11: while the upstream is down, answer at once instead of waiting out a connection timeout; retry-after says when the next probe runs. */

@@ -11,11 +11,11 @@ import { DOWN, UP, isDown, markDown, markUp, newHealthMemory, reportFate, stateO
 import { getModels } from "./transport";
 
 /** A probe that gets no connection at all (the engine restarting) costs the engine nothing: try every second. */
-const PROBE_REFUSED_MS = 1000;
+export const PROBE_REFUSED_MS = 1000;
 /** Probes that reach the upstream and fail back off from 1 s to 30 s. */
-const PROBE_FIRST_MS = 1000;
-const PROBE_MAX_MS = 30_000;
-const PROBE_TIMEOUT_MS = 5000;
+export const PROBE_FIRST_MS = 1000;
+export const PROBE_MAX_MS = 30_000;
+export const PROBE_TIMEOUT_MS = 5000;
 
 interface UpstreamState {
   config: UpstreamConfig;
