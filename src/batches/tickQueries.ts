@@ -5,6 +5,7 @@
 // what changes between ticks.
 import { and, eq, inArray, isNull, lt, or, sql } from "drizzle-orm";
 import type { Db } from "../db/client";
+import { prepareShardValidated } from "./shardStatus";
 
 export type TickQueries = ReturnType<typeof prepareTickQueries>;
 
@@ -32,12 +33,8 @@ export function prepareTickQueries(db: Db, owner: string) {
       .where(eq(batches.leaseOwner, owner))
       .prepare("tick_renewBatchLeases"),
 
-    /** A shard validated: ready to run (one prepared statement for all of a batch's shards: built per row, 690 updates held the HTTP thread 83 ms at 10M lines). */
-    shardValidated: db
-      .update(s)
-      .set({ status: "pending", firstLine: sql`${sql.placeholder("firstLine")}`, requests: sql`${sql.placeholder("requests")}` })
-      .where(and(eq(s.batchId, sql.placeholder("batchId")), eq(s.idx, sql.placeholder("idx"))))
-      .prepare("tick_shardValidated"),
+    /** A shard validated: ready to run (src/batches/shardStatus.ts). */
+    shardValidated: prepareShardValidated(db),
 
     runningShards: db
       .select({ batchId: s.batchId, idx: s.idx, owner: s.leaseOwner, exp: s.leaseExpiresAt })

@@ -17,6 +17,7 @@
 // then tries that batch's next shard).
 import { and, eq, inArray, sql } from "drizzle-orm";
 import { bucketOf, nextCandidate } from "../scheduling/order";
+import { shardClaimed } from "../batches/shardStatus";
 import type { BatchRow, ShardRow } from "./schema";
 import type { Db } from "./client";
 
@@ -67,12 +68,8 @@ async function takeNext(db: Db, batchId: string, owner: string, until: number): 
       .orderBy(s.idx)
       .limit(1);
     if (!next) return null;
-    const [taken] = await db
-      .update(s)
-      .set({ status: "running", leaseOwner: owner, leaseExpiresAt: until, claims: sql`${s.claims} + 1` })
-      .where(and(eq(s.batchId, batchId), eq(s.idx, next.idx), eq(s.status, "pending")))
-      .returning();
-    if (taken) return taken as ShardRow;
+    const taken = await shardClaimed(db, batchId, next.idx, owner, until);
+    if (taken) return taken;
   }
   return null;
 }

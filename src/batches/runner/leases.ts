@@ -14,6 +14,7 @@ import type { DatabaseUnavailable } from "../../db/unavailable";
 import { processGone } from "../../nodes/identity";
 import type { BatchRow } from "../service";
 import type { TickQueries } from "../tickQueries";
+import { shardLapsed, shardsOfOwnerReleased } from "../shardStatus";
 
 export class Leases {
   /** When ticks began to find the database unavailable (0: they do not). */
@@ -70,14 +71,10 @@ export class Leases {
 
   /** Running shards whose owner is dead go back to pending (for any node to claim). */
   async releaseDead(now: number): Promise<void> {
-    const { batchShards } = this.ctx.db.t;
     const held = await this.q.runningShards.execute();
     for (const s of held) {
       if (!this.ownerIsDead(s.owner, s.exp, now)) continue;
-      await this.ctx.db
-        .update(batchShards)
-        .set({ status: "pending", leaseOwner: null, leaseExpiresAt: null })
-        .where(and(eq(batchShards.batchId, s.batchId), eq(batchShards.idx, s.idx), eq(batchShards.status, "running"), s.owner ? eq(batchShards.leaseOwner, s.owner) : isNull(batchShards.leaseOwner)));
+      await shardLapsed(this.ctx.db, s.batchId, s.idx, s.owner);
     }
   }
 
@@ -96,8 +93,8 @@ export class Leases {
 
   /** At shutdown: every lease this node holds is given up (its live shards are released first, by the caller). */
   async releaseAll(): Promise<void> {
-    const { batches, batchShards } = this.ctx.db.t;
+    const { batches } = this.ctx.db.t;
     await this.ctx.db.update(batches).set({ leaseOwner: null, leaseExpiresAt: null }).where(eq(batches.leaseOwner, this.owner));
-    await this.ctx.db.update(batchShards).set({ status: "pending", leaseOwner: null, leaseExpiresAt: null }).where(and(eq(batchShards.leaseOwner, this.owner), eq(batchShards.status, "running")));
+    await shardsOfOwnerReleased(this.ctx.db, this.owner);
   }
 }

@@ -4,9 +4,9 @@
 // logged (later()); but a shard's progress must never be dropped (record()):
 // a shard whose end was not recorded would stay `running` for good, and one
 // run again would send its lines upstream twice.
-import { and, eq } from "drizzle-orm";
 import type { AppContext } from "../../context";
 import { databaseUnavailable, unavailableLogger } from "../../db/unavailable";
+import { shardDone, shardReleased } from "../shardStatus";
 import type { ShardTotals } from "../types";
 
 /** A progress record is written again after 0.1 s, 0.2 s … at most 2 s while the database is unavailable (it lands soon after it returns), at most 30 s after any other error; jittered. */
@@ -73,7 +73,7 @@ export class ProgressRecords {
 
   /** A shard's exact totals once its Worker has written and flushed all of it (record()). */
   recordDone(batchId: string, idx: number, totals: ShardTotals): void {
-    this.record("shard done", { batch_id: batchId, shard: idx }, () => shardDone(this.ctx, batchId, idx, totals, this.owner));
+    this.record("shard done", { batch_id: batchId, shard: idx }, () => recordShardDone(this.ctx, batchId, idx, totals, this.owner));
   }
 
   /**
@@ -89,11 +89,7 @@ export class ProgressRecords {
 
 /** A shard this node holds goes back to pending (only while this node holds its lease). */
 export async function releaseShard(ctx: AppContext, owner: string, batchId: string, idx: number): Promise<void> {
-  const { batchShards } = ctx.db.t;
-  await ctx.db
-    .update(batchShards)
-    .set({ status: "pending", leaseOwner: null, leaseExpiresAt: null })
-    .where(and(eq(batchShards.batchId, batchId), eq(batchShards.idx, idx), eq(batchShards.leaseOwner, owner)));
+  await shardReleased(ctx.db, batchId, idx, owner);
 }
 
 /**
@@ -102,17 +98,7 @@ export async function releaseShard(ctx: AppContext, owner: string, batchId: stri
  * (stalled past batches.lease_ms, so another took the shard over) must not
  * end a shard that another node now runs.
  */
-async function shardDone(ctx: AppContext, batchId: string, idx: number, totals: ShardTotals, owner: string): Promise<void> {
-  const s = ctx.db.t.batchShards;
-  const done = await ctx.db
-    .update(s)
-    .set({ status: "done", leaseOwner: null, leaseExpiresAt: null, ...totals })
-    .where(and(eq(s.batchId, batchId), eq(s.idx, idx), eq(s.status, "running"), eq(s.leaseOwner, owner)))
-    .returning({ idx: s.idx });
-  if (done.length === 0) {
-    // Tried again after a lost connection: the earlier try may have committed.
-    const [row] = await ctx.db.select({ status: s.status }).from(s).where(and(eq(s.batchId, batchId), eq(s.idx, idx)));
-    if (row?.status === "done") return;
-  }
-  if (done.length === 0) ctx.log.warn("batch shard finished after its lease was lost: another node runs it", { batch_id: batchId, shard: idx });
+async function recordShardDone(ctx: AppContext, batchId: string, idx: number, totals: ShardTotals, owner: string): Promise<void> {
+  // (Tried again after a lost connection, the earlier try may have committed: that is done too.)
+  if (!(await shardDone(ctx.db, batchId, idx, totals, owner))) ctx.log.warn("batch shard finished after its lease was lost: another node runs it", { batch_id: batchId, shard: idx });
 }

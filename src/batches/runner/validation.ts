@@ -10,10 +10,8 @@
 // running shards are. Batches' tasks take turns (one each, round robin),
 // so a small batch's one task does not wait behind a big batch's hundreds.
 import { mkdirSync } from "node:fs";
-import { and, eq } from "drizzle-orm";
+import { eq } from "drizzle-orm";
 import type { AppContext } from "../../context";
-import type { Queryable } from "../../db/client";
-import type { Tables } from "../../db/schema";
 import { kindOfUrl } from "../../endpoints";
 import { serves } from "../../endpoints/kind";
 import { nowSeconds } from "../../ids";
@@ -24,6 +22,7 @@ import type { BatchRow } from "../service";
 import { fileLocator } from "../../files/content";
 import { narrowLocator, openLocator } from "../../storage/locator";
 import { shardBoundaries } from "../shards";
+import { shardsCut, shardsValidated } from "../shardStatus";
 import type { TickQueries } from "../tickQueries";
 import type { ValidateResult, ValidateTask } from "../types";
 
@@ -88,7 +87,7 @@ export class Validations {
 
   /** At each tick: batches waiting for validation whose lease this node takes get their shard rows and queued tasks. */
   async start(now: number): Promise<void> {
-    const { files, batchShards } = this.ctx.db.t;
+    const { files } = this.ctx.db.t;
     const waiting = await this.q.waitingValidation.execute();
     for (const b of waiting) {
       if (this.running.has(b.id) || !(await this.claimBatch(b, now))) continue;
@@ -100,11 +99,7 @@ export class Validations {
       // One blob, or a File made of an Upload's parts (each task gets the parts its shard reads).
       const input = await fileLocator(this.ctx, file.id);
       const cuts = await shardBoundaries(openLocator(input), file.bytes);
-      await this.ctx.db.transaction(async (tx) => {
-        await tx.delete(batchShards).where(eq(batchShards.batchId, b.id));
-        for (let i = 0; i < cuts.length; i += 500)
-          await tx.insert(batchShards).values(cuts.slice(i, i + 500).map((c, j) => ({ batchId: b.id, idx: i + j, startByte: c.start, endByte: c.end, status: "validating" })));
-      });
+      await this.ctx.db.transaction((tx) => shardsCut(tx, this.ctx.db.t, b.id, cuts));
       mkdirSync(batchDir(this.ctx, b.id), { recursive: true });
       // The endpoint's module says which models answer it (upstream ones and its built-in).
       const kind = kindOfUrl(b.endpoint);
@@ -177,11 +172,8 @@ export class Validations {
     if (errors.length > 0 && !b.stopReason) return this.failBatch(b, errors);
     const now = nowSeconds();
     await this.ctx.db.transaction(async (tx) => {
-      // (On SQLite the prepared statement runs on the one connection, inside
-      // this transaction; on Postgres each shard's update goes through `tx`.)
       const results = v.results as ValidateResult[];
-      if (this.ctx.db.engine === "sqlite") for (let i = 0; i < results.length; i++) await this.q.shardValidated.execute({ batchId, idx: i, firstLine: firstLines[i]!, requests: results[i]!.requests });
-      else await shardsValidated(tx, this.ctx.db.t, batchId, results.map((r, i) => ({ idx: i, firstLine: firstLines[i]!, requests: r.requests })));
+      await shardsValidated(this.ctx.db, tx, this.q.shardValidated, batchId, results.map((r, i) => ({ idx: i, firstLine: firstLines[i]!, requests: r.requests })));
       await tx
         .update(batches)
         .set(
@@ -208,14 +200,4 @@ export class Validations {
     });
     this.ctx.log.info("batch failed validation", { batch_id: b.id, status: "failed", errors: errors.length, first_error: errors[0]?.message });
   }
-}
-
-/** Postgres: each validated shard's row in the transaction (one statement each; they interleave with other work, never one long stall). */
-async function shardsValidated(tx: Queryable, t: Tables, batchId: string, rows: { idx: number; firstLine: number; requests: number }[]): Promise<void> {
-  const s = t.batchShards;
-  for (const r of rows)
-    await tx
-      .update(s)
-      .set({ status: "pending", firstLine: r.firstLine, requests: r.requests })
-      .where(and(eq(s.batchId, batchId), eq(s.idx, r.idx)));
 }
