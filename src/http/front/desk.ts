@@ -1,8 +1,10 @@
 // The main thread's side of the front threads (./protocol.ts says who does
 // what): starts them on the public port, answers their asks with the same
-// functions its own dispatch runs (the key check, the model, admission, the
-// upstream's health), keeps each admitted request's slot until the front
-// thread says it ended, and writes their request lines and metrics. Also
+// functions its own dispatch runs (the key check and the error mapping of
+// src/app.ts, the model, then the admission port of its own pass-through:
+// src/inference/upstream/mainAdmission.ts), keeps each admitted request's
+// admission until the front thread says it ended, running the port's steps
+// as its messages say, and writes their request lines and metrics. Also
 // the relay socket, where front threads send every other request.
 //
 // Why: on a many-core machine one thread doing every request's socket and
@@ -16,20 +18,17 @@ import type { Server } from "bun";
 import { requestIdOf } from "../requestId";
 import type { DirectHooks } from "../direct";
 import { principalOf } from "../../auth/plugin";
-import { streamHold } from "../../auth/revocations";
 import { routeScope } from "../../auth/routeScopes";
-import { watchKeys, type Principal } from "../../auth/verify";
+import { watchKeys } from "../../auth/verify";
 import type { AppContext } from "../../context";
 import { chatCompletions as chatKind } from "../../endpoints/chatCompletions";
 import { ApiError, type ErrorCode } from "../../errors";
-import { admit, resolveModel } from "../../inference/admission/admit";
-import type { Release } from "../../inference/admission/scheduler";
-import { ANSWERED, UNMEASURED, slotOutcome } from "../../inference/admission/slotCells";
+import { resolveModel } from "../../inference/admission/admit";
+import { UNMEASURED, slotOutcome } from "../../inference/admission/slotCells";
 import type { ModelEntry } from "../../inference/registry";
-import { throwIfDown, unavailable } from "../../inference/upstream/call";
-import { ANSWER, failureLabel } from "../../inference/upstream/fate";
-import { timeoutError } from "../../inference/upstream/interactive";
-import { countUpstreamError, countUpstreamRequest, m } from "../../metrics";
+import { ANSWER } from "../../inference/upstream/fate";
+import { MainAdmission } from "../../inference/upstream/mainAdmission";
+import { m } from "../../metrics";
 import type { PeerAddress, RequestObserver } from "../../metrics/http";
 import { diskBytesOfAnswer } from "../../storage/diskBlob";
 import { threadSettings } from "../../threadSettings";
@@ -88,9 +87,8 @@ interface Held {
   request: Request;
   asked: AskedRequest;
   peer: string | null;
-  model?: ModelEntry;
-  principal?: Principal;
-  release?: Release;
+  /** Its admission, once admitted: the port's steps run on it as the thread's messages say. */
+  admission?: MainAdmission;
   /** Ends the key's hold on the request's stream. */
   unhold?: () => void;
 }
@@ -235,8 +233,7 @@ class Run {
 
 function letGo(held: Held): void {
   held.asked.gone();
-  held.release?.(UNMEASURED);
-  held.release = undefined;
+  held.admission?.settle(UNMEASURED, 0);
   held.unhold?.();
   held.unhold = undefined;
 }
@@ -339,7 +336,7 @@ class FrontDesk {
     run.send({ t: "reply", id, answer });
   }
 
-  /** As the main thread's dispatch does for its own requests (src/http/direct.ts, chatCompletions/service.ts, upstream/proxy.ts and call.ts), in that order. */
+  /** As the main thread's dispatch does for its own requests (src/http/direct.ts, chatCompletions/service.ts, then the pass-through's admit), in that order. */
   private async ask(run: Run, a: Ask): Promise<void> {
     const asked = new AskedRequest(a.url, a.auth);
     const request = asked as unknown as Request;
@@ -365,25 +362,19 @@ class FrontDesk {
       if (failure) throw failure;
       if (model.kind !== "upstream" || !onlyBaseUrl(model)) {
         // The built-ins run on the main thread: the front thread relays the request.
-        // So do models whose upstream dispatches over replicas (src/inference/replicas/): the choice runs here.
+        // So do models whose upstream dispatches over replicas (src/inference/replicas/): the choice needs the prompt, which stays on the front thread.
         run.held.delete(a.id);
         run.send({ t: "reply", id: a.id, relay: true });
         return;
       }
-      const principal = principalOf(request);
-      const admitted = await admit(this.ctx, principal, model, a.promptTokens, () => request.signal);
-      held.release = admitted.release;
+      const admission = new MainAdmission(this.ctx, principalOf(request), { model, path: chatKind.path, body: null, promptTokens: a.promptTokens, requestId: requestIdOf(request), clientSignal: () => request.signal });
+      const admitted = await admission.admit();
+      held.admission = admission;
       // The thread failed while this waited: nobody is there to answer (end() let go of the others already).
       if (!run.live) return letGo(held);
-      throwIfDown(model);
-      countUpstreamRequest(model.id);
-      held.model = model;
-      held.principal = principal;
-      if (a.stream) held.unhold = streamHold(this.ctx.db, principal.keyId)(() => run.send({ t: "revoke", id: a.id }));
-      run.send({ t: "reply", id: a.id, go: { requestId: requestIdOf(request), headers: admitted.headers, model: model.id, route: this.routeToSend(run, model), metersTokens: admitted.metersTokens } });
+      if (a.stream) held.unhold = admission.hold()(() => run.send({ t: "revoke", id: a.id }));
+      run.send({ t: "reply", id: a.id, go: { requestId: admitted.requestId, headers: admitted.headers, model: model.id, route: this.routeToSend(run, model), metersTokens: admitted.metersTokens } });
     } catch (e) {
-      held.release?.(UNMEASURED);
-      held.release = undefined;
       await this.answer(run, a.id, held, e);
     }
   }
@@ -406,41 +397,24 @@ class FrontDesk {
     };
   }
 
-  /** The call threw: told to the upstream's health, answered as callUpstream answers (upstream/call.ts). */
+  /** The call threw: told to the upstream's health, answered as the main thread's own call answers (upstream/call.ts UpstreamLeg). */
   private async failed(run: Run, f: Failed): Promise<void> {
     const held = run.held.get(f.id);
-    if (!held) return; // its run ended: nobody waits for the answer
-    const model = held.model!;
-    const health = model.health;
-    const u = model.upstreamIdx;
-    countUpstreamError(model.id, failureLabel(f.fate) ?? "connection");
-    health?.noteFate(u, f.fate, chatKind.path, model.timeoutMs);
-    held.release?.(UNMEASURED);
-    held.release = undefined;
-    const error = f.timedOut
-      ? timeoutError(model)
-      : health?.isDown(u)
-        ? unavailable(model, health.retryAfterSeconds(u))
-        : new ApiError("upstream_error", `Upstream ${model.upstreamName} is unreachable`);
-    await this.answer(run, f.id, held, error);
+    if (!held?.admission) return; // its run ended: nobody waits for the answer
+    await this.answer(run, f.id, held, held.admission.failedWith(f.fate, f.timedOut));
   }
 
   private done(run: Run, d: Done): void {
     const held = run.held.get(d.id);
     if (!held) return;
-    const { model, principal } = held;
-    if (model && d.upstreamStatus !== null) {
-      model.health?.noteFate(model.upstreamIdx, d.fate ?? ANSWER, chatKind.path, model.timeoutMs);
-      if (d.upstreamStatus < 200 || d.upstreamStatus > 299) countUpstreamError(model.id, d.upstreamStatus);
-    }
-    if (d.tokens && principal) this.ctx.rateLimiter.charge(principal.keyId, d.tokens);
+    const admission = held.admission;
+    if (d.upstreamStatus !== null) admission?.answered(d.upstreamStatus, d.fate ?? ANSWER);
     if (d.error) this.ctx.log.error("unhandled error", { request_id: requestIdOf(held.request), method: "POST", path: pathOf(held.request.url).slice(0, 200), error: d.error });
     this.answered();
     const peer = held.peer;
     this.opts.observe(held.request, { requestIP: () => (peer ? { address: peer } : null) }, d.status, d.seconds);
     if (d.streaming) return;
-    held.release?.(d.upstreamStatus === null ? UNMEASURED : slotOutcome(d.upstreamStatus));
-    held.release = undefined;
+    admission?.settle(d.upstreamStatus === null ? UNMEASURED : slotOutcome(d.upstreamStatus), d.tokens);
     held.unhold?.();
     run.held.delete(d.id);
   }
@@ -448,10 +422,8 @@ class FrontDesk {
   private end(run: Run, id: number, tokens: number): void {
     const held = run.held.get(id);
     if (!held) return;
-    held.release?.(ANSWERED);
-    held.release = undefined;
+    held.admission?.streamEnded(tokens);
     held.unhold?.();
-    if (tokens && held.principal) this.ctx.rateLimiter.charge(held.principal.keyId, tokens);
     run.held.delete(id);
   }
 }

@@ -1,9 +1,8 @@
 // A chat completion on a front thread (./protocol.ts says who does what):
-// the body is read and checked here, the main thread is asked once (key,
-// model, rate limits, slot), the upstream is called here and its answer
-// passed on here, with the same helpers and in the same order as the main
-// thread's own pass-through (src/inference/upstream/call.ts and proxy.ts),
-// so a client cannot tell which thread answered it
+// the body is read and checked here, then the main thread's own
+// pass-through runs here (src/inference/upstream/pass.ts), admitted by
+// message to the main thread (FrontAdmission: one ASK, one DONE, an END
+// for a stream), so a client cannot tell which thread answered it
 // (test/http-front.test.ts asks both).
 import { TypeCompiler } from "@sinclair/typebox/compiler";
 import { chatBody, checkMessages, checkStreamFields } from "../../chatCompletions/fields";
@@ -13,13 +12,11 @@ import { promptTokensOf } from "../../inference/builtin/tokens";
 import { requireModel } from "../../inference/modelField";
 import { authorizationOf } from "../../auth/plugin";
 import type { StreamHold } from "../../auth/revocations";
-import type { UpstreamAnswer } from "../../inference/upstream/answer";
-import { Deadline } from "../../inference/upstream/deadline";
-import { CallFailure, classify } from "../../inference/upstream/fate";
-import { StreamUsage, answerTokens, attachDeadline, passThrough, upstreamFailure, upstreamText } from "../../inference/upstream/interactive";
-import { postJson } from "../../inference/upstream/transport";
+import type { SlotOutcome } from "../../inference/admission/slotCells";
+import type { CallFailure, Fate } from "../../inference/upstream/fate";
+import { passUpstream, type AdmissionPort, type Admitted } from "../../inference/upstream/pass";
 import { jsonOnly, limitJsonBody, rawBodyOf } from "../jsonBody";
-import type { Answer, Ask, Done, EarlyFailure, Go, Reply } from "./protocol";
+import type { Answer, Ask, Done, EarlyFailure, Reply } from "./protocol";
 
 /** The front thread's side of the conversation with the main thread (./entry.ts). */
 export interface MainDesk {
@@ -97,7 +94,6 @@ export async function serveChat(request: Request, peer: string | null, main: Mai
     // Not if keys changed while it was asked about: the key may be the one revoked.
     if (keysEpoch === askedAt) knownKeys.add(auth!);
   }
-  const id = main.nextId();
   limitJsonBody(request, maxJsonBytes);
   let body: Record<string, unknown> | null = null;
   let early: EarlyFailure | null = null;
@@ -119,91 +115,116 @@ export async function serveChat(request: Request, peer: string | null, main: Mai
       early = earlyOf(e, "fields", request);
     }
   }
-  const reply = await main.ask({ url: request.url, auth, peer, early, model: body?.model, stream, promptTokens }, id, request.signal);
-  const seconds = () => (performance.now() - t0) / 1000;
-  if ("relay" in reply) return relayToMain(rawBodyOf(request));
-  if ("answer" in reply) {
-    main.done(doneWithout(id, reply.answer.status, seconds()));
-    return answerOf(reply.answer);
-  }
-  if (!("go" in reply)) throw new Error("a key-only reply to a full ask");
-  // The main thread holds a slot for this request until it hears DONE: it hears it whatever happens here.
-  let told = false;
-  const tell: MainDesk["done"] = (done) => {
-    told = true;
-    main.done(done);
-  };
+  const port = new FrontAdmission(main, request, { url: request.url, auth, peer, early, model: body?.model, stream, promptTokens }, t0);
+  let res: Response;
   try {
-    return await callUpstream(request, id, body!, stream, reply.go, { ...main, done: tell }, seconds);
+    // A body that failed its checks is never sent: the main thread answers the ask with its error.
+    res = await passUpstream(port, { kind: chatKind, body: body ?? {}, raw: rawBodyOf(request), stream, clientSignal: () => request.signal });
   } catch (e) {
-    if (!told) main.done(doneWithout(id, 500, seconds(), String((e as Error)?.stack ?? e)));
-    throw e;
+    if (e === RELAY) return relayToMain(rawBodyOf(request));
+    res = port.errorAnswer(e);
   }
+  port.done(res.status);
+  return res;
 }
 
-async function callUpstream(request: Request, id: number, body: Record<string, unknown>, stream: boolean, go: Go, main: MainDesk, seconds: () => number): Promise<Response> {
-  // Filled in from the thread's routes when the main thread sent none (./entry.ts).
-  const route = go.route!;
-  const named = { upstreamName: route.upstreamName, timeoutMs: route.timeoutMs };
-  const deadline = new Deadline(route.timeoutMs, () => request.signal);
-  const raw = rawBodyOf(request);
-  const payload = raw !== undefined && body.model === route.upstreamModel ? raw : JSON.stringify({ ...body, model: route.upstreamModel });
-  let res: UpstreamAnswer;
-  try {
-    res = await postJson(route, chatKind.path, payload, deadline);
-  } catch (e) {
-    const failure = new CallFailure(e, deadline.timedOut, deadline.clientGone());
-    deadline.clear();
-    if (failure.clientGone) {
-      main.done(doneWithout(id, 499, seconds()));
-      return new Response(null, { status: 499 });
-    }
-    const answer = await main.failed(id, failure);
-    main.done(doneWithout(id, answer.status, seconds()));
-    return answerOf(answer);
+/** The main thread answers a request's ask by relaying it (a built-in model, or one the front threads do not serve). */
+const RELAY = new Error("relayed to the main thread");
+
+/** An answer the main thread made (its error, in its words): thrown through the pass-through, sent as it is. */
+class Answered {
+  constructor(readonly answer: Answer) {}
+}
+
+/**
+ * The admission port (src/inference/upstream/pass.ts) of a front thread:
+ * each step by message to the main thread, which runs its own
+ * (src/inference/upstream/mainAdmission.ts): admit is the ASK and its
+ * REPLY; what became of the call and of the answer go in the one DONE (a
+ * failed call asks how to answer: FAILED); a stream's end in END.
+ */
+class FrontAdmission implements AdmissionPort {
+  private readonly id: number;
+  private requestId: string | null = null;
+  private headers: Record<string, string> = {};
+  private fate: Fate | null = null;
+  private upstreamStatus: number | null = null;
+  private tokens = 0;
+  private streaming = true;
+  private error: string | undefined = undefined;
+  /** A stream that ended before its DONE went (a revocation that came first): its END follows the DONE. */
+  private endedEarly: number | null = null;
+  private doneSent = false;
+
+  constructor(
+    private readonly main: MainDesk,
+    private readonly request: Request,
+    private readonly ask: Omit<Ask, "t" | "id">,
+    private readonly t0: number,
+  ) {
+    this.id = main.nextId();
   }
-  attachDeadline(res, named, deadline);
-  const verdict = classify(res);
-  const fate = verdict.kind === "answer" ? null : verdict;
-  const upstreamStatus = res.status;
-  const done = (response: Response, tokens = 0, streaming = false): Response => {
-    main.done({ id, status: response.status, seconds: seconds(), fate, upstreamStatus, tokens, streaming });
-    return response;
-  };
-  try {
-    if (!res.ok) {
-      const failure = await upstreamFailure(named, res, go.headers);
-      if (failure instanceof ApiError) return done(errorResponse(failure, go.requestId));
-      failure.headers.set("x-request-id", go.requestId);
-      return done(failure);
-    }
-    if (stream && res.body) {
-      const usage = go.metersTokens ? new StreamUsage(chatKind.readStreamEvent) : null;
-      let headers: Headers;
-      try {
-        headers = new Headers({ "content-type": res.headers.get("content-type") ?? "text/event-stream", "cache-control": "no-cache", ...go.headers, "x-request-id": go.requestId });
-      } catch (e) {
-        await res.body.cancel().catch(() => {});
-        throw e;
-      }
-      const end = () => {
-        usage?.finish();
-        main.end(id, usage?.completionTokens ?? 0);
-      };
-      return done(new Response(passThrough(res, end, usage ? (c) => usage.push(c) : undefined, main.hold(id)), { headers }), 0, true);
-    }
-    const text = await upstreamText(res);
-    const tokens = answerTokens(named, chatKind, text, go.metersTokens);
-    return done(new Response(text, { headers: { "content-type": "application/json", ...go.headers, "x-request-id": go.requestId } }), tokens);
-  } catch (e) {
+
+  async admit(): Promise<Admitted> {
+    const reply = await this.main.ask(this.ask, this.id, this.request.signal);
+    if ("relay" in reply) throw RELAY;
+    if ("answer" in reply) throw new Answered(reply.answer);
+    if (!("go" in reply)) throw new Error("a key-only reply to a full ask");
+    const go = reply.go;
+    // Filled in from the thread's routes when the main thread sent none (./entry.ts).
+    const route = go.route!;
+    this.requestId = go.requestId;
+    this.headers = go.headers;
+    return { target: route, upstream: route, upstreamModel: route.upstreamModel, headers: go.headers, metersTokens: go.metersTokens, requestId: go.requestId };
+  }
+
+  answered(status: number, fate: Fate): void {
+    this.upstreamStatus = status;
+    this.fate = fate.kind === "answer" ? null : fate;
+  }
+
+  async failed(failure: CallFailure): Promise<never> {
+    throw new Answered(await this.main.failed(this.id, failure));
+  }
+
+  cancelled(): void {}
+
+  settle(_outcome: SlotOutcome, tokens: number): void {
+    // The main thread measures the slot by the upstream's status (DONE).
+    this.tokens = tokens;
+    this.streaming = false;
+  }
+
+  streamEnded(tokens: number): void {
+    if (this.doneSent) this.main.end(this.id, tokens);
+    else this.endedEarly = tokens;
+  }
+
+  hold(): StreamHold {
+    return this.main.hold(this.id);
+  }
+
+  /** What the pass-through threw, answered as the main thread's error mapping answers it (src/app.ts). */
+  errorAnswer(e: unknown): Response {
+    this.streaming = false;
+    if (e instanceof Answered) return answerOf(e.answer);
+    const requestId = this.requestId ?? "req_unknown";
     if (e instanceof ApiError) {
-      // As the main thread's error mapping does: the key's rate-limit headers on every inference answer.
-      for (const [k, v] of Object.entries(go.headers)) e.headers[k] ??= v;
-      return done(errorResponse(e, go.requestId));
+      // The key's rate-limit headers on every inference answer.
+      for (const [k, v] of Object.entries(this.headers)) e.headers[k] ??= v;
+      return errorResponse(e, requestId);
     }
-    if (request.signal.aborted) return done(new Response(null, { status: 499 }));
-    const answer = errorResponse(new ApiError("internal_error", `Internal server error (request ${go.requestId})`), go.requestId);
-    main.done({ id, status: 500, seconds: seconds(), fate, upstreamStatus, tokens: 0, streaming: false, error: String((e as Error)?.stack ?? e) });
-    return answer;
+    if (this.request.signal.aborted) return new Response(null, { status: 499 });
+    // A fault of ours: the main thread logs it.
+    this.error = String((e as Error)?.stack ?? e);
+    return errorResponse(new ApiError("internal_error", `Internal server error (request ${requestId})`), requestId);
+  }
+
+  /** The answer went out with `status` (the main thread: its request line, metrics, the slot, tokens, the upstream's health). */
+  done(status: number): void {
+    const { id, fate, upstreamStatus, tokens, streaming, error } = this;
+    this.main.done({ id, status, seconds: (performance.now() - this.t0) / 1000, fate, upstreamStatus, tokens, streaming, ...(error === undefined ? {} : { error }) });
+    this.doneSent = true;
+    if (this.endedEarly !== null) this.main.end(id, this.endedEarly);
   }
 }

@@ -1,20 +1,23 @@
-// An interactive request's call to its model's upstream, on the main
-// thread: over the one transport (./transport.ts), judged by the one
-// classifier (./fate.ts), told to the upstream's health and the metrics.
-// (Front threads, src/http/front, make the same call and tell the main
-// thread what happened.)
+// An interactive request's trip to its model's upstream, on the main
+// thread: the upstream's health first (down: answered at once), the replica
+// it goes to (docs/CONTRACT.md §21), then what became of the call, told to
+// the replica's counts, the upstream's health and the metrics. The call
+// itself is ./pass.ts's callTarget, over the one transport (./transport.ts),
+// judged by the one classifier (./fate.ts); a front thread makes it there
+// and tells the main thread what happened (src/http/front), which tells
+// the request's leg here.
 import { ApiError } from "../../errors";
 import { countUpstreamError, countUpstreamRequest } from "../../metrics";
 import type { EndpointPath } from "../../endpoints/kind";
 import type { ModelEntry } from "../registry";
 import type { UpstreamAnswer } from "./answer";
-import { Deadline } from "./deadline";
-import { CallFailure, classify, failureLabel, type Fate } from "./fate";
+import { CANCELLED, classify, failureLabel, type CallFailure, type Fate } from "./fate";
 import { enter } from "../replicas/cells";
 import { leftReplica, pickReplica, prefixKey, type ReplicaView } from "../replicas/pick";
 import type { ReplicaSets } from "../replicas/set";
-import { attachDeadline, timeoutError } from "./interactive";
-import { postJson, type UpstreamTarget } from "./transport";
+import { timeoutError } from "./interactive";
+import { callTarget, type CallPort, type CallTarget } from "./pass";
+import type { UpstreamTarget } from "./transport";
 
 export interface UpstreamCall {
   model: ModelEntry;
@@ -23,46 +26,78 @@ export interface UpstreamCall {
   body: Record<string, unknown>;
   /**
    * The text `body` was parsed from, unchanged since: sent as is when the
-   * model's name needs no mapping (spreading and stringifying the body again
-   * was ≈2% of the main thread in the chat pass-through).
+   * model's name needs no mapping.
    */
   raw?: string;
   /** The client's signal, aborted when it goes away; read only when needed (see Deadline). */
   clientSignal: () => AbortSignal;
 }
 
-export async function callUpstream({ model, path, body, raw, clientSignal }: UpstreamCall): Promise<UpstreamAnswer> {
-  const health = model.health;
-  const u = model.upstreamIdx;
-  throwIfDown(model);
-  const deadline = new Deadline(model.timeoutMs, clientSignal);
-  const upstreamModel = model.upstreamModel ?? model.id;
-  const payload = raw !== undefined && body.model === upstreamModel ? raw : JSON.stringify({ ...body, model: upstreamModel });
-  countUpstreamRequest(model.id);
-  const on = replicaFor(model, upstreamModel, body);
-  const startedAt = performance.now();
-  try {
-    const res = await postJson(on?.target ?? model, path, payload, deadline);
-    attachDeadline(res, model, deadline);
-    if (!res.ok) countUpstreamError(model.id, res.status);
-    const fate = classify(res);
-    if (replicaEnded(on, fate, startedAt)) health?.noteFate(u, fate, path, model.timeoutMs);
-    return res;
-  } catch (e) {
-    const failure = new CallFailure(e, deadline.timedOut, deadline.clientGone());
-    deadline.clear();
-    // The client left: rethrow the abort (answered 499, not counted as an upstream fault).
-    if (failure.clientGone) {
-      replicaEnded(on, { kind: "cancelled" }, startedAt);
-      throw e;
-    }
-    const fate = classify(failure);
+/** One call to the model's upstream, its answer's head returned (for the callers that read the answer themselves: embeddings, chat sessions, token counts). */
+export function callUpstream({ model, path, body, raw, clientSignal }: UpstreamCall): Promise<UpstreamAnswer> {
+  const leg = new UpstreamLeg(model, path, body);
+  return callTarget(leg, leg, path, body, raw, clientSignal);
+}
+
+/**
+ * One request's call to its model's upstream, as the main thread keeps it:
+ * made, it has checked the upstream is up, counted the request and chosen
+ * the replica (`target`); then exactly one of answered, failed or cancelled
+ * says how it left the replica (later ones are ignored).
+ */
+export class UpstreamLeg implements CallPort, CallTarget {
+  readonly target: UpstreamTarget;
+  readonly upstreamModel: string;
+  private readonly on: OnReplica | null;
+  private readonly startedAt: number;
+  private left = false;
+
+  /** `body`: for the prompt's prefix, which chooses among several replicas (null: a request whose body is not here; see replicaFor). */
+  constructor(
+    readonly upstream: ModelEntry,
+    private readonly path: EndpointPath,
+    body: Record<string, unknown> | null,
+  ) {
+    throwIfDown(upstream);
+    this.upstreamModel = upstream.upstreamModel ?? upstream.id;
+    countUpstreamRequest(upstream.id);
+    this.on = replicaFor(upstream, this.upstreamModel, body);
+    this.target = this.on?.target ?? upstream;
+    this.startedAt = performance.now();
+  }
+
+  answered(status: number, fate: Fate): void {
+    const model = this.upstream;
+    if (status < 200 || status > 299) countUpstreamError(model.id, status);
+    if (this.leave(fate)) model.health?.noteFate(model.upstreamIdx, fate, this.path, model.timeoutMs);
+  }
+
+  failed(failure: CallFailure): never {
+    throw this.failedWith(classify(failure), failure.timedOut);
+  }
+
+  /** A failed call as `fate` (and whether its deadline ended it): counted, told; the error to answer. */
+  failedWith(fate: Fate, timedOut: boolean): ApiError {
+    const model = this.upstream;
+    const health = model.health;
+    const u = model.upstreamIdx;
     countUpstreamError(model.id, failureLabel(fate) ?? "connection");
-    if (replicaEnded(on, fate, startedAt)) health?.noteFate(u, fate, path, model.timeoutMs);
-    if (failure.timedOut) throw timeoutError(model);
+    if (this.leave(fate)) health?.noteFate(u, fate, this.path, model.timeoutMs);
+    if (timedOut) return timeoutError(model);
     // This failure may be the one that turned the upstream down.
-    if (health?.isDown(u)) throw unavailable(model, health.retryAfterSeconds(u));
-    throw new ApiError("upstream_error", `Upstream ${model.upstreamName} is unreachable`);
+    if (health?.isDown(u)) return unavailable(model, health.retryAfterSeconds(u));
+    return new ApiError("upstream_error", `Upstream ${model.upstreamName} is unreachable`);
+  }
+
+  cancelled(): void {
+    this.leave(CANCELLED);
+  }
+
+  /** True when the upstream as a whole is to hear the fate (see replicaEnded); false if the leg was left already. */
+  private leave(fate: Fate): boolean {
+    if (this.left) return false;
+    this.left = true;
+    return replicaEnded(this.on, fate, this.startedAt);
   }
 }
 
@@ -76,14 +111,15 @@ interface OnReplica {
 /**
  * The replica this request goes to (docs/CONTRACT.md §21): by the prompt's
  * prefix, bounded by load (../replicas/pick.ts); null for an upstream
- * without replica sets (a registry built alone, in tests).
+ * without replica sets (a registry built alone, in tests). Without a body
+ * (null) there is no prefix, and the least loaded replica takes it.
  */
-function replicaFor(model: ModelEntry, upstreamModel: string, body: Record<string, unknown>): OnReplica | null {
+function replicaFor(model: ModelEntry, upstreamModel: string, body: Record<string, unknown> | null): OnReplica | null {
   const sets = model.replicaSets;
   if (!sets || !model.upstream) return null;
   const views = sets.views(model.upstream);
   // One replica: no prefix to hash.
-  const replica = views.length === 1 ? views[0]! : pickReplica(views, sets.cells, prefixKey(upstreamModel, body), -1, sets.times);
+  const replica = views.length === 1 ? views[0]! : pickReplica(views, sets.cells, body ? prefixKey(upstreamModel, body) : 0, -1, sets.times);
   if (!replica) throw new ApiError("upstream_unavailable", `Upstream ${model.upstreamName} has no replica taking requests (all drained or removed).`, { headers: { "retry-after": "1" } });
   enter(sets.cells, replica.idx);
   return { sets, upstream: model.upstream, replica, target: { baseUrl: replica.baseUrl, apiKey: model.apiKey, ownClient: replica.ownClient } };
@@ -113,4 +149,3 @@ export const unavailable = (model: ModelEntry, retryAfter: number) =>
   new ApiError("upstream_unavailable", `Upstream ${model.upstreamName} is unavailable (down since its last failures); retry after ${retryAfter} s.`, {
     headers: { "retry-after": String(retryAfter) },
   });
-

@@ -44,7 +44,7 @@ export type FateKind = Fate["kind"];
 /** The two verdicts that need no detail: shared, so the common path allocates nothing. */
 export const ANSWER: Fate = Object.freeze({ kind: "answer" });
 export const INVALID_ANSWER: Fate = Object.freeze({ kind: "invalid_answer" });
-const CANCELLED: Fate = Object.freeze({ kind: "cancelled" });
+export const CANCELLED: Fate = Object.freeze({ kind: "cancelled" });
 
 /** A call that threw instead of answering (while sending, or while reading the body). */
 export class CallFailure {

@@ -1,7 +1,7 @@
 // Reading what an OpenAI-compatible upstream answered an interactive
-// request. The call itself is ./call.ts on the main thread and
-// src/http/front/fast.ts on front threads; nothing here counts metrics or
-// health, so front threads load it too. Streams are passed through as they
+// request. The call itself is ./pass.ts, on the main thread and on front
+// threads alike; nothing here counts metrics or health, so front threads
+// load it too. Streams are passed through as they
 // arrive (pull-based: nothing is buffered whole); a client disconnect aborts
 // the upstream request; errors become OpenAI error bodies: upstream 4xx pass through with
 // their body, 5xx → 502, timeouts → 504, unreachable → 502.

@@ -1,0 +1,103 @@
+// The admission port (./pass.ts) as the main thread implements it, with
+// its own state: the key's rate limits and the model's slot
+// (../admission/admit.ts), the upstream's health and the replica
+// (./call.ts UpstreamLeg), tokens against tpm, a revocation that ends a
+// stream. The main thread's own pass-through uses it directly; for a
+// request a front thread answers, the main thread keeps one per request and
+// runs the same steps when the thread's messages say so (src/http/front/desk.ts).
+// The request line and the metrics of an answer are written where every
+// answer's are (src/metrics/http.ts), not here.
+import { streamHold, type StreamHold } from "../../auth/revocations";
+import type { Principal } from "../../auth/verify";
+import type { AppContext } from "../../context";
+import type { EndpointPath } from "../../endpoints/kind";
+import { admit, type Admitted as SlotAdmitted } from "../admission/admit";
+import type { Release } from "../admission/scheduler";
+import { ANSWERED, UNMEASURED, type SlotOutcome } from "../admission/slotCells";
+import type { ModelEntry } from "../registry";
+import { UpstreamLeg } from "./call";
+import type { CallFailure, Fate } from "./fate";
+import type { AdmissionPort, Admitted } from "./pass";
+
+export interface MainAdmissionRequest {
+  model: ModelEntry;
+  path: EndpointPath;
+  /** The body, for the prompt's prefix when the upstream has several replicas; null where it is not here. */
+  body: Record<string, unknown> | null;
+  /** The prompt's tokens as offpeak counts them (rate limits are checked before the call). */
+  promptTokens: number;
+  requestId: string;
+  /** The client's signal, aborted when it goes away; read only when it waits for a slot. */
+  clientSignal: () => AbortSignal;
+}
+
+export class MainAdmission implements AdmissionPort {
+  private release: Release | null = null;
+  private leg: UpstreamLeg | null = null;
+
+  constructor(
+    private readonly ctx: AppContext,
+    readonly principal: Principal,
+    private readonly req: MainAdmissionRequest,
+  ) {}
+
+  /** As ../admission/admit.ts admits (no promise when a slot is free), then the upstream's leg: down, counted, a replica. */
+  admit(): Admitted | Promise<Admitted> {
+    const { ctx, principal, req } = this;
+    const slot = admit(ctx, principal, req.model, req.promptTokens, req.clientSignal);
+    return slot instanceof Promise ? slot.then((s) => this.onLeg(s)) : this.onLeg(slot);
+  }
+
+  private onLeg(slot: SlotAdmitted): Admitted {
+    this.release = slot.release;
+    let leg: UpstreamLeg;
+    try {
+      leg = new UpstreamLeg(this.req.model, this.req.path, this.req.body);
+    } catch (e) {
+      this.settle(UNMEASURED, 0);
+      throw e;
+    }
+    this.leg = leg;
+    return { target: leg.target, upstream: leg.upstream, upstreamModel: leg.upstreamModel, headers: slot.headers, metersTokens: slot.metersTokens, requestId: this.req.requestId };
+  }
+
+  get model(): ModelEntry {
+    return this.req.model;
+  }
+
+  answered(status: number, fate: Fate): void {
+    this.leg?.answered(status, fate);
+  }
+
+  failed(failure: CallFailure): never {
+    return this.leg!.failed(failure);
+  }
+
+  /** A failed call as a front thread saw it (the error object does not cross threads): counted, told; the error to answer. The slot goes. */
+  failedWith(fate: Fate, timedOut: boolean): unknown {
+    const error = this.leg!.failedWith(fate, timedOut);
+    this.settle(UNMEASURED, 0);
+    return error;
+  }
+
+  cancelled(): void {
+    this.leg?.cancelled();
+  }
+
+  settle(outcome: SlotOutcome, tokens: number): void {
+    if (tokens) this.ctx.rateLimiter.charge(this.principal.keyId, tokens);
+    const release = this.release;
+    this.release = null;
+    release?.(outcome);
+    // A request that ended without a call (a front thread's client left first) leaves its replica too.
+    this.leg?.cancelled();
+  }
+
+  streamEnded(tokens: number): void {
+    this.settle(ANSWERED, tokens);
+  }
+
+  hold(): StreamHold {
+    return streamHold(this.ctx.db, this.principal.keyId);
+  }
+}
