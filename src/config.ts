@@ -212,8 +212,8 @@ export interface Config {
   /**
    * Front threads: threads besides the main one that serve HTTP on the same
    * port and do chat completions' pass-through work (src/http/front).
-   * Default: none below 8 usable cores, else one per 3 cores, at most 4
-   * (defaultHttpThreads; docs/OPERATING.md "HTTP threads").
+   * Default: none, on any machine (defaultHttpThreads; docs/OPERATING.md
+   * "HTTP threads").
    */
   httpThreads: number;
   /**

@@ -43,15 +43,17 @@ export function defaultValidationWorkers(cores: number): number {
 }
 
 /**
- * Front threads for `cores` usable cores: on 2 cores the main thread alone
- * holds the chat pass-through above a naive proxy (BENCHMARKS.md) and a
- * second thread would compete with it for the same cores; from 8 cores, one
- * per 3 cores, at most 4 (3 on 8 cores: 2 front threads' busiest thread
- * spent ≈1.27× the naive proxy's CPU a request, 4 ≈0.77×), leaving most
- * cores to batch Workers.
+ * Front threads by default: none, whatever the cores (configurable with
+ * server.http_threads / OFFPEAK_HTTP_THREADS). On 2 cores the main thread
+ * alone holds the chat pass-through above a naive proxy and front threads
+ * compete with it for the same cores (0.68–0.83× the naive proxy with 1–4
+ * of them; docs/OPERATING.md "HTTP threads"); on a many-core machine they
+ * may help (they take a request's socket and byte work off the main
+ * thread), but no such machine has measured a gain, so they stay an
+ * operator's choice until one does.
  */
-export function defaultHttpThreads(cores: number): number {
-  return cores < 8 ? 0 : Math.min(4, Math.ceil(cores / 3));
+export function defaultHttpThreads(_cores: number): number {
+  return 0;
 }
 
 /**

@@ -112,8 +112,9 @@ describe("the environment", () => {
     expect(threadSettingsOf(env, false).testFsyncDelayMs).toBe(7);
   });
 
-  test("front threads: none below 8 cores, one per 3 from 8, at most 4; OFFPEAK_HTTP_THREADS 0–32 wins; the fetch limit as started", () => {
-    expect([2, 4, 7, 8, 9, 10, 12, 16, 64].map(defaultHttpThreads)).toEqual([0, 0, 0, 3, 3, 4, 4, 4, 4]);
+  test("front threads: none by default on any machine; OFFPEAK_HTTP_THREADS 0–32 wins; the fetch limit as started", () => {
+    expect([2, 4, 7, 8, 9, 10, 12, 16, 64].map(defaultHttpThreads)).toEqual([0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    expect(resolveConfig([], {}).httpThreads).toBe(0);
     expect(resolveConfig([], { OFFPEAK_HTTP_THREADS: "0" }).httpThreads).toBe(0);
     expect(resolveConfig([], { OFFPEAK_HTTP_THREADS: "6" }).httpThreads).toBe(6);
     expect(() => resolveConfig([], { OFFPEAK_HTTP_THREADS: "33" })).toThrow(ConfigError);
