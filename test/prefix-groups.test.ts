@@ -16,6 +16,25 @@ function placement(live: number[], room: number, inFlight: number[], groups: num
     groupsOn: (r) => groups[r] ?? 0,
     opened: (r) => void (groups[r] = (groups[r] ?? 0) + 1),
     closed: (r) => void (groups[r] = (groups[r] ?? 0) - 1),
+    placed: () => {},
+    ended: () => {},
+  };
+}
+
+/** As the Worker's placement: room counts the lines placed on a replica and not ended, whether or not their requests went out yet. */
+function placedPlacement(live: number[], room: number): Placement & { placedOn: number[] } {
+  const placedOn: number[] = live.map(() => 0);
+  const groups: number[] = [];
+  return {
+    placedOn,
+    replicas: () => live,
+    home: (key) => live[key % live.length]!,
+    hasRoom: (r) => placedOn[r]! < room,
+    groupsOn: (r) => groups[r] ?? 0,
+    opened: (r) => void (groups[r] = (groups[r] ?? 0) + 1),
+    closed: (r) => void (groups[r] = (groups[r] ?? 0) - 1),
+    placed: (r) => void placedOn[r]!++,
+    ended: (r) => void placedOn[r]!--,
   };
 }
 
@@ -25,7 +44,7 @@ function drain<T>(g: PrefixGroups<T>): Next<T>[] {
   for (let x = g.next(); x !== undefined; x = g.next()) {
     if (x === WAIT) throw new Error("WAIT with nothing in flight");
     out.push(x);
-    g.warmed(x.group);
+    g.ended(x);
   }
   return out;
 }
@@ -41,7 +60,7 @@ function simulate<T>(g: PrefixGroups<T>, inFlight: number[]): Next<T>[] {
       const done = running.shift();
       if (!done) throw new Error("WAIT with nothing in flight");
       inFlight[done.replica]!--;
-      g.warmed(done.group);
+      g.ended(done);
       continue;
     }
     out.push(x);
@@ -78,14 +97,14 @@ describe("the prefix window", () => {
     expect(firsts.length).toBe(4);
     for (const f of firsts) expect(f.item.endsWith("-0")).toBe(true);
     expect(g.next()).toBe(WAIT);
-    g.warmed(firsts[2]!.group);
+    g.ended(firsts[2]!);
     expect(g.next()).toMatchObject({ item: `${firsts[2]!.key}-1` });
     // That group emptied: the fifth opens, with its first line alone.
     const fifth = g.next() as Next<string>;
     expect(fifth.item.endsWith("-0")).toBe(true);
     expect(firsts.map((f) => f.key)).not.toContain(fifth.key);
     expect(g.next()).toBe(WAIT);
-    for (const f of [...firsts, fifth]) g.warmed(f.group);
+    for (const f of [...firsts, fifth]) g.ended(f);
     expect(drain(g).length).toBe(4);
     expect(g.next()).toBeUndefined();
   });
@@ -98,7 +117,7 @@ describe("the prefix window", () => {
     inFlight[0] = 2;
     const taken = g.next() as Next<string>;
     expect(taken.replica).toBe(1);
-    g.warmed(taken.group);
+    g.ended(taken);
     inFlight[1] = 1;
     // The rest of that group follows it to replica 1.
     const rest = sendAll(g);
@@ -126,11 +145,30 @@ describe("the prefix window", () => {
     for (let i = 0; i < 3; i++) g.add(1, `a-${i}`, 1); // home 1
     const first = g.next() as Next<string>;
     expect(first.replica).toBe(1);
-    g.warmed(first.group);
+    g.ended(first);
     live.splice(1, 1); // replica 1 drained
     inFlight[0] = 0;
     const rest = drain(g);
     expect(rest.map((x) => x.replica)).toEqual([0, 0]);
+  });
+
+  test("a warm group goes out only as far as its replica has room, counting lines placed whose requests have not gone out yet", () => {
+    const p = placedPlacement([0, 1], 4);
+    const g = new PrefixGroups<string>(p);
+    for (let i = 0; i < 30; i++) g.add(0, `a-${i}`, 1); // home 0, hot enough to split only once 0 has its share
+    const first = g.next() as Next<string>;
+    g.ended(first);
+    // Nothing ends from here on: what goes out in one turn is bounded by room on each replica.
+    const burst = sendAll(g);
+    for (const r of [0, 1]) expect(burst.filter((x) => x.replica === r).length).toBeLessThanOrEqual(4);
+    expect(p.placedOn).toEqual(p.placedOn.map((n) => Math.min(n, 4)));
+    expect(g.next()).toBe(WAIT);
+    // One ends: exactly one more may go to its replica.
+    const done = burst.find((x) => x.replica === 0)!;
+    g.ended(done);
+    const again = g.next() as Next<string>;
+    expect(again).not.toBe(WAIT);
+    expect(p.placedOn[0]).toBeLessThanOrEqual(4);
   });
 
   test("two windows (two shards) share a replica's four open groups; release() gives a window's back", () => {

@@ -1,6 +1,6 @@
 // Where a model's prefix groups (./prefixGroups.ts) go: its replicas taking
 // work now, a prefix's home among them, and whether one has room.
-import { groupClosed, groupOpened, groupsOn, inFlightOf } from "../../inference/replicas/cells";
+import { groupClosed, groupOpened, groupsOn, inFlightOf, lineEnded, linePlaced, placedOn } from "../../inference/replicas/cells";
 import { homeOf } from "../../inference/replicas/pick";
 import type { PricedModel } from "../types";
 import type { BatchRequest } from "./resultLines";
@@ -8,10 +8,11 @@ import type { Placement } from "./prefixGroups";
 import { replicaCells, replicasOf } from "./replicas";
 
 /**
- * A replica has room while its requests in flight (every thread's) are
- * below its own max_concurrency, or below its share of `bound` (what the
- * shard may have in flight for the model: its limit on this node and a
- * quarter more).
+ * A replica has room while both its requests in flight (every thread's,
+ * interactive ones included) and the batch lines placed on it (every
+ * window's, also those still waiting for a slot) are below its own
+ * max_concurrency, or below its share of `bound` (what the shard may have
+ * in flight for the model: its limit on this node and a quarter more).
  */
 export function placementOf(model: PricedModel, bound: number): Placement {
   const cells = replicaCells()!;
@@ -24,11 +25,13 @@ export function placementOf(model: PricedModel, bound: number): Placement {
       const v = all.find((x) => x.idx === idx);
       if (!v) return false;
       const share = v.limit > 0 ? v.limit : Math.max(1, Math.ceil(bound / all.length));
-      return inFlightOf(cells, idx) < share;
+      return inFlightOf(cells, idx) < share && placedOn(cells, idx) < share;
     },
     groupsOn: (idx) => groupsOn(cells, idx),
     opened: (idx) => groupOpened(cells, idx),
     closed: (idx) => groupClosed(cells, idx),
+    placed: (idx) => linePlaced(cells, idx),
+    ended: (idx) => lineEnded(cells, idx),
   };
 }
 

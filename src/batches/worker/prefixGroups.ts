@@ -43,6 +43,9 @@ export interface Placement {
   groupsOn(replica: number): number;
   opened(replica: number): void;
   closed(replica: number): void;
+  /** A line was placed on a replica (next() returned it), and it ended there (ended()). */
+  placed(replica: number): void;
+  ended(replica: number): void;
 }
 
 export interface Group<T> {
@@ -56,7 +59,7 @@ export interface Group<T> {
   warm: boolean;
 }
 
-/** A line to send, the replica it goes to, and its group (to call warmed() with when it finished). */
+/** A line to send, the replica it goes to, and its group (to call ended() with when it ended). */
 export interface Next<T> {
   item: T;
   key: number;
@@ -123,9 +126,10 @@ export class PrefixGroups<T> {
     this.chars -= chars;
   }
 
-  /** The first line of `group` finished (answered or not): its other lines may go. */
-  warmed(group: Group<T>): void {
-    group.warm = true;
+  /** A line next() returned ended (answered, failed or stopped): if it was its group's first, the others may go. */
+  ended(line: Next<T>): void {
+    line.group.warm = true;
+    this.placement.ended(line.replica);
   }
 
   private openOn(g: Group<T>, replica: number): Group<T> {
@@ -159,6 +163,7 @@ export class PrefixGroups<T> {
     const item = g.items.shift()!;
     g.started = true;
     this.lines--;
+    this.placement.placed(g.replica);
     if (g.items.length === 0) {
       // Emptied: it leaves the window (a later line of its prefix starts a new group).
       if (this.byKey.get(g.key) === g) this.byKey.delete(g.key);

@@ -228,7 +228,10 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
       giveTurn();
       while (inFlight >= bound) await nextCompletion();
     }
-    if (failure) throw failure;
+    if (failure) {
+      finished?.();
+      throw failure;
+    }
     inFlight++;
     runLine(req, model, task, control, replica, key)
       .then(
@@ -266,8 +269,8 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
     g.sent(chars);
     if (control.stopCode) {
       record(stoppedLine(req.custom_id, control.stopCode), undefined, model.id);
-      g.warmed(next.group);
-    } else await send(req, model, () => g.warmed(next.group), next.replica, next.key);
+      g.ended(next);
+    } else await send(req, model, () => g.ended(next), next.replica, next.key);
   };
   try {
     const stream = openLocator(task.input).slice(task.start, task.end).stream();

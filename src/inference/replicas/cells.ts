@@ -9,7 +9,7 @@
 // Imports nothing: a batch Worker loads it.
 
 /** Int32 cells per replica. */
-export const REPLICA_CELLS = 9;
+export const REPLICA_CELLS = 10;
 /** When each replica's engine load was read (ms since epoch; plain reads: a torn value only ages a reading). */
 export type EngineTimes = Float64Array;
 const IN_FLIGHT = 0;
@@ -21,6 +21,7 @@ const ANSWERS = 5; // 2xx answers
 const HELD = 6; // time those answers took, in ms (wraps)
 const ENGINE_LOAD = 7; // requests the engine itself reports running and waiting (its /metrics), all clients'; -1: unknown
 const GROUPS = 8; // prefix groups open on it, in every batch Worker's window (src/batches/worker/prefixGroups.ts)
+const PLACED = 9; // batch lines a prefix window placed on it that have not ended (waiting for a slot, or in flight)
 
 /** Failures as a whole in a row that open a replica's breaker. */
 export const REPLICA_FAIL_THRESHOLD = 3;
@@ -63,6 +64,17 @@ export const isOpen = (cells: ReplicaCells, r: number): boolean => Atomics.load(
 export const groupsOn = (cells: ReplicaCells, r: number): number => Atomics.load(cells, at(r, GROUPS));
 export const groupOpened = (cells: ReplicaCells, r: number): void => void Atomics.add(cells, at(r, GROUPS), 1);
 export const groupClosed = (cells: ReplicaCells, r: number): void => void Atomics.sub(cells, at(r, GROUPS), 1);
+
+/**
+ * Batch lines placed on replica r by every shard's prefix window and not
+ * ended yet. A line is placed when its window picks it, before it waits for
+ * the model's slot; counting it only once its request goes out let a window
+ * pick a whole group for one replica in one turn (dozens queued inside that
+ * engine while others idled).
+ */
+export const placedOn = (cells: ReplicaCells, r: number): number => Atomics.load(cells, at(r, PLACED));
+export const linePlaced = (cells: ReplicaCells, r: number): void => void Atomics.add(cells, at(r, PLACED), 1);
+export const lineEnded = (cells: ReplicaCells, r: number): void => void Atomics.sub(cells, at(r, PLACED), 1);
 
 /** A request starts on replica r. */
 export function enter(cells: ReplicaCells, r: number): void {
