@@ -24,7 +24,8 @@ import { startEventLoopMonitor } from "./metrics/eventLoop";
 import { batchEventsOf } from "./batches/events";
 import { WebhookSender } from "./webhooks/sender";
 import { Scheduler } from "./inference/admission/scheduler";
-import { RateLimiter } from "./inference/admission/rateLimit";
+import { ClusterBudget } from "./inference/admission/clusterBudget";
+import { LocalLimiter } from "./inference/admission/localLimiter";
 import { Membership } from "./nodes/membership";
 import { KeyUsageSync } from "./nodes/keyUsage";
 import { watchRevocations } from "./auth/revocations";
@@ -73,6 +74,9 @@ export async function startServer(
   const registry = new ModelRegistry(config, log, health, replicas);
   await registry.discover();
   let runner: BatchRunner | null = null;
+  // Per-key rpm/tpm: counted here alone with SQLite (one node); with Postgres other nodes share the database, and each key's budget in it.
+  const windowMs = config.rateLimitMinuteSeconds * 1000;
+  const clusterBudget = db.engine === "postgres" ? new ClusterBudget(windowMs) : null;
   const ctx: AppContext = {
     config,
     db,
@@ -81,7 +85,7 @@ export async function startServer(
     startedAt: Date.now(),
     registry,
     scheduler: new Scheduler(),
-    rateLimiter: new RateLimiter(config.rateLimitMinuteSeconds * 1000),
+    rateLimiter: clusterBudget ?? new LocalLimiter(windowMs),
     members: null,
     kickBatches: () => runner?.kick(),
   };
@@ -97,7 +101,7 @@ export async function startServer(
     ctx.scheduler.setPlace(index, count, Math.floor(Date.now() / 60_000));
   });
   // Per-key rpm/tpm for the cluster: only where other nodes can share the database.
-  const keyUsage = db.engine === "postgres" ? new KeyUsageSync(ctx, members) : null;
+  const keyUsage = clusterBudget ? new KeyUsageSync(ctx, members, clusterBudget) : null;
   keyUsage?.start();
   const leftovers = () => sweepBatchLeftovers(ctx).catch((e) => log.error("batch leftovers sweep failed", { error: String(e) }));
   void leftovers();

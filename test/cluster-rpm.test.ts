@@ -16,6 +16,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { AppContext } from "../src/context";
 import { openDb } from "../src/db/client";
+import { ClusterBudget } from "../src/inference/admission/clusterBudget";
 import { KeyUsageSync } from "../src/nodes/keyUsage";
 import type { Membership } from "../src/nodes/membership";
 import { pollUntil, sleep } from "./helpers/batches";
@@ -149,7 +150,7 @@ test(
 test("the statement that takes budget never gives more than the window has left, however many run at once", async () => {
   const db = await openDb({ kind: "postgres", url: await (await startPostgres()).createDatabase() });
   try {
-    const sync = new KeyUsageSync({ db } as AppContext, { place: () => ({ index: 0, count: 3 }) } as unknown as Membership);
+    const sync = new KeyUsageSync({ db } as AppContext, { place: () => ({ index: 0, count: 3 }) } as unknown as Membership, new ClusterBudget(60_000));
     const zero = { requests: 0, tokens: 0 };
     const take = (want: { requests: number; tokens: number }, need = zero, delta = zero) =>
       sync.take({ keyId: "key_race", windowStart: 60_000, limits: { rpm: 60, tpm: 1000 }, delta, need, want });

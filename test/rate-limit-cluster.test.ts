@@ -1,12 +1,13 @@
-// The cluster side of src/inference/admission/rateLimit.ts, without a database: three
-// RateLimiters (three nodes) share a store that does in memory what
+// src/inference/admission/clusterBudget.ts without a database: three
+// ClusterBudgets (three nodes) share a store that does in memory what
 // src/nodes/keyUsage.ts's statement does on the key's row (apply the
 // delta, then give per dimension `want` as far as the window has it, or
 // nothing at all if a limited dimension has less than its `need` left). test/cluster-rpm.test.ts runs the
 // same over real nodes and Postgres.
 import { describe, expect, test } from "bun:test";
 import { ApiError } from "../src/errors";
-import { IDLE_MS, RateLimiter, type Budget, type BudgetStore, type Take, type Taken } from "../src/inference/admission/rateLimit";
+import type { Budget, BudgetStore, Take, Taken } from "../src/inference/admission/budgetStore";
+import { ClusterBudget, IDLE_MS } from "../src/inference/admission/clusterBudget";
 import { awayFromMinuteEnd } from "./helpers/wait";
 
 class MemoryStore implements BudgetStore {
@@ -41,15 +42,15 @@ class MemoryStore implements BudgetStore {
 /** Three nodes on one store. */
 function cluster(store = new MemoryStore()) {
   const nodes = [0, 1, 2].map(() => {
-    const l = new RateLimiter(60_000);
-    l.enableCluster(store);
+    const l = new ClusterBudget(60_000);
+    l.connect(store);
     return l;
   });
   return { store, nodes };
 }
 
 /** Admits or not (429), whether the answer comes at once or after a take. */
-async function tryAdmit(l: RateLimiter, key: string, limits: { rpm: number | null; tpm: number | null }, tokens = 0, now?: number): Promise<boolean> {
+async function tryAdmit(l: ClusterBudget, key: string, limits: { rpm: number | null; tpm: number | null }, tokens = 0, now?: number): Promise<boolean> {
   try {
     await l.admit(key, limits, tokens, now);
     return true;
@@ -61,7 +62,7 @@ async function tryAdmit(l: RateLimiter, key: string, limits: { rpm: number | nul
 }
 
 /** What a node's sync would send (src/nodes/keyUsage.ts): given back and owed budget, applied to the store. */
-async function sync(l: RateLimiter, store: MemoryStore, now: number) {
+async function sync(l: ClusterBudget, store: MemoryStore, now: number) {
   for (const d of l.takeDeltas(now)) {
     const r = await store.take({ ...d, need: { requests: 0, tokens: 0 }, want: { requests: 0, tokens: 0 } });
     l.learned(d.keyId, d.windowStart, r.total);
@@ -97,7 +98,7 @@ describe("a key's rpm over three nodes sharing one budget", () => {
   test("budget a node took and then left idle goes back at its next sync, and the others use it", async () => {
     await settled();
     const { store, nodes } = cluster();
-    const [a, b] = nodes as [RateLimiter, RateLimiter];
+    const [a, b] = nodes as [ClusterBudget, ClusterBudget];
     expect(await tryAdmit(a, "k-idle", rpm60)).toBe(true);
     let ok = 1;
     for (let i = 0; i < 100; i++) if (await tryAdmit(b, "k-idle", rpm60)) ok++;
@@ -112,7 +113,7 @@ describe("a key's rpm over three nodes sharing one budget", () => {
 
   test("budget beyond what a node's pace will use before the window ends goes back, the rest it keeps", async () => {
     const { store, nodes } = cluster();
-    const [a, b] = nodes as [RateLimiter, RateLimiter];
+    const [a, b] = nodes as [ClusterBudget, ClusterBudget];
     const limits = { rpm: null, tpm: 600 };
     // Ten seconds before a window's end (explicit times: the window is the one they fall in).
     const t0 = Date.now() - (Date.now() % 60_000) + 50_000;
@@ -160,7 +161,7 @@ describe("a key's rpm over three nodes sharing one budget", () => {
   test("tpm: completion tokens beyond the node's hand are owed to the row, and the others see them", async () => {
     await settled();
     const { store, nodes } = cluster();
-    const [a, b] = nodes as [RateLimiter, RateLimiter];
+    const [a, b] = nodes as [ClusterBudget, ClusterBudget];
     const limits = { rpm: null, tpm: 600 };
     expect(await tryAdmit(a, "k-tpm", limits, 10)).toBe(true);
     // A took a block of 100 (600 / 6); the answer used 500 completion tokens.

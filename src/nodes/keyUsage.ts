@@ -5,7 +5,7 @@
 // the last statement on the row gave its node (so that one statement's
 // RETURNING tells the taker both what it got and what is left). A node
 // takes blocks of it when a request finds none in hand
-// (src/inference/admission/rateLimit.ts), never per request; every SYNC_MS it gives
+// (src/inference/admission/clusterBudget.ts), never per request; every SYNC_MS it gives
 // back what it holds unused (or beyond its pace) and adds the tokens it
 // owes (completion tokens counted after the answer). Runs on Postgres
 // only: on SQLite there is one node, and its counts in memory are the
@@ -18,7 +18,8 @@
 // take of a window never passes the limit, one round trip a take.
 import { lt, sql } from "drizzle-orm";
 import type { AppContext } from "../context";
-import type { Budget, BudgetStore, Take, Taken } from "../inference/admission/rateLimit";
+import type { Budget, BudgetStore, Take, Taken } from "../inference/admission/budgetStore";
+import type { ClusterBudget } from "../inference/admission/clusterBudget";
 import type { Membership } from "./membership";
 
 const SYNC_MS = 250;
@@ -33,12 +34,14 @@ export class KeyUsageSync implements BudgetStore {
   constructor(
     private readonly ctx: AppContext,
     private readonly members: Membership,
+    /** This node's limiter (the server's rateLimiter): it takes its budget through this store. */
+    private readonly limiter: ClusterBudget,
   ) {}
 
   start(): void {
-    const limiter = this.ctx.rateLimiter;
+    const limiter = this.limiter;
     limiter.onStoreError = (e) => this.ctx.log.error("rate limit budget not taken from the database: admitting out of this node's share meanwhile", { error: String(e) });
-    limiter.enableCluster(this);
+    limiter.connect(this);
     this.timer = setInterval(() => void this.sync(), SYNC_MS);
     this.timer.unref?.();
   }
@@ -96,7 +99,7 @@ export class KeyUsageSync implements BudgetStore {
   private async sync(): Promise<void> {
     if (this.syncing) return;
     this.syncing = true;
-    const limiter = this.ctx.rateLimiter;
+    const limiter = this.limiter;
     try {
       const now = Date.now();
       const deltas = limiter.takeDeltas(now);

@@ -30,7 +30,7 @@ export interface Admitted {
 /**
  * Admitted at once when the key's rate limit has budget in hand and the
  * model has a free slot (no promise on the hot path), else when a cluster
- * node has taken budget from the database (src/inference/admission/rateLimit.ts)
+ * node has taken budget from the database (src/inference/admission/clusterBudget.ts)
  * and the queue gives a slot.
  */
 export function admit(ctx: AppContext, principal: Principal, model: ModelEntry, promptTokens: number, clientSignal: () => AbortSignal): Admitted | Promise<Admitted> {
