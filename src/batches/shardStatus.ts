@@ -17,8 +17,6 @@ import type { Db, Queryable } from "../db/client";
 import type { ShardRow, Tables } from "../db/schema";
 import type { ShardTotals } from "./types";
 
-export type ShardStatusName = "validating" | "pending" | "running" | "done";
-
 /** cut: a batch's shards, made anew (any earlier rows of the batch go) in `validating`. */
 export async function shardsCut(tx: Queryable, t: Tables, batchId: string, cuts: { start: number; end: number }[]): Promise<void> {
   const s = t.batchShards;
