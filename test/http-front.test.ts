@@ -5,7 +5,9 @@
 // of a server with two front threads and of one without, and the answers
 // compared. Then what only front threads have: the asks' slots and holds
 // (a client that leaves while queued, a revoked key's stream), the request
-// log's client address through the relay, the port, and the stop.
+// log's client address through the relay, the port, and the stop. And a
+// model of several replicas: a front thread serves it too, each request on
+// the replica the main thread would have chosen for its prompt.
 // (The whole suite also runs through them: OFFPEAK_TEST_HTTP_THREADS.)
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -18,6 +20,7 @@ import { ADMIN_KEY, startTestServer, type TestServer } from "./helpers/server";
 import { setThreadSettings, threadSettings } from "../src/threadSettings";
 import { revokeKey } from "../src/keys/service";
 import { clearOfMinuteEnd } from "./helpers/wait";
+import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 
 /** An upstream that answers by the last message's content: "fail500", "fail400", "hang", "slow" (streams a chunk per 100 ms), else at once. */
 function startUpstream(): Server<undefined> {
@@ -286,6 +289,88 @@ function rawRequest(port: number, text: string, toEnd = true): Promise<string> {
     s.on("error", reject);
   });
 }
+
+describe("an upstream of several replicas, served by front threads", () => {
+  const MODEL = "pool-chat";
+  /** System prompts past the prefix key's 1,024 characters. */
+  const system = (k: number) => `You are assistant number ${k}. ` + `Rule ${k}: answer briefly and truthfully. `.repeat(40);
+  const ask = (t: TestServer, k: number, question: string) => post(t, JSON.stringify({ model: MODEL, max_tokens: 4, messages: [{ role: "system", content: system(k) }, { role: "user", content: question }] }));
+  /** Which replica (index into `ups`) received `content`, or -1. */
+  const whereIs = (content: string) => ups.findIndex((u) => (u.counts.get(content) ?? 0) > 0);
+  let ups: FakeUpstream[] = [];
+  let front: TestServer;
+  let main: TestServer;
+
+  beforeAll(async () => {
+    ups = await Promise.all([0, 1, 2].map(() => startFakeUpstream({ models: [MODEL], latencyMs: 2 })));
+    const path = join(dir, "pool.json");
+    writeFileSync(path, JSON.stringify({ upstreams: [{ name: "pool", models: [MODEL], replicas: ups.map((u) => ({ base_url: u.baseUrl })) }] }));
+    [front, main] = await Promise.all([
+      startTestServer({ argv: ["--config", path], env: { OFFPEAK_HTTP_THREADS: "2" } }),
+      startTestServer({ argv: ["--config", path], env: { OFFPEAK_HTTP_THREADS: "0" } }),
+    ]);
+  });
+
+  afterAll(async () => {
+    await Promise.all([front?.stop(), main?.stop()]);
+    for (const u of ups) await u.stop();
+  });
+
+  /** Until no request is in flight on the pool's replicas. */
+  async function idle(t: TestServer): Promise<void> {
+    for (let i = 0; i < 100; i++) {
+      const text = await (await t.api("/metrics")).text();
+      const inFlight = [...text.matchAll(/^offpeak_replica_in_flight\{upstream="pool",[^}]*\} (\d+)/gm)].reduce((n, m) => n + Number(m[1]), 0);
+      if (inFlight === 0) return;
+      await Bun.sleep(10);
+    }
+    throw new Error("requests still in flight on the replicas");
+  }
+
+  /** Requests sent to the pool's replicas, as the main thread counts them. */
+  async function replicaRequests(t: TestServer): Promise<number> {
+    const text = await (await t.api("/metrics")).text();
+    return [...text.matchAll(/^offpeak_replica_requests_total\{upstream="pool",[^}]*\} (\d+)/gm)].reduce((n, m) => n + Number(m[1]), 0);
+  }
+
+  test("the prompt's prefix chooses the replica on a front thread as on the main thread; distinct prefixes spread; each request counts on its replica", async () => {
+    // A thread learns from its first request for the model that it spreads
+    // over replicas (that one is relayed: the main thread hashes its body):
+    // warm both. Each fresh connection lands on either thread (the kernel
+    // hashes its address): that 24 all land on one happens once in 8
+    // million runs.
+    const sent = 24;
+    for (let i = 0; i < sent; i++) expect((await ask(front, 999, `warm-${i}`)).status).toBe(200);
+    const frontBefore = await frontCount(front);
+    for (let i = 0; i < 8; i++) {
+      expect((await ask(front, 1, `same-front-${i}`)).status).toBe(200);
+      // The next request may come to the other thread, whose ask can reach the main thread before this one's DONE (no order between two threads' messages): wait for it, or the replica still counts this request and a bounded load may send the next elsewhere.
+      await idle(front);
+    }
+    // All answered by the front threads themselves (none relayed).
+    expect(await frontCount(front)).toBe(frontBefore + 8);
+    const homes = new Set([0, 1, 2, 3, 4, 5, 6, 7].map((i) => whereIs(`same-front-${i}`)));
+    expect(homes.size).toBe(1);
+    // The choice depends only on the prompt and the replicas: the server without front threads sends it to the same one.
+    expect((await ask(main, 1, "same-main")).status).toBe(200);
+    expect(whereIs("same-main")).toBe([...homes][0]!);
+    for (let k = 100; k < 130; k++) expect((await ask(front, k, `spread-${k}`)).status).toBe(200);
+    const per = ups.map((u) => [...u.counts.keys()].filter((c) => c.startsWith("spread-")).length);
+    expect(per.reduce((a, b) => a + b, 0)).toBe(30);
+    for (const n of per) expect(n).toBeGreaterThan(0);
+    // Every request the front threads answered went out through the main thread's replica counts.
+    expect(await replicaRequests(front)).toBe(sent + 8 + 30);
+  });
+
+  test("a streamed answer from a replica: the same as the main thread's", async () => {
+    const streamed = async (t: TestServer) => {
+      const res = await post(t, JSON.stringify({ model: MODEL, stream: true, messages: [{ role: "system", content: system(7) }, { role: "user", content: "stream me" }] }));
+      const text = await res.text();
+      return { status: res.status, type: res.headers.get("content-type"), done: text.trimEnd().endsWith("data: [DONE]") };
+    };
+    expect(await streamed(front)).toEqual(await streamed(main));
+  });
+});
 
 describe("what the main thread keeps for a front thread's request", () => {
   test("a client that leaves while queued for a slot gives it up: the next request gets the slot", async () => {

@@ -5,16 +5,13 @@
 // src/inference/upstream/mainAdmission.ts), keeps each admitted request's
 // admission until the front thread says it ended, running the port's steps
 // as its messages say, and writes their request lines and metrics. Also
-// the relay socket, where front threads send every other request.
+// the relay socket (./relayServer.ts), where front threads send every
+// other request.
 //
 // Why: on a many-core machine one thread doing every request's socket and
 // byte work is what limits the chat pass-through (docs/CONTRACT.md §20: 0.52–0.60× a
 // naive proxy on 16 cores, whose fetch runs on a second thread). Front
 // threads take that work; the main thread keeps only the state.
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import type { Server } from "bun";
 import { requestIdOf } from "../requestId";
 import type { DirectHooks } from "../direct";
 import { principalOf } from "../../auth/plugin";
@@ -27,22 +24,19 @@ import { resolveModel } from "../../inference/admission/admit";
 import { UNMEASURED, slotOutcome } from "../../inference/admission/slotCells";
 import type { ModelEntry } from "../../inference/registry";
 import { ANSWER } from "../../inference/upstream/fate";
+import { spreadsOver } from "../../inference/upstream/call";
 import { MainAdmission } from "../../inference/upstream/mainAdmission";
 import { m } from "../../metrics";
-import type { PeerAddress, RequestObserver } from "../../metrics/http";
-import { diskBytesOfAnswer } from "../../storage/diskBlob";
+import type { RequestObserver } from "../../metrics/http";
 import { threadSettings } from "../../threadSettings";
 import { FRONT_WORKER } from "../../workers";
 import { pathOf } from "../path";
-import { DISK_BYTES_HEADER, Outbox, PEER_HEADER, batchOf, type Answer, type Ask, type Done, type Failed, type FrontInit, type FrontMessage, type MainMessage, type ModelRoute } from "./protocol";
+import { startRelayServer, type Handler } from "./relayServer";
+import { Outbox, batchOf, type Answer, type Ask, type Done, type Go, type Failed, type FrontInit, type FrontMessage, type MainMessage, type ModelRoute } from "./protocol";
 
 export interface FrontThreads {
   /** Stops the front threads' listeners (answers under way are cut, as the main thread's stop cuts its own) and the relay socket. */
   stop(): Promise<void>;
-}
-
-interface Handler {
-  fetch(request: Request, server: PeerAddress): Response | Promise<Response>;
 }
 
 /**
@@ -93,28 +87,6 @@ interface Held {
   unhold?: () => void;
 }
 
-/**
- * Where the relay socket is: `relay.sock` in the data directory (0700), or,
- * when that path is too long for a socket address (108 bytes on Linux), in
- * a folder of its own under the system's temporary folder (made 0700 by
- * mkdtemp). Never an abstract socket: any local process could reach that.
- * `remove` takes it (and its folder) away.
- */
-async function relaySocket(dataDir: string): Promise<{ path: string; remove: () => Promise<void> }> {
-  const inDataDir = join(dataDir, "relay.sock");
-  if (Buffer.byteLength(inDataDir) < 100) return { path: inDataDir, remove: () => rm(inDataDir, { force: true }) };
-  const dir = await mkdtemp(join(tmpdir(), "offpeak-relay-"));
-  return { path: join(dir, "relay.sock"), remove: () => rm(dir, { recursive: true, force: true }) };
-}
-
-/** The relay socket's requests carry the client's address in PEER_HEADER (set by a front thread; nobody else can reach the socket). */
-const relayPeer: PeerAddress = {
-  requestIP(r) {
-    const address = r.headers.get(PEER_HEADER);
-    return address ? { address } : null;
-  },
-};
-
 export async function startFrontThreads(
   ctx: AppContext,
   opts: { count: number; port: number; hostname: string; handler: Handler; hooks: DirectHooks; observe: RequestObserver; fastPaths: string[] },
@@ -124,21 +96,7 @@ export async function startFrontThreads(
       max_http_requests: ctx.config.fetchConcurrency,
       hint: "leave BUN_CONFIG_MAX_HTTP_REQUESTS unset (serve raises it) or set it higher, or set OFFPEAK_HTTP_THREADS=0",
     });
-  const { path: socket, remove: removeSocket } = await relaySocket(ctx.config.dataDir);
-  await rm(socket, { force: true }); // left by a process that did not stop
-  let relayServer: Server<undefined>;
-  try {
-    relayServer = Bun.serve({
-      unix: socket,
-      maxRequestBodySize: Number.MAX_SAFE_INTEGER,
-      // As the public listener's: Bun's default (10 s) would cut an SSE stream between keep-alives. (Bun takes it on a Unix socket too; its types do not say so.)
-      ...({ idleTimeout: 255 } as {}),
-      fetch: async (request) => relayedAnswer(await opts.handler.fetch(request, relayPeer)),
-    });
-  } catch (e) {
-    await removeSocket().catch(() => {});
-    throw e;
-  }
+  const relay = await startRelayServer(ctx.config.dataDir, opts.handler);
   const desks: FrontDesk[] = [];
   for (let i = 0; i < opts.count; i++) desks.push(new FrontDesk(ctx, opts, i));
   const testCrashPath = threadSettings().testFrontCrashPath;
@@ -146,7 +104,7 @@ export async function startFrontThreads(
     index,
     port: opts.port,
     hostname: opts.hostname,
-    relay: socket,
+    relay: relay.socket,
     dataDir: ctx.config.dataDir,
     maxJsonBytes: ctx.config.maxJsonBytes,
     fastPaths: opts.fastPaths,
@@ -161,37 +119,16 @@ export async function startFrontThreads(
   } catch (e) {
     unwatch();
     await Promise.all(desks.map((d) => d.stop()));
-    relayServer.stop(true);
-    await removeSocket().catch(() => {});
+    await relay.stop();
     throw e;
   }
   return {
     async stop() {
       unwatch();
       await Promise.all(desks.map((d) => d.stop()));
-      relayServer.stop(true);
-      await removeSocket().catch(() => {});
+      await relay.stop();
     },
   };
-}
-
-/**
- * The main thread's answer as it goes back over the relay socket: a
- * download from the disk goes as where its bytes lie (DISK_BYTES_HEADER,
- * URI-encoded: a path may hold any character), for the front thread to
- * send from the file. Only this says so: any other answer that carries the
- * header loses it.
- */
-function relayedAnswer(res: Response): Response {
-  const disk = diskBytesOfAnswer(res);
-  if (!disk && !res.headers.has(DISK_BYTES_HEADER)) return res;
-  const headers = new Headers(res.headers);
-  if (!disk) {
-    headers.delete(DISK_BYTES_HEADER);
-    return new Response(res.body, { status: res.status, statusText: res.statusText, headers });
-  }
-  headers.set(DISK_BYTES_HEADER, encodeURIComponent(JSON.stringify(disk)));
-  return new Response(null, { status: res.status, headers });
 }
 
 const SCOPE = routeScope("POST", chatKind.path);
@@ -360,20 +297,32 @@ class FrontDesk {
       if (failure && early.stage === "body") throw failure;
       const model = resolveModel(this.ctx, a.model, chatKind);
       if (failure) throw failure;
-      if (model.kind !== "upstream" || !onlyBaseUrl(model)) {
+      if (model.kind !== "upstream") {
         // The built-ins run on the main thread: the front thread relays the request.
-        // So do models whose upstream dispatches over replicas (src/inference/replicas/): the choice needs the prompt, which stays on the front thread.
         run.held.delete(a.id);
         run.send({ t: "reply", id: a.id, relay: true });
         return;
       }
-      const admission = new MainAdmission(this.ctx, principalOf(request), { model, path: chatKind.path, body: null, promptTokens: a.promptTokens, requestId: requestIdOf(request), clientSignal: () => request.signal });
+      // The replica is chosen here, by the prompt's prefix key the front thread hashed.
+      if (a.prefix === null && spreadsOver(model)) {
+        // Its prompt chooses among the upstream's replicas, and the thread did
+        // not know to hash it: this one is answered here, from its body; the
+        // thread hashes the next ones.
+        run.held.delete(a.id);
+        run.send({ t: "reply", id: a.id, relay: true, spread: { model: model.id, route: this.routeToSend(run, model) } });
+        return;
+      }
+      const admission = new MainAdmission(this.ctx, principalOf(request), { model, path: chatKind.path, prompt: a.prefix ?? 0, promptTokens: a.promptTokens, requestId: requestIdOf(request), clientSignal: () => request.signal });
       const admitted = await admission.admit();
       held.admission = admission;
       // The thread failed while this waited: nobody is there to answer (end() let go of the others already).
       if (!run.live) return letGo(held);
       if (a.stream) held.unhold = admission.hold()(() => run.send({ t: "revoke", id: a.id }));
-      run.send({ t: "reply", id: a.id, go: { requestId: admitted.requestId, headers: admitted.headers, model: model.id, route: this.routeToSend(run, model), metersTokens: admitted.metersTokens } });
+      const go: Go = { requestId: admitted.requestId, headers: admitted.headers, model: model.id, route: this.routeToSend(run, model), metersTokens: admitted.metersTokens };
+      const { baseUrl, ownClient = false } = admitted.target;
+      if (baseUrl !== model.baseUrl || ownClient !== (model.ownClient ?? false)) go.replica = { baseUrl: baseUrl!, ownClient };
+      if (admission.spread) go.spread = true;
+      run.send({ t: "reply", id: a.id, go });
     } catch (e) {
       await this.answer(run, a.id, held, e);
     }
@@ -388,7 +337,8 @@ class FrontDesk {
     if (run.sent.has(model)) return undefined;
     run.sent.add(model);
     return {
-      baseUrl: model.baseUrl!,
+      // An upstream of replicas alone has none: each go names its replica.
+      baseUrl: model.baseUrl ?? "",
       apiKey: model.apiKey,
       ownClient: model.ownClient ?? false,
       upstreamModel: model.upstreamModel ?? model.id,
@@ -426,10 +376,4 @@ class FrontDesk {
     held.unhold?.();
     run.held.delete(id);
   }
-}
-
-/** Whether a model's requests all go to its base_url: one replica taking work, and that one (a front thread knows no other). */
-function onlyBaseUrl(model: ModelEntry): boolean {
-  const views = model.upstream !== null ? model.replicaSets?.views(model.upstream) : undefined;
-  return !views || (views.length === 1 && views[0]!.baseUrl === model.baseUrl);
 }

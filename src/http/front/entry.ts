@@ -4,6 +4,7 @@
 // thread. It loads only what that needs: no config, no database.
 import type { Server } from "bun";
 import { ApiError, errorResponse } from "../../errors";
+import { prefixKey } from "../../inference/replicas/pick";
 import { classify, type CallFailure } from "../../inference/upstream/fate";
 import { pathOf, routable } from "../path";
 import { forgetKeys, serveChat, type MainDesk } from "./fast";
@@ -17,6 +18,8 @@ const post = (m: FrontMessage, now = false) => outbox.push(m, now);
 
 /** Each model's route, as the main thread last sent it. */
 const routes = new Map<string, ModelRoute>();
+/** The models whose upstream spreads over several replicas, as the main thread last said (Go.spread): their asks carry the prompt's prefix key. */
+const spread = new Set<string>();
 
 let lastId = 0;
 /** Asks waiting for the main thread's reply, by id. */
@@ -58,6 +61,12 @@ const desk: MainDesk = {
     revokedEarly.delete(id);
     post({ t: "end", id, tokens }, true);
   },
+  prefixOf(body) {
+    const id = body.model as string;
+    if (!spread.has(id)) return null;
+    const route = routes.get(id);
+    return route ? prefixKey(route.upstreamModel, body) : null;
+  },
   hold: (id) => (end) => {
     if (revokedEarly.delete(id)) queueMicrotask(end);
     else revokers.set(id, end);
@@ -79,6 +88,11 @@ function take(m: MainMessage): void {
       if ("go" in m) {
         if (m.go.route) routes.set(m.go.model, m.go.route);
         else m.go.route = routes.get(m.go.model);
+        if (m.go.spread) spread.add(m.go.model);
+        else spread.delete(m.go.model);
+      } else if ("relay" in m && m.spread) {
+        if (m.spread.route) routes.set(m.spread.model, m.spread.route);
+        spread.add(m.spread.model);
       }
       const resolve = waiting.get(m.id);
       waiting.delete(m.id);

@@ -26,6 +26,8 @@ export interface MainDesk {
   end(id: number, tokens: number): void;
   /** The hold that ends request `id`'s stream when its key is revoked. */
   hold(id: number): StreamHold;
+  /** The prompt's prefix key for a model that spreads over several replicas (protocol.ts Ask.prefix), else null. */
+  prefixOf(body: Record<string, unknown>): number | null;
   nextId(): number;
 }
 
@@ -57,19 +59,8 @@ function earlyOf(e: unknown, stage: "body" | "fields", request: Request): EarlyF
   return { kind: "internal", message: String((e as Error)?.stack ?? e) };
 }
 
-export const answerOf = (a: Answer): Response => new Response(a.body, { status: a.status, headers: a.headers });
+const answerOf = (a: Answer): Response => new Response(a.body, { status: a.status, headers: a.headers });
 
-/** DONE for a request answered without an upstream answer (an error, the client gone). */
-const doneWithout = (id: number, status: number, seconds: number, error?: string): Omit<Done, "t"> => ({
-  id,
-  status,
-  seconds,
-  fate: null,
-  upstreamStatus: null,
-  tokens: 0,
-  streaming: false,
-  ...(error === undefined ? {} : { error }),
-});
 
 /**
  * Answers POST {base}/chat/completions. `relayToMain` sends the request
@@ -85,9 +76,9 @@ export async function serveChat(request: Request, peer: string | null, main: Mai
   if (auth === null || !knownKeys.has(auth)) {
     const askedAt = keysEpoch;
     const id = main.nextId();
-    const reply = await main.ask({ url: request.url, auth, peer, early: null, model: undefined, stream: false, promptTokens: 0, keyOnly: true }, id, request.signal);
+    const reply = await main.ask({ url: request.url, auth, peer, early: null, model: undefined, stream: false, promptTokens: 0, prefix: null, keyOnly: true }, id, request.signal);
     if ("answer" in reply) {
-      main.done(doneWithout(id, reply.answer.status, (performance.now() - t0) / 1000));
+      main.done({ id, status: reply.answer.status, seconds: (performance.now() - t0) / 1000, fate: null, upstreamStatus: null, tokens: 0, streaming: false });
       return answerOf(reply.answer);
     }
     if (knownKeys.size >= MAX_KNOWN_KEYS) knownKeys.clear();
@@ -115,7 +106,8 @@ export async function serveChat(request: Request, peer: string | null, main: Mai
       early = earlyOf(e, "fields", request);
     }
   }
-  const port = new FrontAdmission(main, request, { url: request.url, auth, peer, early, model: body?.model, stream, promptTokens }, t0);
+  const prefix = body && !early ? main.prefixOf(body) : null;
+  const port = new FrontAdmission(main, request, { url: request.url, auth, peer, early, model: body?.model, stream, promptTokens, prefix }, t0);
   let res: Response;
   try {
     // A body that failed its checks is never sent: the main thread answers the ask with its error.
@@ -175,7 +167,8 @@ class FrontAdmission implements AdmissionPort {
     const route = go.route!;
     this.requestId = go.requestId;
     this.headers = go.headers;
-    return { target: route, upstream: route, upstreamModel: route.upstreamModel, headers: go.headers, metersTokens: go.metersTokens, requestId: go.requestId };
+    const target = go.replica ? { baseUrl: go.replica.baseUrl, apiKey: route.apiKey, ownClient: go.replica.ownClient } : route;
+    return { target, upstream: route, upstreamModel: route.upstreamModel, headers: go.headers, metersTokens: go.metersTokens, requestId: go.requestId };
   }
 
   answered(status: number, fate: Fate): void {

@@ -73,6 +73,14 @@ export interface Ask {
   model: unknown;
   stream: boolean;
   promptTokens: number;
+  /**
+   * The prompt's prefix key (src/inference/replicas/pick.ts prefixKey, with
+   * the model's upstream name), for a model the main thread said spreads
+   * over several replicas (Go.spread); else null. A null for such a model
+   * is relayed: the main thread hashes it from the body (the thread learns
+   * the model spreads, and hashes the next ones).
+   */
+  prefix: number | null;
   /** Check the key only (its body not read yet): answered with keyOk, or with the 401/403. */
   keyOnly?: boolean;
 }
@@ -143,12 +151,17 @@ export interface Go {
   route?: ModelRoute;
   /** Whether completion tokens count against a tpm limit (read usage from the answer). */
   metersTokens: boolean;
+  /** The replica the main thread chose, where it is not the route's base_url. */
+  replica?: { baseUrl: string; ownClient: boolean };
+  /** The model's upstream has several replicas taking work: its next asks carry the prompt's prefix key. */
+  spread?: true;
 }
 
 export type Reply =
   | { t: "reply"; id: number; answer: Answer }
   | { t: "reply"; id: number; go: Go }
-  | { t: "reply"; id: number; relay: true }
+  /** Relay the request to the main thread. `spread`: its model spreads over several replicas, and the thread did not know (Ask.prefix null): its next asks for it carry the prefix key. */
+  | { t: "reply"; id: number; relay: true; spread?: { model: string; route?: ModelRoute } }
   | { t: "reply"; id: number; keyOk: true };
 
 /** The key of request `id` was revoked: its stream ends. */

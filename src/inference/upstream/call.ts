@@ -48,20 +48,23 @@ export function callUpstream({ model, path, body, raw, clientSignal }: UpstreamC
 export class UpstreamLeg implements CallPort, CallTarget {
   readonly target: UpstreamTarget;
   readonly upstreamModel: string;
+  /** The upstream has several replicas taking work (the prompt's prefix chose among them). */
+  readonly spread: boolean;
   private readonly on: OnReplica | null;
   private readonly startedAt: number;
   private left = false;
 
-  /** `body`: for the prompt's prefix, which chooses among several replicas (null: a request whose body is not here; see replicaFor). */
+  /** `prompt`: the body, whose prompt's prefix chooses among several replicas, or that prefix's key (a front thread's; see replicaFor). */
   constructor(
     readonly upstream: ModelEntry,
     private readonly path: EndpointPath,
-    body: Record<string, unknown> | null,
+    prompt: Prompt,
   ) {
     throwIfDown(upstream);
     this.upstreamModel = upstream.upstreamModel ?? upstream.id;
     countUpstreamRequest(upstream.id);
-    this.on = replicaFor(upstream, this.upstreamModel, body);
+    this.on = replicaFor(upstream, this.upstreamModel, prompt);
+    this.spread = this.on?.spread ?? false;
     this.target = this.on?.target ?? upstream;
     this.startedAt = performance.now();
   }
@@ -101,28 +104,38 @@ export class UpstreamLeg implements CallPort, CallTarget {
   }
 }
 
+/** Whether the model's upstream has several replicas taking work (so a request's prompt chooses among them). */
+export function spreadsOver(model: ModelEntry): boolean {
+  const views = model.upstream !== null ? model.replicaSets?.views(model.upstream) : undefined;
+  return views !== undefined && views.length > 1;
+}
+
+/** What chooses the replica: a request body (its prompt's prefix is hashed here), or the key a front thread hashed from it. */
+export type Prompt = Record<string, unknown> | number;
+
 interface OnReplica {
   sets: ReplicaSets;
   upstream: string;
   replica: ReplicaView;
   target: UpstreamTarget;
+  spread: boolean;
 }
 
 /**
  * The replica this request goes to (docs/CONTRACT.md §21): by the prompt's
  * prefix, bounded by load (../replicas/pick.ts); null for an upstream
- * without replica sets (a registry built alone, in tests). Without a body
- * (null) there is no prefix, and the least loaded replica takes it.
+ * without replica sets (a registry built alone, in tests). A key of 0 (no
+ * prompt text): the least loaded replica takes it.
  */
-function replicaFor(model: ModelEntry, upstreamModel: string, body: Record<string, unknown> | null): OnReplica | null {
+function replicaFor(model: ModelEntry, upstreamModel: string, prompt: Prompt): OnReplica | null {
   const sets = model.replicaSets;
   if (!sets || !model.upstream) return null;
   const views = sets.views(model.upstream);
   // One replica: no prefix to hash.
-  const replica = views.length === 1 ? views[0]! : pickReplica(views, sets.cells, body ? prefixKey(upstreamModel, body) : 0, -1, sets.times);
+  const replica = views.length === 1 ? views[0]! : pickReplica(views, sets.cells, typeof prompt === "number" ? prompt : prefixKey(upstreamModel, prompt), -1, sets.times);
   if (!replica) throw new ApiError("upstream_unavailable", `Upstream ${model.upstreamName} has no replica taking requests (all drained or removed).`, { headers: { "retry-after": "1" } });
   enter(sets.cells, replica.idx);
-  return { sets, upstream: model.upstream, replica, target: { baseUrl: replica.baseUrl, apiKey: model.apiKey, ownClient: replica.ownClient } };
+  return { sets, upstream: model.upstream, replica, target: { baseUrl: replica.baseUrl, apiKey: model.apiKey, ownClient: replica.ownClient }, spread: views.length > 1 };
 }
 
 /**

@@ -15,15 +15,15 @@ import { admit, type Admitted as SlotAdmitted } from "../admission/admit";
 import type { Release } from "../admission/scheduler";
 import { ANSWERED, UNMEASURED, type SlotOutcome } from "../admission/slotCells";
 import type { ModelEntry } from "../registry";
-import { UpstreamLeg } from "./call";
+import { UpstreamLeg, type Prompt } from "./call";
 import type { CallFailure, Fate } from "./fate";
 import type { AdmissionPort, Admitted } from "./pass";
 
 export interface MainAdmissionRequest {
   model: ModelEntry;
   path: EndpointPath;
-  /** The body, for the prompt's prefix when the upstream has several replicas; null where it is not here. */
-  body: Record<string, unknown> | null;
+  /** What chooses among several replicas: the body (its prompt's prefix), or the prefix's key a front thread hashed. */
+  prompt: Prompt;
   /** The prompt's tokens as offpeak counts them (rate limits are checked before the call). */
   promptTokens: number;
   requestId: string;
@@ -52,7 +52,7 @@ export class MainAdmission implements AdmissionPort {
     this.release = slot.release;
     let leg: UpstreamLeg;
     try {
-      leg = new UpstreamLeg(this.req.model, this.req.path, this.req.body);
+      leg = new UpstreamLeg(this.req.model, this.req.path, this.req.prompt);
     } catch (e) {
       this.settle(UNMEASURED, 0);
       throw e;
@@ -61,8 +61,9 @@ export class MainAdmission implements AdmissionPort {
     return { target: leg.target, upstream: leg.upstream, upstreamModel: leg.upstreamModel, headers: slot.headers, metersTokens: slot.metersTokens, requestId: this.req.requestId };
   }
 
-  get model(): ModelEntry {
-    return this.req.model;
+  /** Whether the upstream spreads its requests over several replicas (known once admitted). */
+  get spread(): boolean {
+    return this.leg?.spread ?? false;
   }
 
   answered(status: number, fate: Fate): void {

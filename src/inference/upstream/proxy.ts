@@ -26,6 +26,6 @@ export interface ProxyRequest {
 
 export function proxyUpstream(ctx: AppContext, principal: Principal, { model, kind, body, stream, promptTokens, request }: ProxyRequest): Promise<Response> {
   const clientSignal = () => request.signal;
-  const port = new MainAdmission(ctx, principal, { model, path: kind.path, body, promptTokens, requestId: requestIdOf(request), clientSignal });
+  const port = new MainAdmission(ctx, principal, { model, path: kind.path, prompt: body, promptTokens, requestId: requestIdOf(request), clientSignal });
   return passUpstream(port, { kind, body, raw: rawBodyOf(request), stream, clientSignal });
 }
