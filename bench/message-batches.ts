@@ -7,10 +7,12 @@
 // file, every line parsed). Each run starts a fresh server for each side,
 // alternating which goes first; medians of --runs (default 3). Prints the
 // seconds of each, the ratio (target ≤ 1.2×) and each side's peak RSS
-// (target ≤ 256 MB).
+// (target ≤ 256 MB); each run also says where its time went: per phase
+// (create, run, results) the seconds, the server's CPU seconds (all
+// threads, and its main thread alone) and the highest RSS sampled.
 //
 // Usage: bun bench/message-batches.ts [--n 1000000] [--runs 3]
-import { benchArgs, machineNote, median } from "./lib";
+import { benchArgs, cpuSeconds, machineNote, median, rssMb } from "./lib";
 import { auth, startBenchServer, type BenchServer } from "./server";
 
 const args = benchArgs();
@@ -70,7 +72,55 @@ const messageBodies = sizes.map((size, g) => messageBody(g * PER_BATCH, size));
 const inputFiles = sizes.map((size, g) => jsonl(g * PER_BATCH, size));
 console.log(`${n} requests as ${groups} batch(es) a side; bodies ${(messageBodies.reduce((a, b) => a + b.length, 0) / 1e6).toFixed(1)} MB (message) / ${(inputFiles.reduce((a, b) => a + b.length, 0) / 1e6).toFixed(1)} MB (JSONL)`);
 
-async function messageSide(s: BenchServer): Promise<number> {
+/**
+ * Where a side's time and memory go: seconds in each phase (create: every
+ * batch made; run: waiting for each to end; results: reading them), the
+ * server's CPU seconds in each (all threads / its main thread: less noisy
+ * than the wall clock on a shared machine) and its highest RSS sampled.
+ */
+class Phases {
+  readonly seconds = { create: 0, run: 0, results: 0 };
+  readonly rss = { create: 0, run: 0, results: 0 };
+  readonly cpu = { create: 0, run: 0, results: 0 };
+  readonly mainCpu = { create: 0, run: 0, results: 0 };
+  private cpuAt = 0;
+  private mainAt = 0;
+  private phase: keyof Phases["seconds"] = "create";
+  private at = performance.now();
+  private readonly timer: ReturnType<typeof setInterval>;
+  constructor(private readonly pid: number) {
+    this.cpuAt = cpuSeconds(pid);
+    this.mainAt = cpuSeconds(pid, true);
+    this.timer = setInterval(() => this.sample(), 50);
+  }
+  private sample(): void {
+    try {
+      this.rss[this.phase] = Math.max(this.rss[this.phase], rssMb(this.pid));
+    } catch {}
+  }
+  to(phase: keyof Phases["seconds"]): void {
+    this.sample();
+    const now = performance.now();
+    const cpu = cpuSeconds(this.pid);
+    const main = cpuSeconds(this.pid, true);
+    this.cpu[this.phase] += cpu - this.cpuAt;
+    this.mainCpu[this.phase] += main - this.mainAt;
+    this.cpuAt = cpu;
+    this.mainAt = main;
+    this.seconds[this.phase] += (now - this.at) / 1000;
+    this.at = now;
+    this.phase = phase;
+    this.sample();
+  }
+  end(): string {
+    this.to("create");
+    clearInterval(this.timer);
+    const k = ["create", "run", "results"] as const;
+    return k.map((p) => `${p} ${this.seconds[p].toFixed(2)} s (CPU ${this.cpu[p].toFixed(1)} s, main ${this.mainCpu[p].toFixed(1)} s; ${this.rss[p].toFixed(0)} MB)`).join(", ");
+  }
+}
+
+async function messageSide(s: BenchServer, ph: Phases): Promise<number> {
   const t0 = performance.now();
   const ids: string[] = [];
   for (const body of messageBodies) {
@@ -80,10 +130,12 @@ async function messageSide(s: BenchServer): Promise<number> {
   }
   let ok = 0;
   for (const id of ids) {
+    ph.to("run");
     await poll(
       () => fetch(`${root(s)}/v1/messages/batches/${id}`, { headers: auth }).then((r) => r.json() as Promise<{ processing_status: string }>),
       (b) => b.processing_status === "ended",
     );
+    ph.to("results");
     await eachLine(await fetch(`${root(s)}/v1/messages/batches/${id}/results`, { headers: auth }), (l) => {
       if ((l.result as { type: string }).type === "succeeded") ok++;
     });
@@ -92,7 +144,7 @@ async function messageSide(s: BenchServer): Promise<number> {
   return (performance.now() - t0) / 1000;
 }
 
-async function openaiSide(s: BenchServer): Promise<number> {
+async function openaiSide(s: BenchServer, ph: Phases): Promise<number> {
   const t0 = performance.now();
   const ids: string[] = [];
   for (const text of inputFiles) {
@@ -110,10 +162,12 @@ async function openaiSide(s: BenchServer): Promise<number> {
   }
   let ok = 0;
   for (const id of ids) {
+    ph.to("run");
     const b = await poll(
       () => fetch(`${s.base}/batches/${id}`, { headers: auth }).then((r) => r.json() as Promise<{ status: string; output_file_id: string | null }>),
       (b) => ["completed", "failed", "expired", "cancelled"].includes(b.status),
     );
+    ph.to("results");
     await eachLine(await fetch(`${s.base}/files/${b.output_file_id}/content`, { headers: auth }), (l) => {
       if ((l.response as { status_code: number }).status_code === 200) ok++;
     });
@@ -130,10 +184,12 @@ for (let r = 0; r < runs; r++) {
   for (const side of order) {
     const server = await startBenchServer();
     try {
-      const s = await sides[side](server);
+      const ph = new Phases(server.pid);
+      const s = await sides[side](server, ph);
+      const phases = ph.end();
       seconds[side].push(s);
       rss[side].push(server.peakRssMb());
-      console.log(`run ${r + 1} ${side.padEnd(7)}: ${s.toFixed(2)} s, peak RSS ${server.peakRssMb().toFixed(0)} MB`);
+      console.log(`run ${r + 1} ${side.padEnd(7)}: ${s.toFixed(2)} s, peak RSS ${server.peakRssMb().toFixed(0)} MB; ${phases}`);
     } finally {
       await server.stop();
     }

@@ -13,9 +13,11 @@ import type { BatchRow } from "../../db/schema";
 import { anthropicErrorType, ApiError, statusOfErrorBody } from "../../errors";
 import { fileStream } from "../../files/content";
 import { readLines } from "../../jsonl/lineReader";
+import { newId } from "../../ids";
 import { toMessage } from "../message";
 import { getMessageBatch } from "./service";
 import { stopOf } from "./stopped";
+import { succeededText } from "./succeededLine";
 import { isEnded } from "./view";
 
 type Json = Record<string, unknown>;
@@ -74,8 +76,15 @@ const resultLine = (customId: unknown, result: Json) => JSON.stringify({ custom_
 const errored = (status: number, message: string): Json => ({ type: "errored", error: { type: "error", error: { type: anthropicErrorType(status), message } } });
 
 function succeededLine(text: string): string {
+  // Most lines are written from their text (./succeededLine.ts); the rest are parsed and translated.
+  const id = newId("msg_");
+  return succeededText(text, id) ?? succeededLineParsed(text, id);
+}
+
+/** A `succeeded` line the full way: the output line parsed, its answer translated by toMessage (any shape the engine writes). */
+export function succeededLineParsed(text: string, messageId: string): string {
   const l = JSON.parse(text) as { custom_id: string; response: { body: Json } };
-  return resultLine(l.custom_id, { type: "succeeded", message: toMessage(l.response.body) });
+  return resultLine(l.custom_id, { type: "succeeded", message: toMessage(l.response.body, { id: messageId }) });
 }
 
 function erroredLine(text: string): string {
