@@ -52,7 +52,7 @@
 // (offpeak_storage_retries_total summed over the nodes' GET /metrics, at create and at
 // completed) and the resends (engine requests per content beyond one).
 // Node logs (stderr, OFFPEAK_LOG_LEVEL=warn) are kept in /tmp/offpeak-bench-cluster-logs/.
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { SQL } from "bun";
 import { join } from "node:path";
@@ -62,7 +62,7 @@ import { startS3, type TestS3 } from "../test/helpers/s3";
 import { ADMIN_KEY } from "../test/helpers/server";
 import { startFaultProxy, type FaultKind, type FaultProxy } from "../test/helpers/faultProxy";
 import { DEFAULT_LINES, DEFAULT_PATH, generateBatchFile } from "./gen-batch";
-import { freePort, loadAverage, machineNote, median, ROOT, spawnBun, waitForHttp, benchArgs } from "./lib";
+import { allPids, benchArgs, cmdlineOf, cpuSeconds as libCpuSeconds, freePort, loadAverage, machineNote, median, peakRssMb, ROOT, spawnBun, statTimes, waitForHttp } from "./lib";
 
 // ── options ────────────────────────────────────────────────────────────────
 
@@ -84,7 +84,6 @@ const FAULT_SEED = Number(opt("fault-seed") ?? 1);
 const CONFIGS = (opt("configs") ?? "a,b,c").split(",").filter(Boolean) as Config[];
 const POLL_MS = 50;
 const LOG_DIR = "/tmp/offpeak-bench-cluster-logs";
-const CLK_TCK = Number(Bun.spawnSync(["getconf", "CLK_TCK"]).stdout.toString().trim()) || 100;
 const auth = { authorization: `Bearer ${ADMIN_KEY}` };
 
 // ── the tree the nodes run ─────────────────────────────────────────────────
@@ -124,49 +123,21 @@ const CONFIG_NAMES: Record<Config, string> = {
   c: `(c) ${NODES} nodes, Postgres + S3`,
 };
 
-// ── /proc ──────────────────────────────────────────────────────────────────
+// ── /proc (bench/lib.ts reads it; a process that has exited reads NaN) ────────
 
-/** utime+stime (+ cutime+cstime when `children`), seconds; NaN if the process is gone. */
-function cpuSeconds(pid: number, children = false): number {
+const orNaN = <T>(read: () => T, gone: T): T => {
   try {
-    const s = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const f = s.slice(s.lastIndexOf(")") + 2).split(" ");
-    // f[0] is field 3 (state): utime is field 14 → f[11], stime f[12], cutime f[13], cstime f[14].
-    let t = Number(f[11]) + Number(f[12]);
-    if (children) t += Number(f[13]) + Number(f[14]);
-    return t / CLK_TCK;
+    return read();
   } catch {
-    return NaN;
+    return gone;
   }
-}
-
-function ppidOf(pid: number): number {
-  try {
-    const s = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return Number(s.slice(s.lastIndexOf(")") + 2).split(" ")[1]);
-  } catch {
-    return -1;
-  }
-}
-
-function cmdline(pid: number): string[] {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").filter(Boolean);
-  } catch {
-    return [];
-  }
-}
-
-const pids = () => readdirSync("/proc").filter((d) => /^\d+$/.test(d)).map(Number);
-
-function peakRss(pid: number): number {
-  try {
-    const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-    return m ? (Number(m[1]) * 1024) / 1e6 : NaN;
-  } catch {
-    return NaN;
-  }
-}
+};
+/** utime+stime (+ cutime+cstime when `children`), seconds. */
+const cpuOf = (pid: number, children = false): number => orNaN(() => libCpuSeconds(pid, { children }), NaN);
+const ppidOf = (pid: number): number => orNaN(() => statTimes(`/proc/${pid}/stat`).ppid, -1);
+const cmdline = (pid: number): string[] => orNaN(() => cmdlineOf(pid), []);
+const pids = allPids;
+const peakRss = (pid: number): number => orNaN(() => peakRssMb(pid), NaN);
 
 /** The postmaster of the Postgres on `port`. */
 function postmasterOf(port: number): number {
@@ -179,8 +150,8 @@ function postmasterOf(port: number): number {
 
 /** Postgres's CPU so far: the postmaster with its reaped children, and its live children (the backends, the checkpointer …). */
 function postgresCpu(postmaster: number): number {
-  let t = cpuSeconds(postmaster, true);
-  for (const pid of pids()) if (ppidOf(pid) === postmaster) t += cpuSeconds(pid) || 0;
+  let t = cpuOf(postmaster, true);
+  for (const pid of pids()) if (ppidOf(pid) === postmaster) t += cpuOf(pid) || 0;
   return t;
 }
 
@@ -407,10 +378,10 @@ async function runOnce(kind: Run["kind"], input: string, lines: number, endpoint
     const fu1 = faultSnapshot();
     const uploadS = (performance.now() - u0) / 1000;
     await ctl("/reset", "POST");
-    const nodeCpu0 = nodes.map((n) => cpuSeconds(n.proc.pid));
+    const nodeCpu0 = nodes.map((n) => cpuOf(n.proc.pid));
     const pg0 = onPg ? postgresCpu(postmaster) : NaN;
-    const s30 = onPg ? cpuSeconds(s3pid) : NaN;
-    const eng0 = cpuSeconds(engine.pid);
+    const s30 = onPg ? cpuOf(s3pid) : NaN;
+    const eng0 = cpuOf(engine.pid);
     const retries0 = onPg ? await storageRetries(nodes) : null;
     const f0s = faultSnapshot();
     const t0 = performance.now();
@@ -461,7 +432,7 @@ async function runOnce(kind: Run["kind"], input: string, lines: number, endpoint
         const victim = Array.from({ length: nNodes }, (_, i) => i).find((i) => i > 0 && running(i));
         if (victim !== undefined) {
           const v = nodes[victim]!;
-          killed.set(victim, { name: names[victim]!, pid: v.proc.pid, cpuS: cpuSeconds(v.proc.pid) - nodeCpu0[victim]!, rssMb: peakRss(v.proc.pid), killed: true });
+          killed.set(victim, { name: names[victim]!, pid: v.proc.pid, cpuS: cpuOf(v.proc.pid) - nodeCpu0[victim]!, rssMb: peakRss(v.proc.pid), killed: true });
           v.proc.kill("SIGKILL");
           killedAtMs = performance.now();
           killAtCompleted = b.request_counts.completed;
@@ -483,11 +454,11 @@ async function runOnce(kind: Run["kind"], input: string, lines: number, endpoint
     const retries = retries0 && retries1 ? Object.fromEntries(Object.keys(retries1.byOp).map((k) => [k, retries1.byOp[k]! - (retries0.byOp[k] ?? 0)]).filter(([, v]) => v !== 0)) : undefined;
     if (killSql) await killSql.close();
     const nodeStats: NodeStat[] = nodes.map(
-      (n, i) => killed.get(i) ?? { name: names[i]!, pid: n.proc.pid, cpuS: cpuSeconds(n.proc.pid) - nodeCpu0[i]!, rssMb: peakRss(n.proc.pid) },
+      (n, i) => killed.get(i) ?? { name: names[i]!, pid: n.proc.pid, cpuS: cpuOf(n.proc.pid) - nodeCpu0[i]!, rssMb: peakRss(n.proc.pid) },
     );
     const pgCpuS = onPg ? postgresCpu(postmaster) - pg0 : NaN;
-    const s3CpuS = onPg ? cpuSeconds(s3pid) - s30 : NaN;
-    const engineCpuS = cpuSeconds(engine.pid) - eng0;
+    const s3CpuS = onPg ? cpuOf(s3pid) - s30 : NaN;
+    const engineCpuS = cpuOf(engine.pid) - eng0;
     const eng = await ctl("/stats");
     if (kind === "kill" && killedAtMs === 0) problems.push("no node was killed (none but node 0 held a shard when the batch reached the kill point)");
     const exact = b.status === "completed" ? await checkExact(node0, lines, b.output_file_id, b.error_file_id, endpointModel === "chat" ? 0 : 1) : `not checked (status ${b.status})`;

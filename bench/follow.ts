@@ -33,7 +33,7 @@ import { createHmac } from "node:crypto";
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { generateBatchFile } from "./gen-batch";
-import { ROOT, freePort, loadAverage, machineNote, median, percentile, rssMb, peakRssMb, settleDisk, spawnBun, waitForHttp, type Child, cpuSeconds } from "./lib";
+import { ROOT, freePort, loadAverage, machineNote, median, percentile, rssMb, peakRssMb, settleDisk, spawnBun, waitForHttp, type Child, cpuSeconds, resetPeakRss } from "./lib";
 import { BENCH_KEY } from "./server";
 import { readLines } from "../src/jsonl/lineReader";
 
@@ -328,7 +328,9 @@ async function eachLineOf(s: Server, fileId: string, fn: (line: string) => void)
   for await (const lines of readLines(res.body!)) for (const { text } of lines) if (text) fn(text);
 }
 
-const resetPeak = (pid: number) => writeFileSync(`/proc/${pid}/clear_refs`, "5");
+const resetPeak = (pid: number) => {
+  if (!resetPeakRss(pid)) throw new Error(`cannot reset the peak RSS of ${pid} (/proc/${pid}/clear_refs)`);
+};
 
 const f1 = (x: number) => x.toFixed(1);
 const f2 = (x: number) => x.toFixed(2);

@@ -10,11 +10,11 @@
 // tar -x -C DIR` and a node_modules link), for a ratio to it.
 //
 // Usage: bun bench/hostile-memory.ts [--baseline DIR]
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { connect, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ROOT, freePort, machineNote, spawnBun, waitForHttp, type Child } from "./lib";
+import { ROOT, freePort, machineNote, procStatus, spawnBun, waitForHttp, type Child } from "./lib";
 
 const ADMIN_KEY = "sk-op-benchHostileMemoryAdminKey000000000000";
 const argv = process.argv.slice(2);
@@ -24,9 +24,8 @@ const STALLED = 60;
 const IDLE_S = 5;
 
 function status(pid: number): { rss: number; hwm: number; threads: number } {
-  const s = readFileSync(`/proc/${pid}/status`, "utf8");
-  const kb = (f: string) => (Number(new RegExp(`${f}:\\s+(\\d+) kB`).exec(s)![1]) * 1024) / 1e6; // MB (10^6 bytes)
-  return { rss: kb("VmRSS"), hwm: kb("VmHWM"), threads: Number(/Threads:\s+(\d+)/.exec(s)![1]) };
+  const st = procStatus(pid);
+  return { rss: st.rssMb, hwm: st.peakRssMb, threads: st.threads };
 }
 const fmt = (st: { rss: number; hwm: number; threads: number }) => `RSS ${st.rss.toFixed(0)} MB, peak ${st.hwm.toFixed(0)} MB, ${st.threads} threads`;
 

@@ -1,6 +1,8 @@
-// Small helpers shared by the benchmarks: child processes whose peak RSS we
-// can read from /proc, free ports, waiting for a server, timing and stats.
-import { readFileSync } from "node:fs";
+// The one helper library of the benchmarks: child processes, and what /proc
+// says of them (peak RSS and RSS in MB = 10^6 bytes, CPU time: one reader
+// each, so every bench's figures are in the same units, as BENCHMARKS.md
+// states them), free ports, waiting for a server, timing and stats.
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 /** The repository root (bench/..). */
@@ -9,35 +11,91 @@ export const ROOT = join(import.meta.dir, "..");
 /** MB = 10^6 bytes throughout the benchmarks (so 284.5 MB is 284,500,000 bytes). */
 export const MB = 1e6;
 
-function statusField(pid: number, field: "VmHWM" | "VmRSS"): number {
-  const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-  if (!m) throw new Error(`no ${field} in /proc/${pid}/status`);
-  return (Number(m[1]) * 1024) / MB;
+/** What /proc/PID/status says of a live process's memory and threads: RSS (VmRSS) and peak RSS (VmHWM) in MB, all its threads (Workers included). */
+export function procStatus(pid: number): { rssMb: number; peakRssMb: number; threads: number } {
+  const s = readFileSync(`/proc/${pid}/status`, "utf8");
+  const kb = (field: string) => {
+    const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(s);
+    if (!m) throw new Error(`no ${field} in /proc/${pid}/status`);
+    return (Number(m[1]) * 1024) / MB;
+  };
+  return { rssMb: kb("VmRSS"), peakRssMb: kb("VmHWM"), threads: Number(/Threads:\s+(\d+)/.exec(s)?.[1] ?? NaN) };
 }
 
 /** Peak resident set size (VmHWM) of a live process, in MB (10^6 bytes). Covers all its threads (Workers included). */
-export const peakRssMb = (pid: number): number => statusField(pid, "VmHWM");
+export const peakRssMb = (pid: number): number => procStatus(pid).peakRssMb;
 /** Current resident set size (VmRSS), in MB. */
-export const rssMb = (pid: number): number => statusField(pid, "VmRSS");
+export const rssMb = (pid: number): number => procStatus(pid).rssMb;
+
+/**
+ * Resets a process's peak RSS (VmHWM) to its current RSS, so that a later
+ * peakRssMb() is the peak of what came after (Linux ≥ 4.0, the process's
+ * owner); false where the kernel refuses.
+ */
+export function resetPeakRss(pid: number): boolean {
+  try {
+    writeFileSync(`/proc/${pid}/clear_refs`, "5");
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Clock ticks a second in /proc's times (USER_HZ: 100 on Linux whatever the kernel's own tick). */
+const USER_HZ = 100;
 
 /**
  * CPU times in seconds from a /proc stat file (`/proc/PID/stat` for the
  * process, all threads; `/proc/PID/task/TID/stat` for one thread): user,
- * system, and its waited-for children's. Clock ticks are USER_HZ, 100 a
- * second on Linux.
+ * system, and its waited-for children's; with its name and parent's pid.
+ * The one reader of CPU time for every benchmark.
  */
-export function statTimes(path: string): { name: string; user: number; sys: number; childUser: number; childSys: number } {
+export function statTimes(path: string): { name: string; ppid: number; user: number; sys: number; childUser: number; childSys: number } {
   const stat = readFileSync(path, "utf8");
   const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  // f[0] is field 3 (state): utime is field 14 → f[11], stime f[12], cutime f[13], cstime f[14].
-  return { name: stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")), user: Number(f[11]) / 100, sys: Number(f[12]) / 100, childUser: Number(f[13]) / 100, childSys: Number(f[14]) / 100 };
+  // f[0] is field 3 (state), f[1] the parent's pid: utime is field 14 → f[11], stime f[12], cutime f[13], cstime f[14].
+  return {
+    name: stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")),
+    ppid: Number(f[1]),
+    user: Number(f[11]) / USER_HZ,
+    sys: Number(f[12]) / USER_HZ,
+    childUser: Number(f[13]) / USER_HZ,
+    childSys: Number(f[14]) / USER_HZ,
+  };
 }
 
-/** CPU seconds (user + system) a live process has used so far, all its threads; `thread`: its main thread's alone. */
-export function cpuSeconds(pid: number, thread = false): number {
-  const t = statTimes(thread ? `/proc/${pid}/task/${pid}/stat` : `/proc/${pid}/stat`);
-  return t.user + t.sys;
+export interface CpuOptions {
+  /** The main thread's alone (its task has the process's id). */
+  thread?: boolean;
+  /** User or system (kernel) time alone; both by default. */
+  only?: "user" | "sys";
+  /** With the CPU of its children that it has waited for (a postmaster's finished backends). */
+  children?: boolean;
 }
+
+/** CPU seconds (user + system) a live process has used so far, all its threads; `true` or `{ thread: true }`: its main thread's alone. */
+export function cpuSeconds(pid: number, opts: boolean | CpuOptions = {}): number {
+  const o = typeof opts === "boolean" ? { thread: opts } : opts;
+  const t = statTimes(o.thread ? `/proc/${pid}/task/${pid}/stat` : `/proc/${pid}/stat`);
+  const user = t.user + (o.children ? t.childUser : 0);
+  const sys = t.sys + (o.children ? t.childSys : 0);
+  return o.only === "user" ? user : o.only === "sys" ? sys : user + sys;
+}
+
+/** CPU seconds of each of a live process's threads so far, by thread id, with the thread's name ("Worker" for a Worker). */
+export function threadCpuSeconds(pid: number): Map<string, { name: string; seconds: number }> {
+  const out = new Map<string, { name: string; seconds: number }>();
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const t = statTimes(`/proc/${pid}/task/${tid}/stat`);
+      out.set(tid, { name: t.name, seconds: t.user + t.sys });
+    } catch {} // a thread that ended meanwhile (its time stays in the process's total)
+  }
+  return out;
+}
+
+/** The pids of every process now running on the machine. */
+export const allPids = (): number[] => readdirSync("/proc").filter((d) => /^\d+$/.test(d)).map(Number);
 
 /** The command line of a live process, for checking that a pid is the process we meant (no wrapper, no exec surprise). */
 export function cmdlineOf(pid: number): string[] {

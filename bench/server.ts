@@ -18,8 +18,8 @@ export interface BenchServer {
 
 // Peak RSS in MB (10^6 bytes) and free ports: the one bench helper library (./lib.ts).
 // (Until 2026-11-29 this file's peakRssMb returned MiB: BENCHMARKS.md labels those figures MiB.)
-import { freePort, peakRssMb } from "./lib";
-export { freePort, peakRssMb };
+import { freePort, peakRssMb, percentile } from "./lib";
+export { freePort, peakRssMb, percentile };
 
 export async function startBenchServer(env: Record<string, string> = {}, config?: unknown, opts: { stderr?: "inherit" | "pipe" } = {}): Promise<BenchServer> {
   const dataDir = mkdtempSync(join(tmpdir(), "offpeak-bench-"));
@@ -68,7 +68,3 @@ export async function uploadBatchFile(base: string, path: string): Promise<{ id:
   return (await res.json()) as { id: string; bytes: number };
 }
 
-export function percentile(sorted: number[], p: number): number {
-  if (sorted.length === 0) return NaN;
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
-}

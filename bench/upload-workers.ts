@@ -28,11 +28,11 @@
 //   (e.g. an older tree: old=/tmp/old), measured in the same rounds.
 // e.g. bun bench/upload-workers.ts --workers 1,2 --rounds 5
 //      bun bench/upload-workers.ts --lines 10000000 --workers 1,2,4,8,16 --rounds 3 --bare
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { cachedBatchFile, DEFAULT_LINES } from "./gen-batch";
-import { MB, ROOT, freePort, loadAverage, machineNote, median, peakRssMb, settleDisk, spawnBun, waitForHttp, which, type Child } from "./lib";
+import { MB, ROOT, cpuSeconds, freePort, loadAverage, machineNote, median, peakRssMb, settleDisk, spawnBun, threadCpuSeconds, waitForHttp, which, type Child } from "./lib";
 
 const ADMIN_KEY = "sk-op-benchUploadWorkersAdminKey0000000000000";
 const argv = process.argv.slice(2);
@@ -84,23 +84,15 @@ interface Cpu {
 
 /** CPU seconds (user + system) of `pid` so far: its main thread, its threads named "Worker" (together and each), and all. */
 function cpu(pid: number): Cpu {
-  const secs = (stat: string) => {
-    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return (Number(f[11]) + Number(f[12])) / 100; // utime, stime in clock ticks (USER_HZ = 100)
-  };
   let workers = 0;
   const byWorker = new Map<string, number>();
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
-      if (stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")) !== "Worker") continue;
-      workers += secs(stat);
-      byWorker.set(tid, secs(stat));
-    } catch {
-      // the thread ended meanwhile (its time is in the process's total)
+  // A thread that ended meanwhile is not listed: its time is in the process's total.
+  for (const [tid, t] of threadCpuSeconds(pid))
+    if (t.name === "Worker") {
+      workers += t.seconds;
+      byWorker.set(tid, t.seconds);
     }
-  }
-  return { main: secs(readFileSync(`/proc/${pid}/task/${pid}/stat`, "utf8")), workers, all: secs(readFileSync(`/proc/${pid}/stat`, "utf8")), byWorker };
+  return { main: cpuSeconds(pid, { thread: true }), workers, all: cpuSeconds(pid), byWorker };
 }
 
 /** The most CPU one Worker thread used between two readings. */

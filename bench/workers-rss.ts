@@ -29,7 +29,7 @@ import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DEFAULT_LINES, DEFAULT_PATH, generateBatchFile } from "./gen-batch";
-import { freePort, loadAverage, machineNote, median, peakRssMb, ROOT, rssMb, settleDisk, spawnBun, waitForHttp, benchArgs } from "./lib";
+import { freePort, loadAverage, machineNote, median, peakRssMb, ROOT, rssMb, settleDisk, spawnBun, waitForHttp, benchArgs, resetPeakRss } from "./lib";
 
 const KEY = "sk-op-bench-admin-key-000000000000000000000";
 const auth = { authorization: `Bearer ${KEY}` };
@@ -67,15 +67,7 @@ interface Run {
   sampledMb: number;
 }
 
-/** Resets VmHWM to the current RSS (Linux ≥ 4.0, the process's owner); false if refused. */
-function resetPeak(pid: number): boolean {
-  try {
-    writeFileSync(`/proc/${pid}/clear_refs`, "5");
-    return true;
-  } catch {
-    return false;
-  }
-}
+const resetPeak = resetPeakRss;
 
 async function upload(base: string, path: string): Promise<string> {
   const form = new FormData();

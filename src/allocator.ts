@@ -24,7 +24,7 @@
 // string and a new encoded buffer per MB of results: at 20 ms, 1M lines in
 // 7.5–7.9 s with them against 11.1–11.8 s without, 10M in 82.8 s at 231 MB
 // (BENCHMARKS.md "Stall"). The
-// chat pass-through barely moves with it (bench/proxy-ab.ts, 12 rounds:
+// chat pass-through barely moves with it (bench/ab/proxy-ab.ts, 12 rounds:
 // 0.881× naive at 0 ms, 0.883× at 2 ms). An operator who prefers speed sets
 // MIMALLOC_PURGE_DELAY (in ms) higher. The option is read once, when the
 // process starts, hence the re-exec: execve keeps the process id, its

@@ -2,7 +2,7 @@
 // three, under both API bases) are answered without Elysia's per-request
 // layers: its context object, the awaited request hook, its body parser
 // switch, Clean() over the body and the response mapping. In the chat
-// pass-through those are ≈6 µs of CPU of ≈60 a request (bench/proxy-ab.ts,
+// pass-through those are ≈6 µs of CPU of ≈60 a request (bench/ab/proxy-ab.ts,
 // the same tree with and without this dispatch, alternating; docs/benchmarks/history.md "Chat completions through a proxy"),
 // the largest single cost offpeak adds to a naive proxy.
 //

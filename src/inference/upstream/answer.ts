@@ -5,7 +5,7 @@
 //
 // Why not a Response there too: a native Response (with its Headers) per
 // call is a native wrapper for every garbage collection to visit. In the
-// chat pass-through (bench/proxy-ab.ts, alternating rounds of 3 s) the
+// chat pass-through (bench/ab/proxy-ab.ts, alternating rounds of 3 s) the
 // server's CPU a request was 57.4, 63.0 and 80.8 µs with plain objects
 // against 66.1, 63.3 and 87.0 µs with a Response, in three runs: a few µs,
 // on a noisy machine. The answer to the client is still a Response:

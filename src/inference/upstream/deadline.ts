@@ -25,7 +25,7 @@ const LINK_AFTER_MS = 25;
 // The live deadlines are a linked list through the deadlines themselves: a
 // Set of them (an add and a delete per request) raised offpeak's peak RSS
 // from 113 to 171 MB and its p99 from 6.5 to 8.4 ms under wrk -c32
-// (bench/proxy-ab.ts, 10 rounds); the list does neither.
+// (bench/ab/proxy-ab.ts, 10 rounds); the list does neither.
 const SWEEP_MS = LINK_AFTER_MS;
 /** Live deadlines: an intrusive doubly linked list (prev/next on each), O(1) in and out, no hash table. */
 let head: Deadline | null = null;
@@ -89,7 +89,7 @@ export class Deadline implements CallAbort {
    * Made only when someone asks for `signal` (fetch does; offpeak's own
    * client listens instead): an AbortController and its signal per call
    * cost ≈10 µs of server CPU a request in the chat pass-through (74–77 →
-   * 64–66 µs, bench/proxy-ab.ts, two alternating runs), though only 1.3% of
+   * 64–66 µs, bench/ab/proxy-ab.ts, two alternating runs), though only 1.3% of
    * the main thread's JS samples: they are native wrappers, more for every
    * garbage collection to look at.
    */

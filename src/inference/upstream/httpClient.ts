@@ -7,7 +7,7 @@
 // Why not fetch: Bun's fetch runs every call on its own "HTTP Client"
 // thread and hands the request and the answer across threads. In the chat
 // pass-through that thread cost 27–34 µs of CPU per request, about as much
-// as everything offpeak's main thread does (bench/proxy-ab.ts; a naive
+// as everything offpeak's main thread does (bench/ab/proxy-ab.ts; a naive
 // Bun.serve proxy measured 59–67 µs a request with fetch, 36–37 with this
 // kind of client on Bun.connect: the sockets live on the main thread's own
 // event loop and the answer never changes threads).

@@ -9,19 +9,21 @@
 // twice as much (colder caches), see docs/benchmarks/history.md ("Chat
 // completions through a proxy"). Each measurement runs in its own process;
 // trees alternate.
-//   bun bench/proxy-inproc.ts [rounds=3] [requests-per-sample=100000] TREE[:LEVEL[:NAME=VALUE,...]] ...
+//   bun bench/ab/proxy-inproc.ts [rounds=3] [requests-per-sample=100000] TREE[:LEVEL[:NAME=VALUE,...]] ...
 //   (TREE "naive": the naive handler; NAME=VALUE: environment for that tree's process only)
+import { ROOT } from "../lib";
+
 if (process.argv[2] !== "--child") {
   const rounds = Number(process.argv[2] ?? 3);
   const n = process.argv[3] ?? "100000";
   const specs = process.argv.slice(4);
-  if (specs.length === 0) specs.push("naive", `${import.meta.dir}/..:info`, `${import.meta.dir}/..:warn`);
+  if (specs.length === 0) specs.push("naive", `${ROOT}:info`, `${ROOT}:warn`);
   const results = new Map<string, number[]>();
   for (let r = 0; r < rounds; r++)
     for (const spec of specs) {
       const [tree, level, extra] = spec.split(":");
       const extraEnv = Object.fromEntries((extra ?? "").split(",").filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
-      const p = Bun.spawn([process.execPath, import.meta.path, "--child", tree === "naive" ? `${import.meta.dir}/..` : tree!, n, "5"], {
+      const p = Bun.spawn([process.execPath, import.meta.path, "--child", tree === "naive" ? `${ROOT}` : tree!, n, "5"], {
         env: { ...process.env, OFFPEAK_NO_REEXEC: "1", LEVEL: level ?? "info", NAIVE: tree === "naive" ? "1" : "", ...extraEnv },
         stdout: "pipe",
         stderr: "ignore",

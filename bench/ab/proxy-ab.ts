@@ -8,27 +8,28 @@
 // too small for bench/chat-proxy.ts's medians to show on a noisy machine.
 // Needs wrk.
 //
-//   bun bench/proxy-ab.ts ROUNDS SECONDS SERVER...
+//   bun bench/ab/proxy-ab.ts ROUNDS SECONDS SERVER...
 //   SERVER: naive | TREE:LEVEL[:pipe|null][:NAME=VALUE,...]
 //           (TREE: a checkout with node_modules; LEVEL: info or warn;
 //           "null" sends stderr to /dev/null instead of a pipe this script
 //           drains; then extra environment for that server only, e.g.
 //           OFFPEAK_NO_REEXEC=1)
 //   CONNS=4 (default 32)
-//   e.g. bun bench/proxy-ab.ts 8 3 naive $PWD:warn $PWD:info /tmp/old:info
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+//   e.g. bun bench/ab/proxy-ab.ts 8 3 naive $PWD:warn $PWD:info /tmp/old:info
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { BENCH_KEY, freePort, peakRssMb } from "./server";
+import { cpuSeconds, freePort, peakRssMb, ROOT, threadCpuSeconds } from "../lib";
+import { BENCH_KEY } from "../server";
 
 const [rounds, seconds] = [Number(process.argv[2]), Number(process.argv[3])];
 const specs = process.argv.slice(4);
 const conns = Number(process.env.CONNS ?? 32);
 if (!(rounds > 0 && seconds > 0 && specs.length > 0)) {
-  console.error("usage: bun bench/proxy-ab.ts ROUNDS SECONDS naive|TREE:LEVEL[:pipe|null][:NAME=VALUE,...] ...");
+  console.error("usage: bun bench/ab/proxy-ab.ts ROUNDS SECONDS naive|TREE:LEVEL[:pipe|null][:NAME=VALUE,...] ...");
   process.exit(2);
 }
-const here = join(import.meta.dir, "..");
+const here = ROOT;
 const work = mkdtempSync(join(tmpdir(), "offpeak-proxy-ab-"));
 const lua = join(work, "wrk.lua");
 const body = JSON.stringify({ model: "fake-model", messages: [{ role: "user", content: "Say hello to the benchmark." }], max_tokens: 16 });
@@ -37,26 +38,6 @@ const upPort = await freePort();
 const upstream = Bun.spawn([process.execPath, join(here, "bench/fake-upstream.ts"), String(upPort)], { stdout: "ignore" });
 const upBase = `http://127.0.0.1:${upPort}/v1`;
 const config = { upstreams: [{ name: "fake", base_url: upBase, models: ["fake-model"], max_concurrency: 256, queue_size: 1024 }] };
-
-function cpuSeconds(pid: number, thread = false, only?: "user" | "sys"): number {
-  // thread: the main thread's alone (its task has the process's id).
-  const stat = readFileSync(thread ? `/proc/${pid}/task/${pid}/stat` : `/proc/${pid}/stat`, "utf8");
-  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return ((only === "sys" ? 0 : Number(f[11])) + (only === "user" ? 0 : Number(f[12]))) / 100;
-}
-
-/** CPU seconds of each of the process's threads, by thread id (with its name). */
-function threadSeconds(pid: number): Map<string, { name: string; seconds: number }> {
-  const out = new Map<string, { name: string; seconds: number }>();
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
-      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      out.set(tid, { name: stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")), seconds: (Number(f[11]) + Number(f[12])) / 100 });
-    } catch {} // a thread that ended meanwhile
-  }
-  return out;
-}
 
 /** The thread that used the most CPU between two readings: its name and seconds. */
 function busiest(before: Map<string, { name: string; seconds: number }>, after: Map<string, { name: string; seconds: number }>): { name: string; seconds: number } {
@@ -116,18 +97,18 @@ try {
       const i = (r + k) % servers.length;
       const s = servers[i]!;
       const c0 = cpuSeconds(s.p.pid);
-      const m0 = cpuSeconds(s.p.pid, true);
-      const k0 = cpuSeconds(s.p.pid, false, "sys");
-      const t0 = threadSeconds(s.p.pid);
+      const m0 = cpuSeconds(s.p.pid, { thread: true });
+      const k0 = cpuSeconds(s.p.pid, { only: "sys" });
+      const t0 = threadCpuSeconds(s.p.pid);
       const w = await wrk(s.url);
-      const top = busiest(t0, threadSeconds(s.p.pid));
+      const top = busiest(t0, threadCpuSeconds(s.p.pid));
       const per = (secs: number) => (secs * 1e6) / w.requests;
       runs[i]!.push({
         rps: w.rps,
         p99: w.p99,
         cpu: per(cpuSeconds(s.p.pid) - c0),
-        main: per(cpuSeconds(s.p.pid, true) - m0),
-        sys: per(cpuSeconds(s.p.pid, false, "sys") - k0),
+        main: per(cpuSeconds(s.p.pid, { thread: true }) - m0),
+        sys: per(cpuSeconds(s.p.pid, { only: "sys" }) - k0),
         top: per(top.seconds),
         topName: top.name,
       });

@@ -6,14 +6,14 @@
 // from /proc/PID/stat), which another load on the machine moves less than
 // the wall time. Peak RSS per server (VmHWM).
 //
-// Usage: bun bench/upload-ab.ts [--lines N] [--rounds N] VARIANT...
+// Usage: bun bench/ab/upload-ab.ts [--lines N] [--rounds N] VARIANT...
 //   VARIANT = name=ROOT[,ENV=VALUE...], e.g.
-//   bun bench/upload-ab.ts base=/tmp/offpeak-base new=. new-2mb=.,OFFPEAK_DUPLICATE_CHECK_BYTES=2097152
+//   bun bench/ab/upload-ab.ts base=/tmp/offpeak-base new=. new-2mb=.,OFFPEAK_DUPLICATE_CHECK_BYTES=2097152
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { cachedBatchFile, DEFAULT_LINES } from "./gen-batch";
-import { MB, freePort, loadAverage, machineNote, median, peakRssMb, settleDisk, spawnBun, waitForHttp, type Child, cpuSeconds } from "./lib";
+import { cachedBatchFile, DEFAULT_LINES } from "../gen-batch";
+import { MB, freePort, loadAverage, machineNote, median, peakRssMb, settleDisk, spawnBun, waitForHttp, type Child, cpuSeconds } from "../lib";
 
 const ADMIN_KEY = "sk-op-benchUploadAbAdminKey000000000000000000";
 const argv = process.argv.slice(2);
