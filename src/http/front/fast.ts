@@ -61,7 +61,6 @@ function earlyOf(e: unknown, stage: "body" | "fields", request: Request): EarlyF
 
 const answerOf = (a: Answer): Response => new Response(a.body, { status: a.status, headers: a.headers });
 
-
 /**
  * Answers POST {base}/chat/completions. `relayToMain` sends the request
  * (with the body read here) to the main thread when its model is not an
@@ -120,7 +119,7 @@ export async function serveChat(request: Request, peer: string | null, main: Mai
   return res;
 }
 
-/** The main thread answers a request's ask by relaying it (a built-in model, or one the front threads do not serve). */
+/** The main thread answers a request's ask by relaying it: a built-in model, or the thread's first request for a model of several replicas (protocol.ts Ask.prefix). */
 const RELAY = new Error("relayed to the main thread");
 
 /** An answer the main thread made (its error, in its words): thrown through the pass-through, sent as it is. */
