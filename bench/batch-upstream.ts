@@ -1,8 +1,10 @@
-// A chat batch against a zero-latency loopback OpenAI-compatible upstream,
+// A chat batch against a zero-latency loopback OpenAI-compatible upstream
+// (test/helpers/engineReplicas.ts at a fixed latency of 0, its own process),
 // in lines per second, beside a baseline: the same requests sent straight
 // to the upstream by this script at the same concurrency.
 // Usage: bun bench/batch-upstream.ts [lines=200000]
 import { writeFileSync } from "node:fs";
+import { engineArgs } from "./lib";
 import { auth, freePort, startBenchServer, uploadBatchFile } from "./server";
 
 const lines = Number(process.argv[2] ?? 200_000);
@@ -16,7 +18,7 @@ const input = `/tmp/offpeak-upstream-${lines}.jsonl`;
 }
 
 const upPort = await freePort();
-const upstream = Bun.spawn([process.execPath, "bench/fake-upstream.ts", String(upPort)], { stdout: "ignore", stderr: "inherit" });
+const upstream = Bun.spawn([process.execPath, ...engineArgs({ ports: [upPort] })], { stdout: "ignore", stderr: "inherit" });
 const upBase = `http://127.0.0.1:${upPort}/v1`;
 for (let i = 0; i < 100; i++) {
   try {

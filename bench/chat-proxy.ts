@@ -1,5 +1,5 @@
 // Non-streaming chat completions through offpeak to a zero-latency loopback
-// upstream, at 32 connections with wrk, beside a naive Bun.serve + fetch
+// upstream (test/helpers/engineReplicas.ts, its own process), at 32 connections with wrk, beside a naive Bun.serve + fetch
 // proxy measured the same way in the same run, and for reference the same
 // proxy as an Elysia route that parses and re-serialises the body
 // (bench/elysia-proxy.ts): what the framework costs before offpeak's own work.
@@ -11,7 +11,7 @@
 // Usage: bun bench/chat-proxy.ts [seconds-per-run=5] [rounds=5]
 import { writeFileSync } from "node:fs";
 import { BENCH_KEY, freePort, startBenchServer } from "./server";
-import { cpuSeconds } from "./lib";
+import { cpuSeconds, engineArgs } from "./lib";
 
 const seconds = Number(process.argv[2] ?? 5);
 const ROUNDS = Number(process.argv[3] ?? 5);
@@ -70,7 +70,7 @@ async function wrk(url: string, connections = 32): Promise<WrkResult> {
 }
 
 const upPort = await freePort();
-const upstream = Bun.spawn([process.execPath, "bench/fake-upstream.ts", String(upPort)], { stdout: "ignore" });
+const upstream = Bun.spawn([process.execPath, ...engineArgs({ ports: [upPort] })], { stdout: "ignore" });
 const upBase = `http://127.0.0.1:${upPort}/v1`;
 const naivePort = await freePort();
 const naive = Bun.spawn([process.execPath, "bench/naive-proxy.ts", String(naivePort), upBase], { stdout: "ignore" });

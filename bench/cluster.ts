@@ -5,7 +5,7 @@
 //
 // 1. The same N-line chat batch (default 100,000 lines, ≈280 B each, so
 //    4 MB shards as with real files; model "fake-chat" on a loopback engine
-//    answering after 20 ms, bench/cluster-engine.ts, its own process;
+//    answering after 20 ms, test/helpers/engineReplicas.ts, its own process;
 //    max_concurrency 256 in the config, the cluster's total) on
 //      (a) 1 node, SQLite + local disk (no --database-url / --storage-url),
 //      (b) 1 node, Postgres + S3,
@@ -62,7 +62,7 @@ import { startS3, type TestS3 } from "../test/helpers/s3";
 import { ADMIN_KEY } from "../test/helpers/server";
 import { startFaultProxy, type FaultKind, type FaultProxy } from "../test/helpers/faultProxy";
 import { DEFAULT_LINES, DEFAULT_PATH, generateBatchFile } from "./gen-batch";
-import { allPids, benchArgs, cmdlineOf, cpuSeconds as libCpuSeconds, freePort, loadAverage, machineNote, median, peakRssMb, ROOT, spawnBun, statTimes, waitForHttp } from "./lib";
+import { allPids, benchArgs, cmdlineOf, engineArgs, ENGINE_SCRIPT, cpuSeconds as libCpuSeconds, freePort, loadAverage, machineNote, median, peakRssMb, ROOT, spawnBun, statTimes, waitForHttp } from "./lib";
 
 // ── options ────────────────────────────────────────────────────────────────
 
@@ -190,7 +190,7 @@ const enginePort = freePort();
 const controlPort = freePort();
 const engineBase = `http://127.0.0.1:${enginePort}/v1`;
 const control = `http://127.0.0.1:${controlPort}`;
-const engine = spawnBun(["bench/cluster-engine.ts", String(enginePort), String(controlPort), String(LATENCY_MS)]);
+const engine = spawnBun(engineArgs({ ports: [enginePort], latencyMs: LATENCY_MS, models: ["fake-chat"], controlPort, countContents: true }));
 const ctl = async (path: string, method = "GET"): Promise<any> => (await fetch(control + path, { method })).json();
 
 let pg!: TestPostgres;
@@ -549,7 +549,7 @@ const results: Run[] = [];
 let exitCode = 0;
 try {
   await waitForHttp(`${control}/stats`, engine.proc);
-  engine.assertRuns("bench/cluster-engine.ts");
+  engine.assertRuns(ENGINE_SCRIPT);
   pg = await startPostgres();
   postmaster = postmasterOf(pg.port);
   s3 = await startS3();

@@ -174,6 +174,31 @@ export function spawnBun(args: string[], opts: { env?: Record<string, string>; c
   };
 }
 
+/** The benchmarks' loopback engine: the tests' engine model (test/helpers/engineReplicas.ts), run as a process of its own. */
+export const ENGINE_SCRIPT = join(ROOT, "test", "helpers", "engineReplicas.ts");
+
+/**
+ * `bun` arguments that start the engine (ENGINE_SCRIPT) in a process of its
+ * own, so that its CPU is not the benchmark's: one replica a port, serving
+ * "fake-model" after a fixed latency (default 0 ms: at once), as an
+ * OpenAI-compatible upstream; with `controlPort`, a port that kills,
+ * restarts, resets and reads it (see the end of ENGINE_SCRIPT).
+ */
+export function engineArgs(o: { ports: number[]; latencyMs?: number; models?: string[]; controlPort?: number; countContents?: boolean; arrivals?: boolean }): string[] {
+  return [
+    ENGINE_SCRIPT,
+    "--ports",
+    o.ports.join(","),
+    "--models",
+    (o.models ?? ["fake-model"]).join(","),
+    "--latency-ms",
+    String(o.latencyMs ?? 0),
+    ...(o.controlPort !== undefined ? ["--control-port", String(o.controlPort)] : []),
+    ...(o.countContents ? ["--count-contents"] : []),
+    ...(o.arrivals ? ["--arrivals"] : []),
+  ];
+}
+
 /** Seconds taken by `fn`. */
 export async function timed<T>(fn: () => Promise<T>): Promise<{ value: T; seconds: number }> {
   const t0 = performance.now();

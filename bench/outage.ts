@@ -1,5 +1,6 @@
 // Upstream outages under a big batch (docs/CONTRACT.md §11): a 100,000-line chat
-// batch against a loopback engine (bench/outage-engine.ts, its own process)
+// batch against a loopback engine (test/helpers/engineReplicas.ts at a fixed
+// latency, its own process, arrivals kept; its control port stops and starts it)
 // at max_concurrency 64. The engine is stopped mid-batch (connections refused,
 // as while a real engine restarts) for 30 s, and in a second run for 120 s,
 // then started again on the same port (RETURN_OFFSET_MS, default 500 ms, past
@@ -33,7 +34,7 @@
 import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { freePort, loadAverage, machineNote, median, ROOT, spawnBun, waitForHttp, type Child, benchArgs } from "./lib";
+import { benchArgs, engineArgs, ENGINE_SCRIPT, freePort, loadAverage, machineNote, median, ROOT, spawnBun, waitForHttp, type Child } from "./lib";
 
 // ── options ────────────────────────────────────────────────────────────────
 
@@ -133,7 +134,7 @@ const enginePort = freePort();
 const controlPort = freePort();
 const engineBase = `http://127.0.0.1:${enginePort}/v1`;
 const control = `http://127.0.0.1:${controlPort}`;
-const engine = spawnBun(["bench/outage-engine.ts", String(enginePort), String(controlPort), String(LATENCY_MS)]);
+const engine = spawnBun(engineArgs({ ports: [enginePort], latencyMs: LATENCY_MS, controlPort, arrivals: true }));
 const ctl = async (path: string, method = "GET"): Promise<any> => (await fetch(control + path, { method })).json();
 
 // ── one batch run ──────────────────────────────────────────────────────────
@@ -270,10 +271,10 @@ async function runBatch(side: "before" | "after", root: string, input: string, o
 }
 
 /** From the engine's own arrival times: the rate before the stop, and how soon after the return it came back. */
-function recovery(stats: { t0: number; posts: number[]; probes: number[] }, downAt: number, upAt: number) {
+function recovery(stats: { t0: number; postTimes: number[]; probeTimes: number[] }, downAt: number, upAt: number) {
   const down = downAt - stats.t0;
   const up = upAt - stats.t0;
-  const posts = stats.posts;
+  const posts = stats.postTimes;
   // Before: 250 ms buckets from 1 s after the first request (a third of the
   // way to the stop in short runs) to the stop.
   const first = posts[0] ?? 0;
@@ -296,7 +297,7 @@ function recovery(stats: { t0: number; posts: number[]; probes: number[] }, down
   return {
     preRate: (preRate * 1000) / BUCKET_MS,
     recoveryS,
-    firstProbeS: firstAfter(stats.probes),
+    firstProbeS: firstAfter(stats.probeTimes),
     firstPostS: firstAfter(posts),
     postsWhileDown: count(posts, down, up),
   };
@@ -315,7 +316,7 @@ const fmt = (n: number, d = 0) => n.toLocaleString("en-US", { minimumFractionDig
 let exitCode = 0;
 try {
   await waitForHttp(`${control}/count`, engine.proc);
-  engine.assertRuns("bench/outage-engine.ts");
+  engine.assertRuns(ENGINE_SCRIPT);
   const before = beforeTree();
   const AFTER = afterTree();
   const input = await inputFile();

@@ -1,14 +1,16 @@
 // Off-peak priority: while a batch saturates an upstream model,
 // interactive latency on that model may rise by at most 20% at the median.
 //
-// A loopback upstream answers every completion after a fixed latency (a
-// stand-in for a model that takes time); offpeak gives the model
+// A loopback upstream (test/helpers/engineReplicas.ts, its own process)
+// answers every completion after a fixed latency (a stand-in for a model
+// that takes time); offpeak gives the model
 // max_concurrency slots. Phase 1 measures interactive latency with the model
 // otherwise idle (the baseline, same run); phase 2 starts a batch with far
 // more lines than slots, waits until it holds every free slot, and measures
 // the same interactive load again while the batch runs.
 //
 // Usage: bun bench/priority.ts [seconds-per-phase=8] [upstream-latency-ms=20]
+import { engineArgs } from "./lib";
 import { auth, freePort, startBenchServer, uploadBatchFile, percentile } from "./server";
 
 const seconds = Number(process.argv[2] ?? 8);
@@ -19,7 +21,7 @@ const CLIENTS = SLOTS / 2;
 const BATCH_LINES = 200_000;
 
 const upPort = await freePort();
-const upstream = Bun.spawn([process.execPath, "bench/fake-upstream.ts", String(upPort), String(latencyMs)], { stdout: "ignore", stderr: "inherit" });
+const upstream = Bun.spawn([process.execPath, ...engineArgs({ ports: [upPort], latencyMs })], { stdout: "ignore", stderr: "inherit" });
 const upBase = `http://127.0.0.1:${upPort}/v1`;
 let server: Awaited<ReturnType<typeof startBenchServer>> | null = null;
 

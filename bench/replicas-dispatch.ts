@@ -1,9 +1,9 @@
 // What the dispatch among replicas costs on the chat pass-through
 // (docs/CONTRACT.md §21: it must stay within the §20 figures): non-streamed
 // chat completions at 32 connections with wrk to offpeak with one upstream
-// of (a) one replica and (b) four replicas, all four served by the same
-// zero-latency fake engine on four ports (its own process, so the engines'
-// cost is the same in both), beside the naive Bun.serve + fetch proxy
+// of (a) one replica and (b) four replicas, on four ports of the same
+// zero-latency engine (test/helpers/engineReplicas.ts at a fixed latency of
+// 0, a process a port, so the engines' cost is the same in both), beside the naive Bun.serve + fetch proxy
 // (bench/naive-proxy.ts) as the baseline of §20. Prompts carry a system
 // prompt of one of 40 kinds (the prefix key hashes its first 1,024
 // characters). Rounds alternate; figures are medians; CPU per request is
@@ -12,7 +12,7 @@
 // Usage: bun bench/replicas-dispatch.ts [seconds-per-run=5] [rounds=5]
 import { writeFileSync } from "node:fs";
 import { BENCH_KEY, freePort, startBenchServer } from "./server";
-import { cpuSeconds } from "./lib";
+import { cpuSeconds, engineArgs } from "./lib";
 
 const seconds = Number(process.argv[2] ?? 5);
 const ROUNDS = Number(process.argv[3] ?? 5);
@@ -65,7 +65,7 @@ async function waitFor(url: string) {
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const ports = await Promise.all([0, 1, 2, 3].map(() => freePort()));
-const engines = ports.map((p) => Bun.spawn([process.execPath, "bench/fake-upstream.ts", String(p)], { stdout: "ignore" }));
+const engines = ports.map((p) => Bun.spawn([process.execPath, ...engineArgs({ ports: [p] })], { stdout: "ignore" }));
 const bases = ports.map((p) => `http://127.0.0.1:${p}/v1`);
 const naivePort = await freePort();
 const naive = Bun.spawn([process.execPath, "bench/naive-proxy.ts", String(naivePort), bases[0]!], { stdout: "ignore" });

@@ -11,6 +11,7 @@ import { openSync } from "node:fs";
 import { BufferedFdSink, createLogger } from "../src/log";
 import { requestMembers, redactPath, routeMembers } from "../src/metrics/requestLine";
 import { principals } from "../src/auth/plugin";
+import { peakRssMb } from "./lib";
 
 const N = Number(process.argv[2] ?? 500_000);
 const ROUNDS = Number(process.argv[3] ?? 7);
@@ -73,4 +74,4 @@ for (let r = 0; r < ROUNDS; r++) {
 }
 console.log(`request line, direct JSON members: median ${med(a).toFixed(0)} ns/line (${a.map((x) => x.toFixed(0)).join(", ")})`);
 console.log(`request line, fields object (generic): median ${med(b).toFixed(0)} ns/line (${b.map((x) => x.toFixed(0)).join(", ")})`);
-console.log(`ratio: ${(med(a) / med(b)).toFixed(2)}× the time; ${N} lines per round, ${ROUNDS} rounds; peak RSS ${((process.resourceUsage().maxRSS * 1024) / 1e6).toFixed(0)} MB`);
+console.log(`ratio: ${(med(a) / med(b)).toFixed(2)}× the time; ${N} lines per round, ${ROUNDS} rounds; peak RSS ${peakRssMb(process.pid).toFixed(0)} MB`);

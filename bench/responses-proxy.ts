@@ -1,5 +1,5 @@
 // Non-streaming POST /responses through offpeak to a zero-latency loopback
-// upstream (bench/fake-upstream.ts), at 32 connections with wrk, beside the
+// upstream (test/helpers/engineReplicas.ts, its own process), at 32 connections with wrk, beside the
 // naive Bun.serve + fetch proxy (bench/naive-proxy.ts) doing the same, and
 // the same pair for /chat/completions, all in the same rounds (rotated so
 // none always goes first): each endpoint's ratio to its own naive proxy.
@@ -12,7 +12,7 @@
 // Needs wrk.
 // Usage: bun bench/responses-proxy.ts [seconds-per-run=5] [rounds=5]
 import { writeFileSync } from "node:fs";
-import { freePort, median, waitForHttp, which, cpuSeconds } from "./lib";
+import { cpuSeconds, engineArgs, freePort, median, waitForHttp, which } from "./lib";
 import { BENCH_KEY, startBenchServer } from "./server";
 
 const seconds = Number(process.argv[2] ?? 5);
@@ -71,7 +71,7 @@ async function wrk(url: string, lua: string, pid: number, connections = 32): Pro
 }
 
 const upPort = freePort();
-const upstream = Bun.spawn([process.execPath, "bench/fake-upstream.ts", String(upPort)], { stdout: "ignore" });
+const upstream = Bun.spawn([process.execPath, ...engineArgs({ ports: [upPort] })], { stdout: "ignore" });
 const upBase = `http://127.0.0.1:${upPort}/v1`;
 const naive = {
   chat: { port: freePort(), path: "/chat/completions" },

@@ -3,7 +3,7 @@
 // Every WeakMap entry is work for each garbage collection, and the request
 // path made three per request; at 15-18k requests a second the median GC
 // pause was 1.6-2.0 ms with WeakMaps and 1.1-1.2 ms with these (measured
-// with BUN_JSC_logGC=1 under wrk -c32 against bench/fake-upstream.ts).
+// with BUN_JSC_logGC=1 under wrk -c32 against the benchmarks' zero-latency loopback upstream).
 export interface Attached<T> {
   get(owner: object): T | undefined;
   set(owner: object, value: T): void;

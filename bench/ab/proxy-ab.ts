@@ -19,7 +19,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { cpuSeconds, freePort, peakRssMb, ROOT, threadCpuSeconds } from "../lib";
+import { cpuSeconds, engineArgs, freePort, peakRssMb, ROOT, threadCpuSeconds } from "../lib";
 import { BENCH_KEY } from "../server";
 
 const [rounds, seconds] = [Number(process.argv[2]), Number(process.argv[3])];
@@ -35,7 +35,7 @@ const lua = join(work, "wrk.lua");
 const body = JSON.stringify({ model: "fake-model", messages: [{ role: "user", content: "Say hello to the benchmark." }], max_tokens: 16 });
 writeFileSync(lua, `wrk.method = "POST"\nwrk.body = ${JSON.stringify(body)}\nwrk.headers["content-type"] = "application/json"\nwrk.headers["authorization"] = "Bearer ${BENCH_KEY}"\n`);
 const upPort = await freePort();
-const upstream = Bun.spawn([process.execPath, join(here, "bench/fake-upstream.ts"), String(upPort)], { stdout: "ignore" });
+const upstream = Bun.spawn([process.execPath, ...engineArgs({ ports: [upPort] })], { stdout: "ignore" });
 const upBase = `http://127.0.0.1:${upPort}/v1`;
 const config = { upstreams: [{ name: "fake", base_url: upBase, models: ["fake-model"], max_concurrency: 256, queue_size: 1024 }] };
 

@@ -48,14 +48,35 @@
 // characters; queries count every prompt token of a request that started,
 // hits the prefix tokens of those that hit). stats() counts requests.
 //
+// Fixed latency. With no batch limit and no prefill (fixedLatencyShape(ms):
+// maxRunning Infinity, prefillMsPerKChar 0) every request runs at once at
+// full speed, so the model reduces to a fixed latency: each request is
+// answered decodeMs after it arrives (0: at once), on a timer of its own,
+// with no queue and no cache (hits, misses and busyMs stay 0; pause() does
+// not hold it). This is the loopback upstream of the pass-through and batch
+// benchmarks, whose figures must not carry the cost of modelling a batch.
+//
 // Answers. `GET /v1/models`; `POST /v1/chat/completions` (and
 // /v1/completions), plain or streamed (`stream: true`: the headers and the
-// role chunk at once, the content when the work is done). The content is the
-// last message's text (the prompt for /completions) whichever replica
+// role chunk at once, the content when the work is done); `POST
+// /v1/responses`, plain (a response object; its prompt is `instructions`,
+// the prefix, and `input`). The content is the last message's text (the
+// prompt for /completions, the input's text for /responses) whichever replica
 // answers; the replica is named by the header `x-replica: <index>` and by
 // `system_fingerprint: "replica-<index>"`. Also `x-prefix-cache: hit|miss`
 // and `x-work-ms` (the computed work) on each answer, for tests. A model the
 // replica does not serve: 404, as vLLM answers.
+//
+// Counting. stats() counts requests received (`seen`), answered, and GET
+// /v1/models probes. With `countContents`, contents() counts every request
+// by its content as above, so a benchmark can tell lines sent twice; with
+// `arrivals`, arrivals() keeps the Date.now() of every POST and probe as it
+// arrives (before its body is read), for rates over time.
+//
+// As a process of its own (a benchmark's engine, whose CPU is then not the
+// benchmark's): `bun test/helpers/engineReplicas.ts`, its options at the end
+// of this file (one replica a port; a control port to kill, restart, reset
+// and read them).
 //
 // Faults. kill() stops the server at once and drops its open connections (a
 // client sees a reset, as from a dead process); what ran or waited is lost
@@ -91,6 +112,14 @@ export interface ReplicaShape {
   fall?: number;
 }
 
+/** A fixed latency of `ms` for every request, however many are in flight (see "Fixed latency" above). */
+export const fixedLatencyShape = (ms: number): Partial<ReplicaShape> => ({ decodeMs: ms, prefillMsPerKChar: 0, maxRunning: Infinity, cachePrefixes: 0 });
+
+/** No batch limit and no prefill: the model reduces to a fixed latency of decodeMs. */
+export function isFixedLatency(s: ReplicaShape): boolean {
+  return s.maxRunning === Infinity && s.prefillMsPerKChar === 0 && (s.knee ?? Infinity) === Infinity && (s.cliff ?? Infinity) === Infinity;
+}
+
 export const DEFAULT_REPLICA_SHAPE: ReplicaShape = {
   decodeMs: 100,
   prefillMsPerKChar: 200,
@@ -122,6 +151,9 @@ export interface ChatBody {
   model?: string;
   messages?: { role?: string; content?: Content }[];
   prompt?: string | string[];
+  /** /responses: the instructions (its prefix) and the input, a string or a list of items. */
+  instructions?: string;
+  input?: string | { content?: Content }[];
   priority?: number;
   stream?: boolean;
   stream_options?: { include_usage?: boolean } | null;
@@ -130,9 +162,16 @@ export interface ChatBody {
 
 const textOf = (c: Content): string => (typeof c === "string" ? c : Array.isArray(c) ? c.map((p) => (typeof p?.text === "string" ? p.text : "")).join("") : "");
 
-/** A request's prompt text: its messages' text joined by "\n", or its `prompt`. */
+/** A /responses request's input text: the string, or its items' text joined by "\n". */
+export function inputOf(body: ChatBody): string {
+  const input = body.input;
+  return typeof input === "string" ? input : Array.isArray(input) ? input.map((item) => textOf(item?.content)).join("\n") : "";
+}
+
+/** A request's prompt text: its messages' text joined by "\n", its instructions and input, or its `prompt`. */
 export function promptOf(body: ChatBody): string {
   if (Array.isArray(body.messages)) return body.messages.map((m) => textOf(m?.content)).join("\n");
+  if (body.input !== undefined) return typeof body.instructions === "string" ? `${body.instructions}\n${inputOf(body)}` : inputOf(body);
   return Array.isArray(body.prompt) ? body.prompt.join("\n") : typeof body.prompt === "string" ? body.prompt : "";
 }
 
@@ -144,12 +183,13 @@ export interface PrefixOf {
   restChars: number;
 }
 
-/** A request's prefix: its system message, or the first `prefixChars` characters of its prompt. */
+/** A request's prefix: its system message (its instructions for /responses), or the first `prefixChars` characters of its prompt. */
 export function prefixOf(body: ChatBody, shape: Pick<ReplicaShape, "prefixChars">): PrefixOf {
   const model = String(body.model ?? "");
   const prompt = promptOf(body);
   const first = Array.isArray(body.messages) ? body.messages[0] : undefined;
-  const prefix = first?.role === "system" ? textOf(first.content) : prompt.slice(0, shape.prefixChars);
+  const prefix =
+    first?.role === "system" ? textOf(first.content) : body.input !== undefined && typeof body.instructions === "string" ? body.instructions : prompt.slice(0, shape.prefixChars);
   return { key: `${model}\u0000${prefix}`, prefixChars: prefix.length, restChars: Math.max(0, prompt.length - prefix.length) };
 }
 
@@ -172,6 +212,8 @@ export interface ReplicaStats {
   preempted: number;
   /** Requests answered 503 (maxQueued). */
   rejected: number;
+  /** GET /v1/models requests (health probes, discovery). */
+  probes: number;
   /** Requests running and waiting now. */
   inFlight: number;
   running: number;
@@ -222,6 +264,10 @@ export interface EngineReplica {
   cacheKeys(): string[];
   /** The /metrics text. */
   metricsText(): string;
+  /** Requests received by content (the last message's text, the prompt, the input), with `countContents`; since the start or the last reset. */
+  contents(): Map<string, number>;
+  /** Date.now() at each POST and each GET /v1/models as it arrived, with `arrivals`; since the start or the last reset. */
+  arrivals(): { posts: number[]; probes: number[] };
   /** Zeroes the counters; empties the cache too unless keepCache. */
   reset(opts?: { keepCache?: boolean }): void;
   /** Freezes the engine: nothing progresses (requests still arrive, start and queue). */
@@ -253,11 +299,21 @@ function errorJson(status: number, message: string, type: string): Response {
   return Response.json({ error: { message, type, param: null, code: null } }, { status });
 }
 
-export async function startEngineReplica(
-  shapeIn: Partial<ReplicaShape> = {},
-  opts: { index?: number; port?: number; models?: string[] } = {},
-): Promise<EngineReplica> {
+export interface ReplicaOptions {
+  index?: number;
+  port?: number;
+  models?: string[];
+  /** Seconds a kept-alive connection may idle before the server closes it (Bun's default: 10). */
+  idleTimeout?: number;
+  /** Count requests by content (contents()). */
+  countContents?: boolean;
+  /** Keep every request's arrival time (arrivals()). */
+  arrivals?: boolean;
+}
+
+export async function startEngineReplica(shapeIn: Partial<ReplicaShape> = {}, opts: ReplicaOptions = {}): Promise<EngineReplica> {
   const shape = replicaShape(shapeIn);
+  const fixed = isFixedLatency(shape);
   const speed = speedShape(shape);
   const index = opts.index ?? 0;
   const models = opts.models ?? ["engine-chat"];
@@ -272,6 +328,12 @@ export async function startEngineReplica(
   let completions = 0;
   let paused = false;
   let up = true;
+  /** Fixed latency: requests on their timers now, and which life of the server they belong to (kill() starts a new one). */
+  let fixedHeld = 0;
+  let generation = 0;
+  let contents = new Map<string, number>();
+  let postTimes: number[] = [];
+  let probeTimes: number[] = [];
   let last = performance.now();
   let timer: ReturnType<typeof setTimeout> | null = null;
   const fresh = () => ({
@@ -279,7 +341,8 @@ export async function startEngineReplica(
     answered: 0,
     preempted: 0,
     rejected: 0,
-    peakInFlight: running.length + waiting.length,
+    probes: 0,
+    peakInFlight: running.length + waiting.length + fixedHeld,
     hits: 0,
     misses: 0,
     byPriority: {} as Record<string, number>,
@@ -400,16 +463,36 @@ export async function startEngineReplica(
     return { held, done };
   }
 
+  /** Fixed latency: resolves true decodeMs from now, false if the replica was killed meanwhile. */
+  function runFixed(): Promise<boolean> {
+    const life = generation;
+    fixedHeld++;
+    s.peakInFlight = Math.max(s.peakInFlight, fixedHeld);
+    s.workMs += shape.decodeMs;
+    const finish = (): boolean => {
+      if (life !== generation) return false;
+      fixedHeld--;
+      return true;
+    };
+    return shape.decodeMs > 0 ? Bun.sleep(shape.decodeMs).then(finish) : Promise.resolve(finish());
+  }
+
   const list = { object: "list", data: models.map((id) => ({ id, object: "model", created: 0, owned_by: "engine-replica", max_model_len: 32768 })) };
   const enc = new TextEncoder();
 
   async function handle(req: Request): Promise<Response> {
     const path = new URL(req.url).pathname.replace(/^\/v1/, "");
-    if (req.method === "GET" && path === "/models") return Response.json(list);
+    if (req.method === "GET" && path === "/models") {
+      s.probes++;
+      if (opts.arrivals) probeTimes.push(Date.now());
+      return Response.json(list);
+    }
     if (req.method === "GET" && path === "/metrics") return new Response(metricsText(), { headers: { "content-type": "text/plain; version=0.0.4" } });
     if (req.method === "GET" && path === "/health") return new Response("");
     const chat = path === "/chat/completions";
-    if (req.method !== "POST" || (!chat && path !== "/completions")) return new Response("not found", { status: 404 });
+    const responses = path === "/responses";
+    if (req.method !== "POST" || (!chat && !responses && path !== "/completions")) return new Response("not found", { status: 404 });
+    if (opts.arrivals) postTimes.push(Date.now());
     let body: ChatBody;
     try {
       body = (await req.json()) as ChatBody;
@@ -426,18 +509,30 @@ export async function startEngineReplica(
       s.rejected++;
       return errorJson(503, "engine overloaded: too many requests held", "server_error");
     }
-    const prefix = prefixOf(body, shape);
-    const { held: r, done } = enqueue(priority, prefix);
+    if (responses && body.stream === true) return errorJson(400, "streamed /responses are not modelled", "invalid_request_error");
+    const last = chat ? textOf(body.messages?.[body.messages.length - 1]?.content) : responses ? inputOf(body) : promptOf(body);
+    if (opts.countContents) contents.set(last, (contents.get(last) ?? 0) + 1);
+    let r: { hit: boolean; work: number };
+    let done: Promise<boolean>;
+    let promptChars: number;
+    if (fixed) {
+      r = { hit: false, work: shape.decodeMs };
+      done = runFixed();
+      promptChars = promptOf(body).length;
+    } else {
+      const prefix = prefixOf(body, shape);
+      ({ held: r, done } = enqueue(priority, prefix));
+      promptChars = prefix.prefixChars + prefix.restChars;
+    }
     const n = ++completions;
-    const id = `${chat ? "chatcmpl" : "cmpl"}-r${index}-${n}`;
+    const id = `${chat ? "chatcmpl" : responses ? "resp" : "cmpl"}-r${index}-${n}`;
     const fingerprint = `replica-${index}`;
-    const last = chat ? textOf(body.messages?.[body.messages.length - 1]?.content) : promptOf(body);
-    const promptTokens = tokens(prefix.prefixChars + prefix.restChars);
+    const promptTokens = tokens(promptChars);
     const usage = { prompt_tokens: promptTokens, completion_tokens: 5, total_tokens: promptTokens + 5 };
-    // A streamed answer's headers leave before the request may have started: they name the replica alone.
+    // A streamed answer's headers leave before the request may have started: they name the replica alone (as with a fixed latency: no cache, a known work).
     const headers = (streamed: boolean) => ({
       "x-replica": String(index),
-      ...(streamed ? {} : { "x-prefix-cache": r.hit ? "hit" : "miss", "x-work-ms": String(r.work) }),
+      ...(streamed || fixed ? {} : { "x-prefix-cache": r.hit ? "hit" : "miss", "x-work-ms": String(r.work) }),
     });
     const object = chat ? "chat.completion" : "text_completion";
     if (body.stream === true) {
@@ -466,6 +561,19 @@ export async function startEngineReplica(
     }
     if (!(await done)) return errorJson(500, "engine killed", "server_error");
     s.answered++;
+    if (responses)
+      return Response.json(
+        {
+          id,
+          object: "response",
+          created_at: 0,
+          status: "completed",
+          model,
+          output: [{ id: `msg-r${index}-${n}`, type: "message", status: "completed", role: "assistant", content: [{ type: "output_text", text: last, annotations: [] }] }],
+          usage: { input_tokens: promptTokens, input_tokens_details: { cached_tokens: 0 }, output_tokens: 5, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: promptTokens + 5 },
+        },
+        { headers: headers(false) },
+      );
     const choice = chat
       ? { index: 0, message: { role: "assistant", content: last }, finish_reason: "stop", logprobs: null }
       : { index: 0, text: last, finish_reason: "stop", logprobs: null };
@@ -475,9 +583,10 @@ export async function startEngineReplica(
   function metricsText(): string {
     advance(performance.now());
     const usage = running.length / shape.maxRunning;
+    const runningNow = running.length + fixedHeld;
     const g = (name: string, help: string, type: "gauge" | "counter", v: number) => `# HELP ${name} ${help}\n# TYPE ${name} ${type}\n${name}${label} ${v}\n`;
     return (
-      g("vllm:num_requests_running", "Number of requests in model execution batches.", "gauge", running.length) +
+      g("vllm:num_requests_running", "Number of requests in model execution batches.", "gauge", runningNow) +
       g("vllm:num_requests_waiting", "Number of requests waiting to be processed.", "gauge", waiting.length) +
       g("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", "gauge", usage) +
       g("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "gauge", usage) +
@@ -486,7 +595,7 @@ export async function startEngineReplica(
     );
   }
 
-  const serve = (port: number) => Bun.serve({ port, hostname: "127.0.0.1", fetch: handle });
+  const serve = (port: number) => Bun.serve({ port, hostname: "127.0.0.1", idleTimeout: opts.idleTimeout, fetch: handle });
   let server = serve(opts.port ?? 0);
   const port = server.port!;
 
@@ -496,7 +605,11 @@ export async function startEngineReplica(
     for (const r of all) r.done(false);
     if (timer) clearTimeout(timer);
     timer = null;
-    return all.length;
+    // Requests on their fixed-latency timers belong to the old life: they end unanswered.
+    const onTimers = fixedHeld;
+    fixedHeld = 0;
+    generation++;
+    return all.length + onTimers;
   }
 
   const replica: EngineReplica = {
@@ -517,8 +630,9 @@ export async function startEngineReplica(
         answered: s.answered,
         preempted: s.preempted,
         rejected: s.rejected,
-        inFlight: running.length + waiting.length,
-        running: running.length,
+        probes: s.probes,
+        inFlight: running.length + waiting.length + fixedHeld,
+        running: running.length + fixedHeld,
         waiting: waiting.length,
         peakInFlight: s.peakInFlight,
         hits: s.hits,
@@ -534,10 +648,15 @@ export async function startEngineReplica(
     admissions: () => admitted.slice(-MAX_ADMISSIONS),
     cacheKeys: () => [...cache.keys()],
     metricsText,
+    contents: () => contents,
+    arrivals: () => ({ posts: postTimes, probes: probeTimes }),
     reset(o = {}) {
       advance(performance.now());
       s = fresh();
       admitted = [];
+      contents = new Map();
+      postTimes = [];
+      probeTimes = [];
       if (!o.keepCache) cache.clear();
     },
     pause() {
@@ -602,10 +721,10 @@ export interface EngineReplicas {
 
 /** Sums replicas' stats (index -1; `up` if any is up; `peakInFlight` the largest of theirs; `kills` all, in replica order). */
 export function sumStats(all: ReplicaStats[]): ReplicaStats {
-  const t: ReplicaStats = { index: -1, up: false, seen: 0, answered: 0, preempted: 0, rejected: 0, inFlight: 0, running: 0, waiting: 0, peakInFlight: 0, hits: 0, misses: 0, byPriority: {}, workMs: 0, dropped: 0, kills: [], busyMs: 0, elapsedMs: 0 };
+  const t: ReplicaStats = { index: -1, up: false, seen: 0, answered: 0, preempted: 0, rejected: 0, probes: 0, inFlight: 0, running: 0, waiting: 0, peakInFlight: 0, hits: 0, misses: 0, byPriority: {}, workMs: 0, dropped: 0, kills: [], busyMs: 0, elapsedMs: 0 };
   for (const s of all) {
     t.up ||= s.up;
-    for (const k of ["seen", "answered", "preempted", "rejected", "inFlight", "running", "waiting", "hits", "misses", "workMs", "dropped", "busyMs"] as const) t[k] += s[k];
+    for (const k of ["seen", "answered", "preempted", "rejected", "probes", "inFlight", "running", "waiting", "hits", "misses", "workMs", "dropped", "busyMs"] as const) t[k] += s[k];
     t.peakInFlight = Math.max(t.peakInFlight, s.peakInFlight);
     t.elapsedMs = Math.max(t.elapsedMs, s.elapsedMs);
     t.kills.push(...s.kills);
@@ -615,9 +734,10 @@ export function sumStats(all: ReplicaStats[]): ReplicaStats {
 }
 
 /** Starts `n` replicas of one model, each on its own loopback port, indexes 0 … n − 1. */
-export async function startEngineReplicas(n: number, shape: Partial<ReplicaShape> = {}, opts: { models?: string[] } = {}): Promise<EngineReplicas> {
+export async function startEngineReplicas(n: number, shape: Partial<ReplicaShape> = {}, opts: Omit<ReplicaOptions, "index" | "port"> & { ports?: number[] } = {}): Promise<EngineReplicas> {
   const replicas: EngineReplica[] = [];
-  for (let i = 0; i < n; i++) replicas.push(await startEngineReplica(shape, { index: i, models: opts.models }));
+  const { ports, ...each } = opts;
+  for (let i = 0; i < n; i++) replicas.push(await startEngineReplica(shape, { ...each, index: i, port: ports?.[i] }));
   return {
     replicas,
     baseUrls: replicas.map((r) => r.baseUrl),
@@ -629,4 +749,114 @@ export async function startEngineReplicas(n: number, shape: Partial<ReplicaShape
       await Promise.all(replicas.map((r) => r.stop()));
     },
   };
+}
+
+// ── As a process of its own ─────────────────────────────────────────────────
+//
+//   bun test/helpers/engineReplicas.ts --ports P[,P…] [--models m[,m…]]
+//       [--latency-ms L (a fixed latency: fixedLatencyShape) | --decode-ms D
+//        --prefill-ms P --max-running R --cache C --max-queued Q]
+//       [--control-port C] [--count-contents] [--arrivals] [--idle-timeout-s 120]
+//
+// One replica a port (index = its place in --ports; 0: any free port), all
+// printed on stdout once listening ("engine replicas on ports …"). The
+// control port answers, for all the replicas together:
+//   GET  /count   {posts, probes, inFlight, up}    (cheap, for polling)
+//   GET  /stats   the summed stats (sumStats), and: requests (= seen),
+//                 maxInFlight (= peakInFlight); with --count-contents distinct,
+//                 resent (contents received more than once), extra (sends
+//                 beyond the first); with --arrivals t0, postTimes and
+//                 probeTimes (each arrival, ms since t0, sorted) and events
+//                 (each down and up, Date.now())
+//   POST /reset   zeroes the counts (caches kept); answers {at} (the new t0)
+//   POST /down    kill(): every connect refused from the answer on; {at, inFlight}
+//   POST /up      restart() on the same ports; {at}
+// The idle timeout is long by default so that an upstream's kept-alive
+// connections are not closed under it during a long benchmark.
+if (import.meta.main) {
+  const argv = process.argv.slice(2);
+  const opt = (name: string) => (argv.includes(`--${name}`) ? argv[argv.indexOf(`--${name}`) + 1] : undefined);
+  const num = (name: string) => (opt(name) === undefined ? undefined : Number(opt(name)));
+  const ports = (opt("ports") ?? "0").split(",").map(Number);
+  const latency = num("latency-ms");
+  const shape: Partial<ReplicaShape> =
+    latency !== undefined
+      ? fixedLatencyShape(latency)
+      : Object.fromEntries(
+          Object.entries({ decodeMs: num("decode-ms"), prefillMsPerKChar: num("prefill-ms"), maxRunning: num("max-running"), cachePrefixes: num("cache"), maxQueued: num("max-queued") }).filter(
+            ([, v]) => v !== undefined,
+          ),
+        );
+  const engines = await startEngineReplicas(ports.length, shape, {
+    ports,
+    models: opt("models")?.split(","),
+    idleTimeout: num("idle-timeout-s") ?? 120,
+    countContents: argv.includes("--count-contents"),
+    arrivals: argv.includes("--arrivals"),
+  });
+  let t0 = Date.now();
+  let events: { kind: "down" | "up"; at: number }[] = [];
+  const since = (times: number[][]) => times.flat().sort((a, b) => a - b).map((t) => t - t0);
+  const control = num("control-port");
+  if (control !== undefined)
+    Bun.serve({
+      port: control,
+      hostname: "127.0.0.1",
+      async fetch(req) {
+        const path = new URL(req.url).pathname;
+        if (req.method === "GET" && path === "/count") {
+          const t = engines.total();
+          return Response.json({ posts: t.seen, probes: t.probes, inFlight: t.inFlight, up: t.up });
+        }
+        if (req.method === "GET" && path === "/stats") {
+          const t = engines.total();
+          const out: Record<string, unknown> = { ...t, requests: t.seen, maxInFlight: t.peakInFlight };
+          if (argv.includes("--count-contents")) {
+            let distinct = 0;
+            let resent = 0;
+            let extra = 0;
+            const all = new Map<string, number>();
+            for (const r of engines.replicas) for (const [c, n] of r.contents()) all.set(c, (all.get(c) ?? 0) + n);
+            for (const n of all.values()) {
+              distinct++;
+              if (n > 1) {
+                resent++;
+                extra += n - 1;
+              }
+            }
+            Object.assign(out, { distinct, resent, extra });
+          }
+          if (argv.includes("--arrivals"))
+            Object.assign(out, {
+              t0,
+              postTimes: since(engines.replicas.map((r) => r.arrivals().posts)),
+              probeTimes: since(engines.replicas.map((r) => r.arrivals().probes)),
+              events,
+            });
+          return Response.json(out);
+        }
+        if (req.method === "POST" && path === "/reset") {
+          engines.reset({ keepCache: true });
+          t0 = Date.now();
+          events = [];
+          return Response.json({ at: t0 });
+        }
+        if (req.method === "POST" && path === "/down") {
+          let inFlight = 0;
+          for (const r of engines.replicas) inFlight += await r.kill();
+          // After the stop: from here on every connect is refused.
+          const at = Date.now();
+          events.push({ kind: "down", at });
+          return Response.json({ at, inFlight });
+        }
+        if (req.method === "POST" && path === "/up") {
+          for (const r of engines.replicas) await r.restart();
+          const at = Date.now();
+          events.push({ kind: "up", at });
+          return Response.json({ at });
+        }
+        return new Response("not found", { status: 404 });
+      },
+    });
+  console.log(`engine replicas on ports ${engines.replicas.map((r) => r.port).join(",")}${control !== undefined ? `, control on ${control}` : ""}`);
 }
