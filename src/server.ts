@@ -17,6 +17,7 @@ import { S3Store } from "./storage/s3";
 import type { BlobStore } from "./storage/blobStore";
 import { ModelRegistry } from "./inference/registry";
 import { UpstreamMonitor } from "./inference/upstream/monitor";
+import { ReplicaLimits } from "./inference/replicas/limits";
 import { ReplicaSets } from "./inference/replicas/set";
 import { BatchRunner } from "./batches/runner";
 import { sweepBatchLeftovers } from "./batches/finalize";
@@ -77,6 +78,9 @@ export async function startServer(
   // Per-key rpm/tpm: counted here alone with SQLite (one node); with Postgres other nodes share the database, and each key's budget in it.
   const windowMs = config.rateLimitMinuteSeconds * 1000;
   const clusterBudget = db.engine === "postgres" ? new ClusterBudget(windowMs) : null;
+  // "auto" models with several replicas: each replica's controller finds its limit, the model's is their sum.
+  const scheduler = new Scheduler();
+  scheduler.replicaLimits = new ReplicaLimits(replicas);
   const ctx: AppContext = {
     config,
     db,
@@ -84,7 +88,7 @@ export async function startServer(
     log,
     startedAt: Date.now(),
     registry,
-    scheduler: new Scheduler(),
+    scheduler,
     rateLimiter: clusterBudget ?? new LocalLimiter(windowMs),
     members: null,
     kickBatches: () => runner?.kick(),

@@ -6,6 +6,7 @@ import { eq } from "drizzle-orm";
 import type { AppContext } from "../context";
 import type { UpstreamConfig } from "../config";
 import { ApiError, invalid, notFound } from "../errors";
+import { limitNow } from "../inference/replicas/cells";
 import { replicaId } from "../inference/replicas/replicaId";
 import type { ReplicaInfo, ReplicaSets } from "../inference/replicas/set";
 import { isDown } from "../inference/upstream/health";
@@ -48,7 +49,9 @@ function replicaView(ctx: AppContext, u: UpstreamConfig, r: ReplicaInfo) {
 
 /** Its own max_concurrency, else its share of its models' limit now (an adaptive one moves). */
 function concurrencyLimitOf(ctx: AppContext, u: UpstreamConfig, r: ReplicaInfo): number | null {
-  if (r.view.limit > 0) return r.view.limit;
+  // Its own max_concurrency, or the limit its own controller found ("auto" with several replicas).
+  const own = limitNow(setsOf(ctx).cells, r.view);
+  if (own > 0) return own;
   const model = ctx.registry.list().find((m) => m.upstream === u.name && m.maxConcurrency !== null);
   if (!model) return null;
   const limit = ctx.scheduler.limitOf(model) ?? model.maxConcurrency!;

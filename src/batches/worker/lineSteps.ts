@@ -163,7 +163,7 @@ function replicaEnded(tried: Tried, fate: Fate, upstream: string | null): boolea
   const cells = replicaCells();
   if (!replica || !cells) return true;
   // An opened breaker needs no message: the main thread's sweep probes open replicas.
-  return leftReplica(replicasOf(upstream), cells, replica.idx, fate.kind === "engine_failure", performance.now() - (tried.startedAt ?? 0), fate.kind === "answer").tellUpstream;
+  return leftReplica(replicasOf(upstream), cells, replica.idx, fate, performance.now() - (tried.startedAt ?? 0)).tellUpstream;
 }
 
 // ── 3. judge ───────────────────────────────────────────────────────────

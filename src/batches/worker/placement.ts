@@ -1,6 +1,6 @@
 // Where a model's prefix groups (./prefixGroups.ts) go: its replicas taking
 // work now, a prefix's home among them, and whether one has room.
-import { groupClosed, groupOpened, groupsOn, inFlightOf, lineEnded, linePlaced, placedOn } from "../../inference/replicas/cells";
+import { groupClosed, groupOpened, groupsOn, inFlightOf, limitNow, lineEnded, linePlaced, placedOn, wantedFull } from "../../inference/replicas/cells";
 import { homeOf } from "../../inference/replicas/pick";
 import type { PricedModel } from "../types";
 import type { BatchRequest } from "./resultLines";
@@ -24,8 +24,11 @@ export function placementOf(model: PricedModel, bound: number): Placement {
       const all = views();
       const v = all.find((x) => x.idx === idx);
       if (!v) return false;
-      const share = v.limit > 0 ? v.limit : Math.max(1, Math.ceil(bound / all.length));
-      return inFlightOf(cells, idx) < share && placedOn(cells, idx) < share;
+      const own = limitNow(cells, v);
+      const share = own > 0 ? own : Math.max(1, Math.ceil(bound / all.length));
+      if (inFlightOf(cells, idx) < share && placedOn(cells, idx) < share) return true;
+      if (own > 0) wantedFull(cells, idx);
+      return false;
     },
     groupsOn: (idx) => groupsOn(cells, idx),
     opened: (idx) => groupOpened(cells, idx),

@@ -31,6 +31,14 @@ const TICK_MS = 50;
 /** Gives a slot back; `outcome` says what its holder saw (nothing counted when left out). */
 export type Release = (outcome?: SlotOutcome) => void;
 
+/** The limits of "auto" models with several replicas (src/inference/replicas/limits.ts ReplicaLimits). */
+export interface ReplicaLimitSource {
+  /** Each replica's controller reads its window. */
+  tick(now: number, lateMs: number): void;
+  /** The model's limit as the sum of its replicas', or null when the model's own controller sets it. */
+  limitOf(model: ModelEntry): number | null;
+}
+
 /** What an adaptive model's controller knows (GET /metrics, the benchmark). */
 export interface AdaptiveState {
   limit: number;
@@ -48,6 +56,8 @@ export class Scheduler {
   readonly sharedCells = new Int32Array(new SharedArrayBuffer(4 * CELLS * SHARED_MODELS));
   private sharedUsed = 0;
   private readonly meters = new Map<ModelLane, WindowMeter>();
+  /** The model each adaptive lane is for (its replicas may set its limit). */
+  private readonly modelOf = new Map<ModelLane, ModelEntry>();
   private timer: ReturnType<typeof setInterval> | null = null;
   private stopped = false;
 
@@ -62,6 +72,7 @@ export class Scheduler {
       if (this.peakShare !== 1) l.setShare(this.peakShare);
       if (ctl) {
         this.meters.set(l, new WindowMeter(l, ctl, performance.now()));
+        this.modelOf.set(l, model);
         if (!this.stopped && !this.timer) {
           let last = performance.now();
           this.timer = setInterval(() => {
@@ -160,6 +171,8 @@ export class Scheduler {
     const lane = this.lane(model);
     if (lane.adaptive) {
       lane.adaptive.setMax(limit);
+      // Set by its replicas' controllers (tickAdaptive): the sum stands.
+      if (this.replicaLimits?.limitOf(model) != null) return;
       limit = lane.adaptive.limit;
     }
     if (lane.limit !== limit) lane.setLimit(limit);
@@ -177,9 +190,23 @@ export class Scheduler {
     return { limit: ctl.limit, ceiling: ctl.ceiling, latencyMs: ctl.latencyMs, floorMs: ctl.floorMs, decision: ctl.last, trace: ctl.trace };
   }
 
+  /**
+   * Where the limits of "auto" models with several replicas come from: each
+   * replica's own controller (src/inference/replicas/limits.ts); such a
+   * model's limit is their sum, and its own controller waits.
+   */
+  replicaLimits: ReplicaLimitSource | null = null;
+
   /** Reads every adaptive model's cells (the timer calls it every TICK_MS, saying how late it came; tests may call it with their own clock). */
   tickAdaptive(now = performance.now(), lateMs = 0): void {
-    for (const m of this.meters.values()) m.tick(now, lateMs);
+    const byReplicas = this.replicaLimits;
+    byReplicas?.tick(now, lateMs);
+    for (const [lane, m] of this.meters) {
+      const model = this.modelOf.get(lane);
+      const sum = byReplicas && model ? byReplicas.limitOf(model) : null;
+      if (sum === null) m.tick(now, lateMs);
+      else if (lane.limit !== sum) lane.setLimit(sum);
+    }
   }
 
   /** Stops the controllers' timer (server stop). */

@@ -5,6 +5,17 @@
 import type { AdaptiveLimit } from "./adaptive";
 import { ANSWERS, HELD, OVERLOADS } from "./slotCells";
 
+/** Where the meter finds, from its lane's base, the answers, their summed time (`heldPerMs` units a ms) and the overloads. */
+export interface MeterLayout {
+  readonly answers: number;
+  readonly held: number;
+  readonly overloads: number;
+  readonly heldPerMs: number;
+}
+
+/** A model's slot cells (./slotCells.ts): held time in tenths of a ms. */
+export const SLOT_METER: MeterLayout = { answers: ANSWERS, held: HELD, overloads: OVERLOADS, heldPerMs: 10 };
+
 /** What the meter reads and sets of a model's lane in the scheduler (./scheduler.ts ModelLane). */
 export interface MeteredLane {
   /** Where releases count what they saw. */
@@ -46,11 +57,12 @@ export class WindowMeter {
     private readonly lane: MeteredLane,
     private readonly ctl: AdaptiveLimit,
     now: number,
+    private readonly at: MeterLayout = SLOT_METER,
   ) {
     const { cells, base } = lane.meter!;
-    this.answers = Atomics.load(cells, base + ANSWERS);
-    this.held = Atomics.load(cells, base + HELD);
-    this.overloads = Atomics.load(cells, base + OVERLOADS);
+    this.answers = Atomics.load(cells, base + at.answers);
+    this.held = Atomics.load(cells, base + at.held);
+    this.overloads = Atomics.load(cells, base + at.overloads);
     this.start = now;
   }
 
@@ -58,9 +70,10 @@ export class WindowMeter {
   tick(now: number, lateMs = 0): void {
     const lane = this.lane;
     const { cells, base } = lane.meter!;
-    const answers = Atomics.load(cells, base + ANSWERS);
-    const held = Atomics.load(cells, base + HELD);
-    const overloads = Atomics.load(cells, base + OVERLOADS);
+    const at = this.at;
+    const answers = Atomics.load(cells, base + at.answers);
+    const held = Atomics.load(cells, base + at.held);
+    const overloads = Atomics.load(cells, base + at.overloads);
     // Int32 counts wrap: a difference taken as Int32 is right across the wrap.
     const dA = (answers - this.answers) | 0;
     const dH = (held - this.held) | 0;
@@ -83,7 +96,7 @@ export class WindowMeter {
     if (this.sum.overloads === 0 && !(long && (this.sum.answers >= MIN_SAMPLES || elapsed >= Math.max(MAX_WINDOW_MS, 2 * latency)))) return;
     const { answers: n, held: h, overloads: o } = this.sum;
     const wasBinding = this.binding;
-    const meanMs = n > 0 ? h / 10 / n : 0;
+    const meanMs = n > 0 ? h / this.at.heldPerMs / n : 0;
     // Held here, this process was held everywhere (a busy machine, a GC, a
     // container's CPU quota): the answers that came meanwhile were seen
     // late, and their slots look held longer than the engine took. A hold of

@@ -9,7 +9,7 @@
 // Imports nothing: a batch Worker loads it.
 
 /** Int32 cells per replica. */
-export const REPLICA_CELLS = 10;
+export const REPLICA_CELLS = 13;
 /** When each replica's engine load was read (ms since epoch; plain reads: a torn value only ages a reading). */
 export type EngineTimes = Float64Array;
 const IN_FLIGHT = 0;
@@ -22,6 +22,14 @@ const HELD = 6; // time those answers took, in ms (wraps)
 const ENGINE_LOAD = 7; // requests the engine itself reports running and waiting (its /metrics), all clients'; -1: unknown
 const GROUPS = 8; // prefix groups open on it, in every batch Worker's window (src/batches/worker/prefixGroups.ts)
 const PLACED = 9; // batch lines a prefix window placed on it that have not ended (waiting for a slot, or in flight)
+const OVERLOADS = 10; // 429 and 503 answers (wraps): its adaptive controller cuts its limit
+const LIMIT = 11; // the limit its adaptive controller found (./limits.ts); 0: none (a number configured, or one replica)
+const WANTED = 12; // times a request or line wanted it and found it at its limit since its controller last looked
+
+/** Where a replica's answers, their time (ms) and its overloads are, for its adaptive controller's meter (src/inference/admission/windowMeter.ts). */
+export const REPLICA_METER = { answers: ANSWERS, held: HELD, overloads: OVERLOADS, heldPerMs: 1 } as const;
+/** Where replica r's cells start. */
+export const replicaBase = (r: number): number => r * REPLICA_CELLS;
 
 /** Failures as a whole in a row that open a replica's breaker. */
 export const REPLICA_FAIL_THRESHOLD = 3;
@@ -76,6 +84,18 @@ export const placedOn = (cells: ReplicaCells, r: number): number => Atomics.load
 export const linePlaced = (cells: ReplicaCells, r: number): void => void Atomics.add(cells, at(r, PLACED), 1);
 export const lineEnded = (cells: ReplicaCells, r: number): void => void Atomics.sub(cells, at(r, PLACED), 1);
 
+/**
+ * How many requests replica `r` takes at once now: its own max_concurrency,
+ * else the limit its adaptive controller found; 0 when neither (the
+ * model's limit still bounds the total).
+ */
+export const limitNow = (cells: ReplicaCells, r: { idx: number; limit: number }): number => (r.limit > 0 ? r.limit : Atomics.load(cells, at(r.idx, LIMIT)));
+export const setAdaptiveLimit = (cells: ReplicaCells, r: number, limit: number): void => void Atomics.store(cells, at(r, LIMIT), limit);
+/** A request or a line wanted replica r and found it at its limit: the limit binds (its controller may try a higher one). */
+export const wantedFull = (cells: ReplicaCells, r: number): void => void Atomics.add(cells, at(r, WANTED), 1);
+/** Reads and clears the count of wantedFull() calls. */
+export const takeWanted = (cells: ReplicaCells, r: number): number => Atomics.exchange(cells, at(r, WANTED), 0);
+
 /** A request starts on replica r. */
 export function enter(cells: ReplicaCells, r: number): void {
   Atomics.add(cells, at(r, IN_FLIGHT), 1);
@@ -88,10 +108,11 @@ export function enter(cells: ReplicaCells, r: number): void {
  * timeout, 502/503/504); `answered`: a 2xx, whose time counts toward the
  * replica's latency. `breaker`: whether failures may open the replica's
  * breaker (not for an upstream's only replica: its health is the
- * upstream's). True if this failure opened it (the main thread probes it).
+ * upstream's). `overloaded`: a 429 or 503 (its controller cuts its limit). True if this failure opened it (the main thread probes it).
  */
-export function leave(cells: ReplicaCells, r: number, ok: boolean, heldMs: number, answered: boolean, breaker: boolean): boolean {
+export function leave(cells: ReplicaCells, r: number, ok: boolean, heldMs: number, answered: boolean, breaker: boolean, overloaded = false): boolean {
   Atomics.sub(cells, at(r, IN_FLIGHT), 1);
+  if (overloaded) Atomics.add(cells, at(r, OVERLOADS), 1);
   if (ok) {
     if (Atomics.load(cells, at(r, FAILS)) !== 0) Atomics.store(cells, at(r, FAILS), 0);
     if (answered) {

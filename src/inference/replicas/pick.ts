@@ -22,18 +22,21 @@
 // max_concurrency is passed over; if all are, the least loaded takes it.
 //
 // Imports only the shared cells: a batch Worker loads it.
-import { inFlightOf, isOpen, leave, loadOf, type EngineTimes, type ReplicaCells } from "./cells";
+import type { Fate } from "../upstream/fate";
+import { inFlightOf, isOpen, leave, limitNow, loadOf, wantedFull, type EngineTimes, type ReplicaCells } from "./cells";
 
 /**
- * A request left replica `r` of `replicas` (its answer came, or it failed:
- * `whole` a failure of the engine as a whole). Counts it in the cells
- * (an only replica never opens its breaker: its health is the upstream's)
- * and says whether the upstream's health is to hear of it: always, but for
- * a failure another replica would have taken. `opened`: this failure opened
- * the replica's breaker.
+ * A request left replica `r` of `replicas` with `fate` (src/inference/upstream/fate.ts).
+ * Counts it in the cells (an only replica never opens its breaker: its
+ * health is the upstream's; a 429 or 503 is an overload for its adaptive
+ * controller) and says whether the upstream's health is to hear of it:
+ * always, but for a failure as a whole that another replica would have
+ * taken. `opened`: this failure opened the replica's breaker.
  */
-export function leftReplica(replicas: readonly ReplicaView[], cells: ReplicaCells, r: number, whole: boolean, heldMs: number, answered: boolean): { tellUpstream: boolean; opened: boolean } {
-  const opened = leave(cells, r, !whole, heldMs, answered, replicas.length > 1);
+export function leftReplica(replicas: readonly ReplicaView[], cells: ReplicaCells, r: number, fate: Fate, heldMs: number): { tellUpstream: boolean; opened: boolean } {
+  const whole = fate.kind === "engine_failure";
+  const overloaded = fate.kind === "rate_limited" || (whole && fate.status === 503);
+  const opened = leave(cells, r, !whole, heldMs, fate.kind === "answer", replicas.length > 1, overloaded);
   return { tellUpstream: !whole || replicas.length <= 1 || noOtherReplica(replicas, cells, r), opened };
 }
 
@@ -178,11 +181,19 @@ export function pickReplica(replicas: readonly ReplicaView[], cells: ReplicaCell
       }
       if (!best) break;
       last = bestScore;
-      if (best.limit > 0 && inFlightOf(cells, best.idx) >= best.limit) continue;
+      if (atLimit(cells, best)) continue;
       if (loadOf(cells, times, best.idx) + 1 <= Math.max(1, Math.ceil((LOAD_FACTOR * total * best.weight) / weights))) return best;
     }
   }
   return leastLoaded(candidates, cells, times);
+}
+
+/** Whether replica `r` has its limit in flight now (its own max_concurrency, or its controller's); if so, it is noted as wanted (the limit binds). */
+function atLimit(cells: ReplicaCells, r: ReplicaView): boolean {
+  const limit = limitNow(cells, r);
+  if (limit === 0 || inFlightOf(cells, r.idx) < limit) return false;
+  wantedFull(cells, r.idx);
+  return true;
 }
 
 /** The replica with the fewest requests in flight per unit of weight (ties: the first listed). */
@@ -190,8 +201,7 @@ export function leastLoaded(replicas: readonly ReplicaView[], cells: ReplicaCell
   let best = replicas[0]!;
   let bestLoad = Infinity;
   for (const r of replicas) {
-    const inFlight = inFlightOf(cells, r.idx);
-    const full = r.limit > 0 && inFlight >= r.limit ? 1e9 : 0;
+    const full = atLimit(cells, r) ? 1e9 : 0;
     const load = full + (loadOf(cells, times, r.idx) + 1) / r.weight;
     if (load < bestLoad) {
       best = r;

@@ -147,7 +147,7 @@ function replicaFor(model: ModelEntry, upstreamModel: string, prompt: Prompt): O
  */
 function replicaEnded(on: OnReplica | null, fate: Fate, startedAt: number): boolean {
   if (!on) return true;
-  const left = leftReplica(on.sets.views(on.upstream), on.sets.cells, on.replica.idx, fate.kind === "engine_failure", performance.now() - startedAt, fate.kind === "answer");
+  const left = leftReplica(on.sets.views(on.upstream), on.sets.cells, on.replica.idx, fate, performance.now() - startedAt);
   if (left.opened) on.sets.opened(on.replica.idx);
   return left.tellUpstream;
 }
