@@ -46,6 +46,8 @@ test("a replica whose engine reports other clients' requests is passed over; /up
     { what: "replica 0's engine load to be read" },
   );
   expect(upstream.replicas[0].in_flight).toBe(0);
+  // Its KV cache, as the engine says (the engine model: running / its batch, 2 of 2).
+  expect(upstream.replicas[0].engine_kv_cache).toBe(1);
   const before = set.replicas[0]!.stats().seen;
   // Short prompts of their own prefixes: rendezvous alone would send about half to replica 0.
   for (let k = 0; k < 16; k++) await t.sdk().chat.completions.create({ model: MODEL, messages: [{ role: "system", content: `prefix ${k} `.repeat(40) }, { role: "user", content: `q${k}` }] });
@@ -69,4 +71,26 @@ test("each engine's load metrics are summed over label sets; other metrics and c
   expect(parseEngineLoad("llamacpp", "llamacpp:requests_processing 1\nllamacpp:requests_deferred 2\n")).toBe(3);
   expect(parseEngineLoad("vllm", "something_else 4\n")).toBeNull();
   expect(parseEngineLoad("ollama", vllm)).toBeNull();
+  const { parseKvCache } = await import("../src/inference/replicas/engineLoad");
+  expect(parseKvCache("vllm", vllm)).toBe(0.5);
+  expect(parseKvCache("vllm", 'vllm:kv_cache_usage_perc{model_name="a"} 0.25\nvllm:kv_cache_usage_perc{model_name="b"} 0.75\n')).toBe(0.75);
+  expect(parseKvCache("sglang", "sglang:token_usage 0.3\n")).toBe(0.3);
+  expect(parseKvCache("llamacpp", "llamacpp:requests_processing 1\n")).toBeNull();
+});
+
+test("between replicas with as many requests in flight, the one whose engine's KV cache is emptier is chosen; a stale reading is not used", async () => {
+  const { newEngineTimes, newReplicaCells, setEngineLoad } = await import("../src/inference/replicas/cells");
+  const { leastLoaded } = await import("../src/inference/replicas/pick");
+  const cells = newReplicaCells();
+  const times = newEngineTimes();
+  const view = (idx: number) => ({ idx, id: `rep_${idx}`, baseUrl: `http://127.0.0.1:${9000 + idx}/v1`, weight: 1, limit: 0, seed: idx + 1, ownClient: false });
+  const replicas = [view(0), view(1)];
+  expect(leastLoaded(replicas, cells, times).idx).toBe(0);
+  setEngineLoad(cells, times, 0, 0, 0.8);
+  setEngineLoad(cells, times, 1, 0, 0.1);
+  expect(leastLoaded(replicas, cells, times).idx).toBe(1);
+  // Older than 5 s: unknown, the first listed again.
+  setEngineLoad(cells, times, 1, 0, 0.1, Date.now() - 6000);
+  setEngineLoad(cells, times, 0, 0, 0.8, Date.now() - 6000);
+  expect(leastLoaded(replicas, cells, times).idx).toBe(0);
 });

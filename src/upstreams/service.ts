@@ -44,6 +44,8 @@ function replicaView(ctx: AppContext, u: UpstreamConfig, r: ReplicaInfo) {
     latency_ms: r.counters.answers > 0 ? Math.round(r.counters.heldMs / r.counters.answers) : null,
     /** Requests its engine reports running and waiting (vLLM, SGLang, llama.cpp /metrics; null: unknown or older than 5 s). */
     engine_load: setsOf(ctx).engineLoad(r.view.idx),
+    /** How full its engine's KV cache is, 0–1 (null: unknown or older than 5 s): between equally loaded replicas the emptier cache is chosen. */
+    engine_kv_cache: setsOf(ctx).engineKvCache(r.view.idx),
   };
 }
 

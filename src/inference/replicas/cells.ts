@@ -9,7 +9,7 @@
 // Imports nothing: a batch Worker loads it.
 
 /** Int32 cells per replica. */
-export const REPLICA_CELLS = 13;
+export const REPLICA_CELLS = 14;
 /** When each replica's engine load was read (ms since epoch; plain reads: a torn value only ages a reading). */
 export type EngineTimes = Float64Array;
 const IN_FLIGHT = 0;
@@ -25,6 +25,7 @@ const PLACED = 9; // batch lines a prefix window placed on it that have not ende
 const OVERLOADS = 10; // 429 and 503 answers (wraps): its adaptive controller cuts its limit
 const LIMIT = 11; // the limit its adaptive controller found (./limits.ts); 0: none (a number configured, or one replica)
 const WANTED = 12; // times a request or line wanted it and found it at its limit since its controller last looked
+const KV_CACHE = 13; // its engine's KV cache use in thousandths (its /metrics, read with ENGINE_LOAD); -1: unknown
 
 /** Where a replica's answers, their time (ms) and its overloads are, for its adaptive controller's meter (src/inference/admission/windowMeter.ts). */
 export const REPLICA_METER = { answers: ANSWERS, held: HELD, overloads: OVERLOADS, heldPerMs: 1 } as const;
@@ -54,10 +55,18 @@ export function engineLoadOf(cells: ReplicaCells, times: EngineTimes | null, r: 
   return Atomics.load(cells, at(r, ENGINE_LOAD));
 }
 
-/** Main thread: the engine said it runs and holds `load` requests. */
-export function setEngineLoad(cells: ReplicaCells, times: EngineTimes, r: number, load: number, now = Date.now()): void {
+/** Main thread: the engine said it runs and holds `load` requests, and how full its KV cache is (0–1, null: it does not say). */
+export function setEngineLoad(cells: ReplicaCells, times: EngineTimes, r: number, load: number, kvCache: number | null = null, now = Date.now()): void {
   Atomics.store(cells, at(r, ENGINE_LOAD), load);
+  Atomics.store(cells, at(r, KV_CACHE), kvCache === null ? -1 : Math.round(kvCache * 1000));
   times[r] = now;
+}
+
+/** The engine's KV cache use (0–1), or null when unknown or stale. */
+export function kvCacheOf(cells: ReplicaCells, times: EngineTimes | null, r: number, now = Date.now()): number | null {
+  if (!times || now - times[r]! > ENGINE_LOAD_MAX_AGE_MS) return null;
+  const v = Atomics.load(cells, at(r, KV_CACHE));
+  return v < 0 ? null : v / 1000;
 }
 
 /** A replica's load for the dispatch: its requests in flight from here, or the engine's own count when that is known and larger (other nodes' and clients' requests). */

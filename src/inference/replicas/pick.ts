@@ -23,7 +23,7 @@
 //
 // Imports only the shared cells: a batch Worker loads it.
 import type { Fate } from "../upstream/fate";
-import { inFlightOf, isOpen, leave, limitNow, loadOf, wantedFull, type EngineTimes, type ReplicaCells } from "./cells";
+import { inFlightOf, isOpen, kvCacheOf, leave, limitNow, loadOf, wantedFull, type EngineTimes, type ReplicaCells } from "./cells";
 
 /**
  * A request left replica `r` of `replicas` with `fate` (src/inference/upstream/fate.ts).
@@ -196,13 +196,14 @@ function atLimit(cells: ReplicaCells, r: ReplicaView): boolean {
   return true;
 }
 
-/** The replica with the fewest requests in flight per unit of weight (ties: the first listed). */
+/** The replica with the fewest requests in flight per unit of weight (ties: the emptier KV cache, then the first listed). */
 export function leastLoaded(replicas: readonly ReplicaView[], cells: ReplicaCells, times: EngineTimes | null = null): ReplicaView {
   let best = replicas[0]!;
   let bestLoad = Infinity;
   for (const r of replicas) {
     const full = atLimit(cells, r) ? 1e9 : 0;
-    const load = full + (loadOf(cells, times, r.idx) + 1) / r.weight;
+    // The engine's KV cache use (0–1, when it says) breaks ties between equal counts: the emptier cache holds the new prompt without evicting another's prefix.
+    const load = full + (loadOf(cells, times, r.idx) + 1 + (kvCacheOf(cells, times, r.idx) ?? 0)) / r.weight;
     if (load < bestLoad) {
       best = r;
       bestLoad = load;

@@ -18,7 +18,7 @@ import type { Logger } from "../../log";
 import { getModels, ownClientFor, type UpstreamClientSetting } from "../upstream/transport";
 // A replica is probed as an upstream is (../upstream/monitor.ts): the same backoff.
 import { PROBE_FIRST_MS, PROBE_MAX_MS, PROBE_REFUSED_MS, PROBE_TIMEOUT_MS } from "../upstream/monitor";
-import { MAX_REPLICAS, close, countersOf, engineLoadOf, isOpen, newEngineTimes, newReplicaCells, open, setEngineLoad, type ReplicaCounters } from "./cells";
+import { MAX_REPLICAS, close, countersOf, engineLoadOf, isOpen, kvCacheOf, newEngineTimes, newReplicaCells, open, setEngineLoad, type ReplicaCounters } from "./cells";
 import { ENGINE_EVERY_MS, publishesLoad, readEngineLoad } from "./engineLoad";
 import { seedOf, type ReplicaView } from "./pick";
 import { replicaId } from "./replicaId";
@@ -195,12 +195,17 @@ export class ReplicaSets {
         if (k.removed || k.reading) continue;
         k.reading = true;
         void readEngineLoad(engine, k.view.baseUrl, u.api_key)
-          .then((load) => {
-            if (load !== null) setEngineLoad(this.cells, this.times, k.view.idx, load);
+          .then((r) => {
+            if (r !== null) setEngineLoad(this.cells, this.times, k.view.idx, r.load, r.kvCache);
           })
           .finally(() => (k.reading = false));
       }
     }
+  }
+
+  /** How full a replica's engine said its KV cache is (0–1), or null (not said, or older than 5 s). */
+  engineKvCache(idx: number): number | null {
+    return kvCacheOf(this.cells, this.times, idx);
   }
 
   /** The load a replica's engine reported, or null (not read, or older than 5 s). */
