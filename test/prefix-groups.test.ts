@@ -6,6 +6,8 @@
 // from the others; a hot prefix is split; every line leaves exactly once.
 import { describe, expect, test } from "bun:test";
 import { MAX_LINES, PrefixGroups, WAIT, type Next, type Placement } from "../src/batches/worker/prefixGroups";
+import { inFlightOf, newReplicaCells, placedOn } from "../src/inference/replicas/cells";
+import { prefixClosed, prefixOpened, prefixStateOn, prefixWarmed, prefixesOn } from "../src/inference/replicas/openPrefixes";
 
 /** `live` replicas; a prefix's home is key % (number of replicas); room below `room` in flight (`inFlight`, set by the test). */
 function placement(live: number[], room: number, inFlight: number[], groups: number[] = []): Placement {
@@ -14,8 +16,29 @@ function placement(live: number[], room: number, inFlight: number[], groups: num
     home: (key) => live[key % live.length]!,
     hasRoom: (r) => (inFlight[r] ?? 0) < room,
     groupsOn: (r) => groups[r] ?? 0,
-    opened: (r) => void (groups[r] = (groups[r] ?? 0) + 1),
+    opened: (r) => {
+      groups[r] = (groups[r] ?? 0) + 1;
+      return false;
+    },
     closed: (r) => void (groups[r] = (groups[r] ?? 0) - 1),
+    warmed: () => {},
+    stateOn: () => 0,
+    placed: () => {},
+    ended: () => {},
+  };
+}
+
+/** As the Workers share it: one replica's table of open prefixes in shared cells (src/inference/replicas/openPrefixes.ts). */
+function sharedPlacement(cells: ReturnType<typeof newReplicaCells>, room: number, inFlight: number[]): Placement {
+  return {
+    replicas: () => [0],
+    home: () => 0,
+    hasRoom: (r) => (inFlight[r] ?? 0) < room,
+    groupsOn: (r) => prefixesOn(cells, r),
+    opened: (r, key) => prefixOpened(cells, r, key),
+    closed: (r, key) => prefixClosed(cells, r, key),
+    warmed: (r, key) => prefixWarmed(cells, r, key),
+    stateOn: (r, key) => prefixStateOn(cells, r, key),
     placed: () => {},
     ended: () => {},
   };
@@ -31,8 +54,13 @@ function placedPlacement(live: number[], room: number): Placement & { placedOn: 
     home: (key) => live[key % live.length]!,
     hasRoom: (r) => placedOn[r]! < room,
     groupsOn: (r) => groups[r] ?? 0,
-    opened: (r) => void (groups[r] = (groups[r] ?? 0) + 1),
+    opened: (r) => {
+      groups[r] = (groups[r] ?? 0) + 1;
+      return false;
+    },
     closed: (r) => void (groups[r] = (groups[r] ?? 0) - 1),
+    warmed: () => {},
+    stateOn: () => 0,
     placed: (r) => void placedOn[r]!++,
     ended: (r) => void placedOn[r]!--,
   };
@@ -184,6 +212,62 @@ describe("the prefix window", () => {
     a.release();
     expect(groups[0]).toBe(1);
     expect(sendAll(b).length).toBe(2);
+  });
+
+  test("two windows with lines of one prefix: it takes one of the replica's places; once one window's first line is answered the other's lines go at once", () => {
+    const cells = newReplicaCells();
+    const inFlight = [0];
+    const a = new PrefixGroups<string>(sharedPlacement(cells, 1000, inFlight));
+    const b = new PrefixGroups<string>(sharedPlacement(cells, 1000, inFlight));
+    for (let i = 0; i < 3; i++) a.add(7, `a7-${i}`, 1);
+    for (const k of [1, 2, 3]) a.add(k, `a${k}`, 1);
+    for (let i = 0; i < 3; i++) b.add(7, `b7-${i}`, 1);
+    for (const k of [4, 5, 6]) b.add(k, `b${k}`, 1);
+    // a opens its four largest: 7 first, then three of one line each (which close as they go).
+    const firstA = a.next() as Next<string>;
+    expect(firstA.item).toBe("a7-0");
+    for (const x of sendAll(a)) a.ended(x);
+    // Open on the replica: 7 (in a). b's group of 7 joins it, taking no place of its own: b still opens its three others.
+    const fromB = sendAll(b);
+    expect(fromB.map((x) => x.item)).toEqual(["b7-0", "b4", "b5", "b6"]);
+    expect(prefixesOn(cells, 0)).toBe(1);
+    for (const x of fromB.slice(1)) b.ended(x);
+    // a's first line of 7 is answered: the prefix is warm on the replica.
+    a.ended(firstA);
+    expect(sendAll(a).map((x) => x.item)).toEqual(["a7-1", "a7-2"]);
+    // A group of 7 opening in a third window now (b's is still open) needs no line alone first.
+    const c = new PrefixGroups<string>(sharedPlacement(cells, 1000, inFlight));
+    for (let i = 0; i < 3; i++) c.add(7, `c7-${i}`, 1);
+    expect(sendAll(c).map((x) => x.item)).toEqual(["c7-0", "c7-1", "c7-2"]);
+    // b's group of 7 is warm too, though its own first line has not been answered.
+    expect(sendAll(b).map((x) => x.item)).toEqual(["b7-1", "b7-2"]);
+    b.release();
+    expect(prefixesOn(cells, 0)).toBe(0);
+  });
+
+  test("a replica with its four prefixes open takes no fifth, but another window's lines of one of those four join it", () => {
+    const cells = newReplicaCells();
+    const a = new PrefixGroups<string>(sharedPlacement(cells, 1000, [0]));
+    const b = new PrefixGroups<string>(sharedPlacement(cells, 1000, [0]));
+    for (const k of [7, 8, 9, 10]) for (let i = 0; i < 2; i++) a.add(k, `a${k}-${i}`, 1);
+    expect(sendAll(a).length).toBe(4);
+    expect(prefixesOn(cells, 0)).toBe(4);
+    for (let i = 0; i < 3; i++) b.add(11, `b11-${i}`, 1);
+    for (let i = 0; i < 2; i++) b.add(9, `b9-${i}`, 1);
+    expect(b.next()).toMatchObject({ item: "b9-0" });
+    expect(b.next()).toBe(WAIT);
+    expect(prefixesOn(cells, 0)).toBe(4);
+  });
+
+  test("a replica's table of open prefixes stays within its own cells: a full table, warm and closed again, leaves the next replica's counts alone", () => {
+    const cells = newReplicaCells();
+    for (let k = 1; k <= 10; k++) prefixOpened(cells, 0, k); // 8 entries and 2 beyond
+    for (let k = 1; k <= 10; k++) prefixWarmed(cells, 0, k);
+    expect(prefixesOn(cells, 0)).toBe(10);
+    expect([inFlightOf(cells, 1), placedOn(cells, 1), prefixesOn(cells, 1)]).toEqual([0, 0, 0]);
+    for (let k = 1; k <= 10; k++) prefixClosed(cells, 0, k);
+    expect(prefixesOn(cells, 0)).toBe(0);
+    expect([inFlightOf(cells, 1), placedOn(cells, 1), prefixesOn(cells, 1)]).toEqual([0, 0, 0]);
   });
 
   test("full at MAX_LINES lines, and by characters; sent() gives characters back", () => {

@@ -1,6 +1,7 @@
 // Where a model's prefix groups (./prefixGroups.ts) go: its replicas taking
 // work now, a prefix's home among them, and whether one has room.
-import { groupClosed, groupOpened, groupsOn, inFlightOf, limitNow, lineEnded, linePlaced, placedOn, wantedFull } from "../../inference/replicas/cells";
+import { inFlightOf, limitNow, lineEnded, linePlaced, placedOn, wantedFull } from "../../inference/replicas/cells";
+import { prefixClosed, prefixOpened, prefixStateOn, prefixWarmed, prefixesOn } from "../../inference/replicas/openPrefixes";
 import { homeOf } from "../../inference/replicas/pick";
 import type { PricedModel } from "../types";
 import type { BatchRequest } from "./resultLines";
@@ -30,9 +31,11 @@ export function placementOf(model: PricedModel, bound: number): Placement {
       if (own > 0) wantedFull(cells, idx);
       return false;
     },
-    groupsOn: (idx) => groupsOn(cells, idx),
-    opened: (idx) => groupOpened(cells, idx),
-    closed: (idx) => groupClosed(cells, idx),
+    groupsOn: (idx) => prefixesOn(cells, idx),
+    opened: (idx, key) => prefixOpened(cells, idx, key),
+    closed: (idx, key) => prefixClosed(cells, idx, key),
+    warmed: (idx, key) => prefixWarmed(cells, idx, key),
+    stateOn: (idx, key) => prefixStateOn(cells, idx, key),
     placed: (idx) => linePlaced(cells, idx),
     ended: (idx) => lineEnded(cells, idx),
   };

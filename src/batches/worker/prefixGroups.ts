@@ -19,7 +19,10 @@
 //     busiest, so none idles while another has a queue.
 // A group that opens sends one line first and the rest once that one has
 // finished: an engine caches a prefix once it has computed it, so lines
-// sent with the first would each compute it again.
+// sent with the first would each compute it again. Groups of one prefix in
+// several windows (the shards of a batch run in several Workers) count once
+// on their replica, and once one of them has its first answer the others
+// are warm too (src/inference/replicas/openPrefixes.ts).
 //
 // The window bounds memory and how far a line can be overtaken; the output
 // has one line per custom_id in any order.
@@ -39,10 +42,15 @@ export interface Placement {
   replicas(): readonly number[];
   home(key: number): number;
   hasRoom(replica: number): boolean;
-  /** Groups open on a replica in every window (several shards may run at once), and their count's changes. */
+  /** Prefixes open on a replica in every window (several shards may run at once; one prefix open in two counts once). */
   groupsOn(replica: number): number;
-  opened(replica: number): void;
-  closed(replica: number): void;
+  /** A group of prefix `key` opens on a replica: true when the prefix is warm there already (another window's group of it had its first answer). */
+  opened(replica: number, key: number): boolean;
+  closed(replica: number, key: number): void;
+  /** The first line of a group of prefix `key` on a replica was answered. */
+  warmed(replica: number, key: number): void;
+  /** Prefix `key` on a replica now, every window's groups counted: 0 not open, 1 open, 2 open and warm. */
+  stateOn(replica: number, key: number): 0 | 1 | 2;
   /** A line was placed on a replica (next() returned it), and it ended there (ended()). */
   placed(replica: number): void;
   ended(replica: number): void;
@@ -98,11 +106,16 @@ export class PrefixGroups<T> {
     // A group whose replica left the set (drained, removed) opens again elsewhere.
     for (const g of this.open.slice()) if (!live.has(g.replica)) this.reopen(g);
     for (const x of this.parts) if (!live.has(x.to)) x.to = p.home(x.group.key);
-    const ready = (g: Group<T>) => g.warm || !g.started;
+    // Warm: its own first line was answered, or another window's of its prefix on its replica was.
+    const ready = (g: Group<T>) => g.warm || !g.started || (g.warm = p.stateOn(g.replica, g.key) === 2);
     // 1.
     for (const g of this.open) if (ready(g) && p.hasRoom(g.replica)) return this.take(g);
     for (const r of live) {
-      if (!p.hasRoom(r) || p.groupsOn(r) >= OPEN_PER_REPLICA) continue;
+      if (!p.hasRoom(r)) continue;
+      // A prefix another window has open on r: it takes no place of its own there.
+      const joined = this.largestClosed((x) => p.stateOn(r, x.key) !== 0);
+      if (joined) return this.take(this.openOn(joined, r));
+      if (p.groupsOn(r) >= OPEN_PER_REPLICA) continue;
       // 2.
       const part = this.parts.findIndex((x) => x.to === r);
       if (part >= 0) return this.take(this.openOn(this.parts.splice(part, 1)[0]!.group, r));
@@ -128,26 +141,30 @@ export class PrefixGroups<T> {
 
   /** A line next() returned ended (answered, failed or stopped): if it was its group's first, the others may go. */
   ended(line: Next<T>): void {
-    line.group.warm = true;
+    if (!line.group.warm) {
+      line.group.warm = true;
+      this.placement.warmed(line.replica, line.key);
+    }
     this.placement.ended(line.replica);
   }
 
   private openOn(g: Group<T>, replica: number): Group<T> {
     g.replica = replica;
     this.open.push(g);
-    this.placement.opened(replica);
+    // Warm there already (another window's group of the prefix): no line needs to go alone first.
+    if (this.placement.opened(replica, g.key)) g.started = g.warm = true;
     return g;
   }
 
   /** Closes `g` (emptied, or its replica gone): it no longer counts on its replica. */
   private closeGroup(g: Group<T>): void {
     this.open.splice(this.open.indexOf(g), 1);
-    this.placement.closed(g.replica);
+    this.placement.closed(g.replica, g.key);
   }
 
   /** The window is left (the shard ended or paused): its open groups stop counting on their replicas. */
   release(): void {
-    for (const g of this.open) this.placement.closed(g.replica);
+    for (const g of this.open) this.placement.closed(g.replica, g.key);
     this.open = [];
   }
 

@@ -9,7 +9,7 @@
 // Imports nothing: a batch Worker loads it.
 
 /** Int32 cells per replica. */
-export const REPLICA_CELLS = 14;
+export const REPLICA_CELLS = 14 + 26; // the cells below, then the table of open prefixes (PREFIX_TABLE_CELLS)
 /** When each replica's engine load was read (ms since epoch; plain reads: a torn value only ages a reading). */
 export type EngineTimes = Float64Array;
 const IN_FLIGHT = 0;
@@ -20,12 +20,18 @@ const FAILURES = 4; // failures as a whole
 const ANSWERS = 5; // 2xx answers
 const HELD = 6; // time those answers took, in ms (wraps)
 const ENGINE_LOAD = 7; // requests the engine itself reports running and waiting (its /metrics), all clients'; -1: unknown
-const GROUPS = 8; // prefix groups open on it, in every batch Worker's window (src/batches/worker/prefixGroups.ts)
+// 8: unused
 const PLACED = 9; // batch lines a prefix window placed on it that have not ended (waiting for a slot, or in flight)
 const OVERLOADS = 10; // 429 and 503 answers (wraps): its adaptive controller cuts its limit
 const LIMIT = 11; // the limit its adaptive controller found (./limits.ts); 0: none (a number configured, or one replica)
 const WANTED = 12; // times a request or line wanted it and found it at its limit since its controller last looked
 const KV_CACHE = 13; // its engine's KV cache use in thousandths (its /metrics, read with ENGINE_LOAD); -1: unknown
+// 14 and on: the prefixes open on it in the batch Workers' windows (./openPrefixes.ts).
+const PREFIX_TABLE = 14;
+/** Cells of a replica's table of open prefixes: a lock, an overflow count, and 8 entries of 3. */
+export const PREFIX_TABLE_CELLS = REPLICA_CELLS - PREFIX_TABLE;
+/** Where replica r's table of open prefixes starts (./openPrefixes.ts). */
+export const prefixTableOf = (r: number): number => r * REPLICA_CELLS + PREFIX_TABLE;
 
 /** Where a replica's answers, their time (ms) and its overloads are, for its adaptive controller's meter (src/inference/admission/windowMeter.ts). */
 export const REPLICA_METER = { answers: ANSWERS, held: HELD, overloads: OVERLOADS, heldPerMs: 1 } as const;
@@ -77,10 +83,6 @@ export function loadOf(cells: ReplicaCells, times: EngineTimes | null, r: number
 }
 export const isOpen = (cells: ReplicaCells, r: number): boolean => Atomics.load(cells, at(r, OPEN)) === 1;
 
-/** Prefix groups open on replica r, every shard's window counted. */
-export const groupsOn = (cells: ReplicaCells, r: number): number => Atomics.load(cells, at(r, GROUPS));
-export const groupOpened = (cells: ReplicaCells, r: number): void => void Atomics.add(cells, at(r, GROUPS), 1);
-export const groupClosed = (cells: ReplicaCells, r: number): void => void Atomics.sub(cells, at(r, GROUPS), 1);
 
 /**
  * Batch lines placed on replica r by every shard's prefix window and not
