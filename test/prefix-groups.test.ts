@@ -267,6 +267,15 @@ describe("the prefix window", () => {
     expect([inFlightOf(cells, 1), placedOn(cells, 1), prefixesOn(cells, 1)]).toEqual([0, 0, 0]);
     for (let k = 1; k <= 10; k++) prefixClosed(cells, 0, k);
     expect(prefixesOn(cells, 0)).toBe(0);
+    // Keys are unsigned 32-bit hashes: one from 2^31 is found again (the cells are Int32).
+    const big = 0xdeadbeef;
+    prefixOpened(cells, 0, big);
+    prefixWarmed(cells, 0, big);
+    expect(prefixStateOn(cells, 0, big)).toBe(2);
+    expect(prefixOpened(cells, 0, big)).toBe(true);
+    prefixClosed(cells, 0, big);
+    prefixClosed(cells, 0, big);
+    expect(prefixesOn(cells, 0)).toBe(0);
     expect([inFlightOf(cells, 1), placedOn(cells, 1), prefixesOn(cells, 1)]).toEqual([0, 0, 0]);
   });
 

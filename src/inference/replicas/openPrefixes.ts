@@ -30,11 +30,15 @@ function locked<T>(cells: ReplicaCells, base: number, f: () => T): T {
 
 const entry = (base: number, i: number) => base + ENTRY + 3 * i;
 
+/** A prefix key (an unsigned 32-bit hash) as the Int32 cells hold it: keys from 2^31 read back negative. */
+const cellOf = (key: number): number => key | 0;
+
 /** The entry of `key` on the table at `base`, or -1. */
 function find(cells: ReplicaCells, base: number, key: number): number {
+  const k = cellOf(key);
   for (let i = 0; i < SLOTS; i++) {
     const e = entry(base, i);
-    if (cells[e + 1]! > 0 && cells[e] === key) return e;
+    if (cells[e + 1]! > 0 && cells[e] === k) return e;
   }
   return -1;
 }
@@ -51,7 +55,7 @@ export function prefixOpened(cells: ReplicaCells, r: number, key: number): boole
     for (let i = 0; i < SLOTS; i++) {
       const f = entry(base, i);
       if (cells[f + 1] === 0) {
-        cells[f] = key;
+        cells[f] = cellOf(key);
         cells[f + 1] = 1;
         cells[f + 2] = 0;
         return false;
@@ -94,7 +98,7 @@ export function prefixStateOn(cells: ReplicaCells, r: number, key: number): 0 | 
   const base = prefixTableOf(r);
   for (let i = 0; i < SLOTS; i++) {
     const e = entry(base, i);
-    if (Atomics.load(cells, e + 1) > 0 && Atomics.load(cells, e) === key) return Atomics.load(cells, e + 2) === 1 ? 2 : 1;
+    if (Atomics.load(cells, e + 1) > 0 && Atomics.load(cells, e) === cellOf(key)) return Atomics.load(cells, e + 2) === 1 ? 2 : 1;
   }
   return 0;
 }
