@@ -10,7 +10,9 @@
 // completions through a proxy"). Each measurement runs in its own process;
 // trees alternate.
 //   bun bench/ab/proxy-inproc.ts [rounds=3] [requests-per-sample=100000] TREE[:LEVEL[:NAME=VALUE,...]] ...
-//   (TREE "naive": the naive handler; NAME=VALUE: environment for that tree's process only)
+//   (TREE "naive": the naive handler; a TREE path is taken from the current directory;
+//   NAME=VALUE: environment for that tree's process only)
+import { resolve } from "node:path";
 import { ROOT } from "../lib";
 
 if (process.argv[2] !== "--child") {
@@ -23,7 +25,7 @@ if (process.argv[2] !== "--child") {
     for (const spec of specs) {
       const [tree, level, extra] = spec.split(":");
       const extraEnv = Object.fromEntries((extra ?? "").split(",").filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
-      const p = Bun.spawn([process.execPath, import.meta.path, "--child", tree === "naive" ? `${ROOT}` : tree!, n, "5"], {
+      const p = Bun.spawn([process.execPath, import.meta.path, "--child", tree === "naive" ? ROOT : resolve(tree!), n, "5"], {
         env: { ...process.env, OFFPEAK_NO_REEXEC: "1", LEVEL: level ?? "info", NAIVE: tree === "naive" ? "1" : "", ...extraEnv },
         stdout: "pipe",
         stderr: "ignore",
