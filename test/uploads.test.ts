@@ -152,6 +152,33 @@ describe("official openai SDK", () => {
     expect(await (await client.files.content(rev.file!.id)).text()).toBe("thirdsecond piece;first piece;");
   });
 
+  test("parts of several MiB (read back in pieces at completion): every byte is checked, the md5 over them all and each line, counted across parts", async () => {
+    // ≈4.6 MB in 3 parts of ≈1.5 MiB: each part is read in more than one piece, the last of each shorter.
+    const lines = Array.from({ length: 2400 }, (_, i) => chatLine(`mib-${i}`, `${i} ${"y".repeat(1800)}`));
+    const bytes = enc.encode(lines.join("\n") + "\n");
+    const pieces = cut(bytes, Math.ceil(bytes.length / 3));
+    expect(pieces.length).toBe(3);
+    expect(pieces[2]!.length).toBeGreaterThan(MiB);
+    const md5 = new Bun.CryptoHasher("md5").update(bytes).digest("hex");
+    const upload = await newUpload(bytes.length);
+    const ids = await sendParts(upload.id, pieces);
+    const wrong = await postJson(`/uploads/${upload.id}/complete`, { part_ids: ids, md5: md5.replace(/^./, (c) => (c === "0" ? "1" : "0")) });
+    expect(wrong.status).toBe(400);
+    expect((await json(wrong)).error).toMatchObject({ code: "invalid_value", param: "md5" });
+    const done = await client.uploads.complete(upload.id, { part_ids: ids, md5 });
+    expect(done.file!.bytes).toBe(bytes.length);
+    expect(Buffer.from(await (await client.files.content(done.file!.id)).arrayBuffer()).equals(Buffer.from(bytes))).toBe(true);
+
+    // A bad line past the first MiB of the last part: named by its line in the whole file.
+    const bad = [...lines];
+    bad[2300] = '{"custom_id": "mib-2300", "method": "GET", "url": "/v1/chat/completions", "body": {"model": "offpeak-echo"}}';
+    const badBytes = enc.encode(bad.join("\n") + "\n");
+    const u2 = await newUpload(badBytes.length);
+    const res = await postJson(`/uploads/${u2.id}/complete`, { part_ids: await sendParts(u2.id, cut(badBytes, Math.ceil(badBytes.length / 3))) });
+    expect(res.status).toBe(400);
+    expect((await json(res)).error.message).toMatch(/^Invalid batch file: line 2301: /);
+  });
+
   test("parts that do not add up to bytes: 400 naming both sizes; the upload stays pending, parts not named are removed at completion", async () => {
     const pieces = [enc.encode(chatLine("a") + "\n"), enc.encode(chatLine("b") + "\n")];
     const total = pieces[0]!.length + pieces[1]!.length;
