@@ -1,7 +1,7 @@
 // An engine model for tests and benchmarks (docs/CONTRACT.md §18, adaptive
-// concurrency): a real OpenAI-compatible HTTP server on loopback whose
-// latency grows with the requests in flight the way a continuous-batching
-// engine's does, deterministically.
+// concurrency): a real OpenAI-compatible HTTP server on loopback (served by
+// ./engineReplicas.ts) whose latency grows with the requests in flight the
+// way a continuous-batching engine's does, deterministically.
 //
 // Every request needs the same work: `unloadedMs` of it when it runs alone.
 // The requests in flight share the engine (processor sharing): with n of
@@ -77,121 +77,27 @@ export interface EngineModel {
   stop(): Promise<void>;
 }
 
-interface Running {
-  /** Work left, in ms of running alone. */
-  left: number;
-  done: () => void;
-}
-
+/**
+ * The engine served: one replica of ./engineReplicas.ts (the one engine of
+ * the tests and benchmarks) with no batch limit and no prefill, so that every
+ * request in flight shares the engine by speedAt() as above, and `failAt`
+ * requests held answer 503.
+ */
 export async function startEngineModel(shape: EngineShape, opts: { port?: number; models?: string[] } = {}): Promise<EngineModel> {
-  const models = opts.models ?? ["engine-chat"];
-  const running: Running[] = [];
-  let last = performance.now();
-  let timer: ReturnType<typeof setTimeout> | null = null;
-  let s = { answered: 0, rejected: 0, maxInFlight: 0, pastCliffMs: 0, busyMs: 0, since: last };
-
-  /** Moves every running request on by the time since the last event, at the speed of that time's load. */
-  function advance(now: number): void {
-    const dt = now - last;
-    last = now;
-    const n = running.length;
-    if (dt <= 0 || n === 0) return;
-    const step = dt * speedAt(shape, n);
-    for (const r of running) r.left -= step;
-    s.busyMs += dt;
-    if (n > shape.cliff) s.pastCliffMs += dt;
-  }
-
-  function schedule(): void {
-    if (timer) clearTimeout(timer);
-    timer = null;
-    if (running.length === 0) return;
-    let least = Infinity;
-    for (const r of running) least = Math.min(least, r.left);
-    timer = setTimeout(finishDue, Math.max(0, least / speedAt(shape, running.length)));
-  }
-
-  function finishDue(): void {
-    timer = null;
-    advance(performance.now());
-    // Timers fire on whole milliseconds: what is within a few microseconds of done is done.
-    for (let i = running.length - 1; i >= 0; i--)
-      if (running[i]!.left <= 0.005) {
-        const [r] = running.splice(i, 1);
-        s.answered++;
-        r!.done();
-      }
-    schedule();
-  }
-
-  /** Resolves when the request's work is done; false if it was refused (503). */
-  function run(): Promise<boolean> | false {
-    const now = performance.now();
-    advance(now);
-    if (running.length >= shape.failAt) {
-      s.rejected++;
-      return false;
-    }
-    const p = new Promise<boolean>((resolve) => running.push({ left: shape.unloadedMs, done: () => resolve(true) }));
-    s.maxInFlight = Math.max(s.maxInFlight, running.length);
-    schedule();
-    return p;
-  }
-
-  const list = { object: "list", data: models.map((id) => ({ id, object: "model", created: 0, owned_by: "engine-model" })) };
-  const server = Bun.serve({
-    port: opts.port ?? 0,
-    hostname: "127.0.0.1",
-    async fetch(req) {
-      const path = new URL(req.url).pathname.replace(/^\/v1/, "");
-      if (req.method === "GET" && path === "/models") return Response.json(list);
-      if (req.method !== "POST" || path !== "/chat/completions") return new Response("not found", { status: 404 });
-      let body: { model?: string; messages?: { content?: unknown }[] };
-      try {
-        body = (await req.json()) as typeof body;
-      } catch {
-        return Response.json({ error: { message: "bad JSON", type: "invalid_request_error", param: null, code: null } }, { status: 400 });
-      }
-      const ran = run();
-      if (ran === false)
-        return Response.json({ error: { message: "engine overloaded: too many requests in flight", type: "server_error", param: null, code: null } }, { status: 503 });
-      await ran;
-      const content = body.messages?.[body.messages.length - 1]?.content;
-      return Response.json({
-        id: "chatcmpl-engine",
-        object: "chat.completion",
-        created: 0,
-        model: body.model ?? models[0],
-        choices: [{ index: 0, message: { role: "assistant", content: typeof content === "string" ? content : "" }, finish_reason: "stop", logprobs: null }],
-        usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 },
-      });
-    },
-  });
-
+  const { startEngineReplica } = await import("./engineReplicas");
+  const replica = await startEngineReplica(
+    { decodeMs: shape.unloadedMs, prefillMsPerKChar: 0, maxRunning: Infinity, cachePrefixes: 0, maxQueued: shape.failAt, knee: shape.knee, cliff: shape.cliff, slope: shape.slope, fall: shape.fall },
+    { port: opts.port, models: opts.models ?? ["engine-chat"] },
+  );
   return {
-    baseUrl: `http://127.0.0.1:${server.port}/v1`,
-    port: server.port!,
+    baseUrl: replica.baseUrl,
+    port: replica.port,
     shape,
     stats() {
-      advance(performance.now());
-      return {
-        answered: s.answered,
-        rejected: s.rejected,
-        inFlight: running.length,
-        maxInFlight: s.maxInFlight,
-        pastCliffMs: s.pastCliffMs,
-        busyMs: s.busyMs,
-        elapsedMs: performance.now() - s.since,
-      };
+      const s = replica.stats();
+      return { answered: s.answered, rejected: s.rejected, inFlight: s.inFlight, maxInFlight: s.peakInFlight, pastCliffMs: s.pastCliffMs, busyMs: s.busyMs, elapsedMs: s.elapsedMs };
     },
-    reset() {
-      advance(performance.now());
-      s = { answered: 0, rejected: 0, maxInFlight: running.length, pastCliffMs: 0, busyMs: 0, since: performance.now() };
-    },
-    async stop() {
-      if (timer) clearTimeout(timer);
-      for (const r of running.splice(0)) r.done();
-      await server.stop(true);
-    },
+    reset: () => replica.reset(),
+    stop: () => replica.stop(),
   };
 }

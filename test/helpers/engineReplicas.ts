@@ -64,7 +64,8 @@
 // prompt for /completions, the input's text for /responses) whichever replica
 // answers; the replica is named by the header `x-replica: <index>` and by
 // `system_fingerprint: "replica-<index>"`. Also `x-prefix-cache: hit|miss`
-// and `x-work-ms` (the computed work) on each answer, for tests. A model the
+// and `x-work-ms` (the computed work) on each plain answer (not with a fixed
+// latency, which has no cache), for tests. A model the
 // replica does not serve: 404, as vLLM answers.
 //
 // Counting. stats() counts requests received (`seen`), answered, and GET
@@ -233,6 +234,8 @@ export interface ReplicaStats {
   kills: number[];
   /** Time with at least one request running, ms. */
   busyMs: number;
+  /** Time with more than `cliff` requests running (throughput falling), ms. */
+  pastCliffMs: number;
   /** Since the start or the last reset, ms. */
   elapsedMs: number;
 }
@@ -350,6 +353,7 @@ export async function startEngineReplica(shapeIn: Partial<ReplicaShape> = {}, op
     dropped: 0,
     kills: [] as number[],
     busyMs: 0,
+    pastCliffMs: 0,
     since: performance.now(),
     queryTokens: 0,
     hitTokens: 0,
@@ -372,6 +376,7 @@ export async function startEngineReplica(shapeIn: Partial<ReplicaShape> = {}, op
     if (dt <= 0 || n === 0 || paused) return;
     const step = dt * speedAt(speed, n);
     s.busyMs += dt;
+    if (n > speed.cliff) s.pastCliffMs += dt;
     for (const r of running) {
       r.left -= step;
       if (!r.cached && r.left <= shape.decodeMs) {
@@ -479,6 +484,8 @@ export async function startEngineReplica(shapeIn: Partial<ReplicaShape> = {}, op
 
   const list = { object: "list", data: models.map((id) => ({ id, object: "model", created: 0, owned_by: "engine-replica", max_model_len: 32768 })) };
   const enc = new TextEncoder();
+  /** Every answer names its replica; one object for all, as the zero-latency benchmarks answer tens of thousands a second. */
+  const replicaHeader: Record<string, string> = { "x-replica": String(index) };
 
   async function handle(req: Request): Promise<Response> {
     const path = new URL(req.url).pathname.replace(/^\/v1/, "");
@@ -530,10 +537,8 @@ export async function startEngineReplica(shapeIn: Partial<ReplicaShape> = {}, op
     const promptTokens = tokens(promptChars);
     const usage = { prompt_tokens: promptTokens, completion_tokens: 5, total_tokens: promptTokens + 5 };
     // A streamed answer's headers leave before the request may have started: they name the replica alone (as with a fixed latency: no cache, a known work).
-    const headers = (streamed: boolean) => ({
-      "x-replica": String(index),
-      ...(streamed || fixed ? {} : { "x-prefix-cache": r.hit ? "hit" : "miss", "x-work-ms": String(r.work) }),
-    });
+    const headers = (streamed: boolean) =>
+      streamed || fixed ? replicaHeader : { ...replicaHeader, "x-prefix-cache": r.hit ? "hit" : "miss", "x-work-ms": String(r.work) };
     const object = chat ? "chat.completion" : "text_completion";
     if (body.stream === true) {
       // The headers at once (vLLM starts its stream before the first token); the content when the work is done.
@@ -642,6 +647,7 @@ export async function startEngineReplica(shapeIn: Partial<ReplicaShape> = {}, op
         dropped: s.dropped,
         kills: [...s.kills],
         busyMs: s.busyMs,
+        pastCliffMs: s.pastCliffMs,
         elapsedMs: performance.now() - s.since,
       };
     },
@@ -721,10 +727,10 @@ export interface EngineReplicas {
 
 /** Sums replicas' stats (index -1; `up` if any is up; `peakInFlight` the largest of theirs; `kills` all, in replica order). */
 export function sumStats(all: ReplicaStats[]): ReplicaStats {
-  const t: ReplicaStats = { index: -1, up: false, seen: 0, answered: 0, preempted: 0, rejected: 0, probes: 0, inFlight: 0, running: 0, waiting: 0, peakInFlight: 0, hits: 0, misses: 0, byPriority: {}, workMs: 0, dropped: 0, kills: [], busyMs: 0, elapsedMs: 0 };
+  const t: ReplicaStats = { index: -1, up: false, seen: 0, answered: 0, preempted: 0, rejected: 0, probes: 0, inFlight: 0, running: 0, waiting: 0, peakInFlight: 0, hits: 0, misses: 0, byPriority: {}, workMs: 0, dropped: 0, kills: [], busyMs: 0, pastCliffMs: 0, elapsedMs: 0 };
   for (const s of all) {
     t.up ||= s.up;
-    for (const k of ["seen", "answered", "preempted", "rejected", "probes", "inFlight", "running", "waiting", "hits", "misses", "workMs", "dropped", "busyMs"] as const) t[k] += s[k];
+    for (const k of ["seen", "answered", "preempted", "rejected", "probes", "inFlight", "running", "waiting", "hits", "misses", "workMs", "dropped", "busyMs", "pastCliffMs"] as const) t[k] += s[k];
     t.peakInFlight = Math.max(t.peakInFlight, s.peakInFlight);
     t.elapsedMs = Math.max(t.elapsedMs, s.elapsedMs);
     t.kills.push(...s.kills);
