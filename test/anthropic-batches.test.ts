@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { runCli } from "./helpers/cli";
 import { configWriter } from "./helpers/inference";
 import { startTestServer, storedBlobs, type TestServer } from "./helpers/server";
-import { needs, pollUntil } from "./helpers/wait";
+import { needs, pollUntil, SCENARIO_MS } from "./helpers/wait";
 
 let t: TestServer;
 const cfg = configWriter("offpeak-msgbatches-");
@@ -104,6 +104,22 @@ describe("a message batch through @anthropic-ai/sdk", () => {
     }
     ended = b;
   });
+
+  test("results of several MB (the output file read back in pieces, lines cut between them): each request once, with its own answer", async () => {
+    const client = sdk();
+    // ≈1,200 answers of ≈2.5 KB: an output file of several MiB, read a MiB at a time.
+    const n = 1200;
+    const text = (i: number) => `${i} ${"é€x".repeat(300)} ${i}`;
+    const created = await client.messages.batches.create({ requests: Array.from({ length: n }, (_, i) => req(`big-${i}`, text(i), { max_tokens: 4096 })) });
+    await waitEnded(client, created.id);
+    const results = await resultsOf(client, created.id);
+    expect(results.length).toBe(n);
+    expect(new Set(results.map((r) => r.custom_id)).size).toBe(n);
+    for (const r of results) {
+      if (r.result.type !== "succeeded") throw new Error(`not succeeded: ${JSON.stringify(r).slice(0, 300)}`);
+      expect(r.result.message.content).toEqual([{ type: "text", text: text(Number(r.custom_id.slice(4))), citations: null }]);
+    }
+  }, SCENARIO_MS);
 
   test("results and delete before the batch ends: 400 invalid_request_error; after it ends, delete removes it and its files", async () => {
     const client = sdk();

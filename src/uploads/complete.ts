@@ -9,13 +9,13 @@
 // pending with its parts, as OpenAI leaves it: the client may send other
 // parts and complete again until the upload expires. Parts uploaded but not
 // named are removed once the File is made.
-import { open } from "node:fs/promises";
 import { eq } from "drizzle-orm";
 import type { Principal } from "../auth/verify";
 import type { AppContext } from "../context";
 import type { FileRow } from "../db/schema";
 import { ApiError } from "../errors";
 import { fileView } from "../files/service";
+import { storedChunks } from "../files/storedChunks";
 import { batchLineCount, batchValidator } from "../files/upload";
 import { uploadSlotsOf } from "../files/uploadSlots";
 import { nowSeconds } from "../ids";
@@ -129,7 +129,8 @@ async function readParts(ctx: AppContext, parts: BlobPart[], batch: boolean, md5
   const validator: ValidatorClient | null = batch ? batchValidator(ctx) : null;
   const hash = md5 !== null ? new Bun.CryptoHasher("md5") : null;
   try {
-    for await (const chunk of partBytes(ctx, parts, stream)) {
+    // Read into one reused buffer where the parts are on the disk (../files/storedChunks.ts): memory stays flat.
+    for await (const chunk of storedChunks(ctx.store.locateComposed(parts), stream)) {
       hash?.update(chunk);
       if (validator) {
         // Already bad, and no md5 to finish: the first bad line is all that is left to say.
@@ -141,50 +142,5 @@ async function readParts(ctx: AppContext, parts: BlobPart[], batch: boolean, md5
     return validator ? await batchLineCount(validator, stream) : null;
   } finally {
     validator?.close();
-  }
-}
-
-/** Bytes read into one buffer, again and again, from parts on the local disk. */
-const READ_BYTES = 1 << 20;
-/** Bytes streamed from a bucket between two requests for a collection. */
-const COLLECT_EVERY_BYTES = 64 << 20;
-
-/**
- * The parts' bytes in order, each chunk good until the next is asked for
- * (the checks copy what they keep). Parts on the local disk are read into
- * one buffer used over and over: read from the page cache as one stream,
- * each chunk was a new buffer, dead as soon as checked but left for the
- * collector, which let hundreds of MB of them pile up while an 8 GB upload
- * completed (docs/CONTRACT.md §22: memory stays flat whatever the upload's
- * size). Parts in a bucket are streamed, with a collection asked for every
- * COLLECT_EVERY_BYTES.
- */
-async function* partBytes(ctx: AppContext, parts: BlobPart[], stream: () => ReadableStream<Uint8Array>): AsyncGenerator<Uint8Array> {
-  const loc = ctx.store.locateComposed(parts);
-  const paths = "parts" in loc && loc.parts.every((p) => "path" in p) ? (loc.parts as { path: string; bytes: number }[]) : null;
-  if (!paths) {
-    let since = 0;
-    for await (const chunk of stream()) {
-      yield chunk;
-      if ((since += chunk.length) >= COLLECT_EVERY_BYTES) {
-        since = 0;
-        Bun.gc(false);
-      }
-    }
-    return;
-  }
-  const buf = Buffer.allocUnsafe(READ_BYTES);
-  for (const p of paths) {
-    const fh = await open(p.path, "r");
-    try {
-      for (let at = 0; at < p.bytes; ) {
-        const { bytesRead } = await fh.read(buf, 0, Math.min(buf.length, p.bytes - at), at);
-        if (bytesRead === 0) throw new Error(`a part of the upload is shorter than recorded (${at} of ${p.bytes} bytes)`);
-        at += bytesRead;
-        yield buf.subarray(0, bytesRead);
-      }
-    } finally {
-      await fh.close();
-    }
   }
 }

@@ -40,6 +40,9 @@ const CUSTOM_ID = /^[a-zA-Z0-9_-]{1,64}$/;
 const JSON_TYPE = /^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i;
 /** Lines are gathered into writes of about this much. */
 const FLUSH_CHARS = 1 << 20;
+/** The buffer they are encoded into: one flush in one write, unless its characters are not all ASCII. */
+const OUT_BYTES = 2 << 20;
+const encoder = new TextEncoder();
 
 const bad = (param: string, message: string) => new ApiError("invalid_value", `${param}: ${message}`, { param });
 const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
@@ -103,11 +106,18 @@ async function receive(ctx: AppContext, project: string, body: IdleReader, diges
   const writer = ctx.store.createWriter(fileId);
   const seen = new Set<string>();
   let pending = "";
+  // The lines are encoded into one buffer used for every write (the writer copies or writes before it returns):
+  // a new buffer a flush was garbage the collector did not count, and RSS grew with the body.
+  const out = new Uint8Array(OUT_BYTES);
   const flush = async () => {
-    if (!pending) return;
-    const sent = writer.write(Buffer.from(pending));
+    let rest = pending;
     pending = "";
-    if (sent) await sent;
+    while (rest) {
+      const { read, written } = encoder.encodeInto(rest, out);
+      const sent = writer.write(out.subarray(0, written));
+      if (sent) await sent;
+      rest = read < rest.length ? rest.slice(read) : "";
+    }
   };
   let committed = false;
   try {

@@ -5,14 +5,16 @@
 // error file as `errored` (the error in Anthropic's shape) or, for a line
 // its batch's cancel or expiry stopped, `canceled` / `expired`. Pulled a
 // chunk at a time as the client reads: never whole in memory, whatever
-// the batch's size. A batch the engine refused before running (`failed`:
+// the batch's size; the files are read into one reused buffer where they
+// lie on the disk, and the lines go out as strings, so that reading a
+// batch's results leaves no buffer per chunk to the collector. A batch the engine refused before running (`failed`:
 // a model gone since it was made) answers each request of its input errored.
 import { eq } from "drizzle-orm";
 import type { AppContext } from "../../context";
 import type { BatchRow } from "../../db/schema";
 import { anthropicErrorType, ApiError, statusOfErrorBody } from "../../errors";
-import { fileStream } from "../../files/content";
-import { readLines } from "../../jsonl/lineReader";
+import { fileLocator, fileStream } from "../../files/content";
+import { storedChunks } from "../../files/storedChunks";
 import { newId } from "../../ids";
 import { toMessage } from "../message";
 import { getMessageBatch } from "./service";
@@ -36,40 +38,91 @@ export async function messageBatchResults(ctx: AppContext, project: string, id: 
   return new Response(resultStream(ctx, sources), { headers: { "content-type": "application/binary" } });
 }
 
-function resultStream(ctx: AppContext, sources: [string | null, Translate][]): ReadableStream<Uint8Array> {
-  const encoder = new TextEncoder();
-  let lines: AsyncGenerator<{ text: string }[]> | null = null;
+function resultStream(ctx: AppContext, sources: [string | null, Translate][]): ReadableStream<string> {
+  let blocks: AsyncGenerator<string> | null = null;
   let translate: Translate | null = null;
   let next = 0;
-  return new ReadableStream<Uint8Array>({
+  // Strings go out as they are (Bun writes them to the socket): no buffer of our own for each chunk.
+  return new ReadableStream<string>({
     async pull(controller) {
-      for (;;) {
-        if (!lines) {
-          if (next >= sources.length) return controller.close();
-          const [fileId, t] = sources[next++]!;
-          const row = fileId ? (await ctx.db.select().from(ctx.db.t.files).where(eq(ctx.db.t.files.id, fileId)))[0] : undefined;
-          if (!row) continue;
-          lines = readLines(await fileStream(ctx, row));
-          translate = t;
-        }
-        const { value, done } = await lines.next();
-        if (done) {
-          lines = null;
-          continue;
-        }
-        let out = "";
-        for (const { text } of value) {
-          if (text === "") continue;
-          const line = translate!(text);
-          if (line !== null) out += line;
-        }
-        if (out) return controller.enqueue(encoder.encode(out));
+      try {
+        await pullLines(controller);
+      } catch (e) {
+        // The file being read is closed now, not left to the collector.
+        await blocks?.return(undefined);
+        blocks = null;
+        throw e;
       }
     },
     async cancel() {
-      await lines?.return(undefined);
+      await blocks?.return(undefined);
     },
   });
+
+  async function pullLines(controller: ReadableStreamDefaultController<string>): Promise<void> {
+    for (;;) {
+      if (!blocks) {
+        if (next >= sources.length) return controller.close();
+        const [fileId, t] = sources[next++]!;
+        const row = fileId ? (await ctx.db.select().from(ctx.db.t.files).where(eq(ctx.db.t.files.id, fileId)))[0] : undefined;
+        if (!row) continue;
+        blocks = lineBlocks(storedChunks(await fileLocator(ctx, row.id), () => fileStream(ctx, row)));
+        translate = t;
+      }
+      const { value, done } = await blocks.next();
+      if (done) {
+        blocks = null;
+        continue;
+      }
+      let out = "";
+      for (let start = 0; start < value.length; ) {
+        let nl = value.indexOf("\n", start);
+        if (nl === -1) nl = value.length;
+        const stop = nl > start && value.charCodeAt(nl - 1) === 13 ? nl - 1 : nl;
+        if (stop > start) {
+          const line = translate!(value.substring(start, stop));
+          if (line !== null) out += line;
+        }
+        start = nl + 1;
+      }
+      if (out) return controller.enqueue(out);
+    }
+  }
+}
+
+/**
+ * The text of `chunks` a block of whole lines at a time (the last may lack
+ * its newline), a leading byte order mark dropped, as ../../jsonl/lineReader.ts
+ * reads lines. A chunk is not kept: the bytes of a line cut by its end are
+ * copied (../../files/storedChunks.ts reuses its buffer).
+ */
+async function* lineBlocks(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<string> {
+  const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
+  let carry: Uint8Array | null = null;
+  let first = true;
+  const text = (bytes: Uint8Array): string => {
+    const t = decoder.decode(bytes);
+    if (!first) return t;
+    first = false;
+    return t.charCodeAt(0) === 0xfeff ? t.slice(1) : t;
+  };
+  for await (const chunk of chunks) {
+    let data = chunk;
+    if (carry) {
+      data = new Uint8Array(carry.length + chunk.length);
+      data.set(carry, 0);
+      data.set(chunk, carry.length);
+      carry = null;
+    }
+    const lastNl = data.lastIndexOf(10);
+    if (lastNl === -1) {
+      carry = data === chunk ? chunk.slice() : data;
+      continue;
+    }
+    if (lastNl + 1 < data.length) carry = data.slice(lastNl + 1);
+    yield text(data.subarray(0, lastNl + 1));
+  }
+  if (carry) yield text(carry);
 }
 
 const resultLine = (customId: unknown, result: Json) => JSON.stringify({ custom_id: customId, result }) + "\n";
