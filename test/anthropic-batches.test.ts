@@ -279,6 +279,13 @@ describe("refused: the whole batch, with nothing made", () => {
       expect(await state()).toEqual(before);
     });
 
+  test("a bad request before a break in the body's JSON: the request is named, as when it is read first", async () => {
+    const before = await state();
+    const body = `{"requests":[${JSON.stringify(req("fine", "a"))},${JSON.stringify(req("not ok", "b"))} ${"x".repeat(10)}`;
+    await expectAnthropicError(await raw("", { method: "POST", headers: { "content-type": "application/json" }, body }), 400, "invalid_request_error", /requests\.1\.custom_id: must match/);
+    expect(await state()).toEqual(before);
+  });
+
   test("a body that is not JSON, or not JSON at all: 400", async () => {
     const before = await state();
     await expectAnthropicError(await raw("", { method: "POST", headers: { "content-type": "application/json" }, body: '{"requests":[{"custom_id":"a","params":{' }), 400, "invalid_request_error");

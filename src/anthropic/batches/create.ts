@@ -121,9 +121,11 @@ async function receive(ctx: AppContext, project: string, body: IdleReader, diges
   };
   let committed = false;
   try {
-    for await (const { index, text } of readRequests(body, MAX_BODY_BYTES, onChunk)) {
-      if (index >= MAX_REQUESTS) throw bad("requests", `at most ${MAX_REQUESTS} requests may be sent in one batch`);
-      pending += lineOf(index, text, seen, models);
+    for await (const elements of readRequests(body, MAX_BODY_BYTES, onChunk)) {
+      for (const { index, text } of elements) {
+        if (index >= MAX_REQUESTS) throw bad("requests", `at most ${MAX_REQUESTS} requests may be sent in one batch`);
+        pending += lineOf(index, text, seen, models);
+      }
       if (pending.length >= FLUSH_CHARS) await flush();
     }
     // The whole body is in (its answer may be kept for an Idempotency-Key's replay).
