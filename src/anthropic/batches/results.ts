@@ -7,8 +7,9 @@
 // chunk at a time as the client reads: never whole in memory, whatever
 // the batch's size; the files are read into one reused buffer where they
 // lie on the disk, and the lines go out as strings, so that reading a
-// batch's results leaves no buffer per chunk to the collector. A batch the engine refused before running (`failed`:
-// a model gone since it was made) answers each request of its input errored.
+// batch's results leaves no buffer per chunk to the collector. A batch the
+// engine refused before running (`failed`: a model gone since it was made)
+// answers each request of its input errored.
 import { eq } from "drizzle-orm";
 import type { AppContext } from "../../context";
 import type { BatchRow } from "../../db/schema";
