@@ -19,7 +19,7 @@ import { defaultBatchWorkers, usableCores } from "../defaults";
 
 /**
  * How every batch Worker is created. Not `{ smol: true }` (JavaScriptCore's
- * small heap): it changed no Worker's memory (bench/worker-memory.ts, 16
+ * small heap): it changed no Worker's memory (docs/benchmarks/history.md, 16
  * Workers: 651 MB peak against 674, the heap sampled in each 24.5 MB against
  * 24.6), since what a busy Worker holds is strings' and buffers' storage, not
  * cells; ./worker/garbage.ts and ./turns.ts bound that instead.

@@ -1,7 +1,7 @@
 // Turns at the CPU for batch Workers (docs/CONTRACT.md §20: memory does not grow with
 // Workers). A busy batch Worker holds tens of MB that a waiting one need
 // not: the garbage of the lines it parsed and wrote since its heap was last
-// collected (bench/worker-memory.ts: 25–31 MB of heap sampled in each busy
+// collected (docs/benchmarks/history.md: 25–31 MB of heap sampled in each busy
 // Worker, against 3–4 MB for a whole idle Worker). Left to the kernel, with
 // more Workers than cores every Worker is busy at once, taking turns on the
 // cores and keeping its garbage while descheduled: 16 Workers on 2 cores

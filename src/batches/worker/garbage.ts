@@ -2,8 +2,8 @@
 // Worker's heap when it has grown by a share of itself, and a batch Worker's
 // heap is mostly garbage: the decoded input, the parsed lines, the result
 // strings, dead once written. Left to itself, a Worker running built-in
-// lines let it reach 25–31 MB (bench/worker-memory.ts, the heap sampled in
-// each Worker), and `{ smol: true }` (JavaScriptCore's small heap) changed
+// lines let it reach 25–31 MB (the heap sampled in each Worker:
+// docs/benchmarks/history.md, Many cores), and `{ smol: true }` (JavaScriptCore's small heap) changed
 // none of it: the decoded input chunks and result strings are "extra"
 // memory, not cells. A full collection every COLLECT_EVERY_CHARS characters
 // of lines read and written holds it to ≈10 MB: the 1M-line echo batch with
@@ -43,7 +43,7 @@ export function collect(minChars = 1, giveBack = false): void {
   stats.ms += performance.now() - t0;
 }
 
-/** Full collections so far, and the ms they took (bench/worker-memory.ts reads them). */
+/** Full collections so far, and the ms they took (the turn tests read them). */
 export function collections(): Readonly<typeof stats> {
   return stats;
 }

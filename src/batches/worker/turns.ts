@@ -12,13 +12,6 @@ const HANDOVER_MIN_CHARS = 256 << 10;
 let turns: Int32Array | null = null;
 let mine: Int32Array | null = null;
 let holding = false;
-/** Waits for a turn so far (how many, their ms, their wake-ups) and the ms turns were held (bench/worker-memory.ts reads them). */
-const waits = { count: 0, ms: 0, wakeups: 0, heldMs: 0 };
-let heldSince = 0;
-
-export function turnWaits(): Readonly<typeof waits> {
-  return waits;
-}
 
 export function initTurns(cells: Int32Array, holder: Int32Array): void {
   turns = cells;
@@ -35,7 +28,6 @@ function tryTake(): boolean {
   for (let v = Atomics.load(t, FREE); v > 0; v = Atomics.load(t, FREE)) {
     if (Atomics.compareExchange(t, FREE, v, v - 1) === v) {
       holding = true;
-      heldSince = performance.now();
       Atomics.store(mine!, HOLDING, 1);
       return true;
     }
@@ -59,8 +51,6 @@ export function takeTurn(): Promise<void> | null {
 
 async function waitForTurn(): Promise<void> {
   const t = turns!;
-  const t0 = performance.now();
-  waits.count++;
   Atomics.store(mine!, WAITING, 1);
   Atomics.add(t, WAITERS, 1);
   try {
@@ -71,11 +61,9 @@ async function waitForTurn(): Promise<void> {
       // whatever happens: nothing depends on a wake-up arriving.
       const w = Atomics.waitAsync(t, FREE, 0, 100);
       if (w.async) await w.value;
-      waits.wakeups++;
     }
   } finally {
     if (Atomics.exchange(mine!, WAITING, 0) === 1) Atomics.sub(t, WAITERS, 1);
-    waits.ms += performance.now() - t0;
   }
 }
 
@@ -85,7 +73,6 @@ export function giveTurn(): void {
   const t = turns!;
   if (Atomics.load(t, WAITERS) > 0) collect(HANDOVER_MIN_CHARS, true);
   holding = false;
-  waits.heldMs += performance.now() - heldSince;
   if (Atomics.exchange(mine!, HOLDING, 0) === 1) {
     Atomics.add(t, FREE, 1);
     Atomics.notify(t, FREE, 1);

@@ -44,7 +44,7 @@ export interface FrontThreads {
  * error mapping, the request line) read of a request a front thread asked
  * about: its method, URL, Authorization header and signal. Not a Request:
  * making one and an AbortController for its signal was 13% of the main
- * thread's samples (bench/proxy-profile.ts); those four are all they read,
+ * thread's samples (a profile under wrk: docs/benchmarks/history.md); those four are all they read,
  * and the signal is made only when something reads it (a wait for a slot).
  */
 class AskedRequest {

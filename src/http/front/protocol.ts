@@ -184,7 +184,7 @@ export type MainMessage = Reply | Revoke | ForgetKeys | { t: "stop" };
  * (main thread, per message: 2.6–3.0 µs to send and 3.5 to receive as
  * objects, 0.7–0.8 and 2.0 as text). postMessage was the largest single
  * cost of a front thread's request on the main thread (24% of its samples
- * with a message each way; bench/proxy-profile.ts).
+ * with a message each way; docs/benchmarks/history.md).
  */
 export class Outbox<T> {
   private items: T[] = [];
