@@ -52,6 +52,27 @@ describe("the repository explains itself", () => {
     expect(found).toEqual([]);
   });
 
+  test("BENCHMARKS.md: at most 300 lines, one table per area, every row with its date, commit, machine and command", () => {
+    const text = texts.get("BENCHMARKS.md")!;
+    expect(text.trimEnd().split("\n").length).toBeLessThanOrEqual(300);
+    const bad: string[] = [];
+    let areas = 0;
+    for (const section of text.split(/^## /m).slice(1)) {
+      areas++;
+      const head = section.split("\n")[0];
+      const tables = section.split("\n").filter((l) => l.startsWith("| metric |")).length;
+      if (tables !== 1) bad.push(`${head}: ${tables} tables`);
+      for (const row of section.split("\n").filter((l) => l.startsWith("|") && !l.startsWith("| metric |") && !l.startsWith("|---"))) {
+        const cells = row.split(" | ");
+        const [date, commit, machine, command] = cells.slice(-4);
+        if (cells.length < 8 || !date || !commit || !machine || !command || command === "|")
+          bad.push(`${head}: a row without its date, commit, machine and command: ${row.slice(0, 80)}`);
+      }
+    }
+    expect(areas).toBeGreaterThanOrEqual(10);
+    expect(bad).toEqual([]);
+  });
+
   test("every docs/CONTRACT.md §n has its heading", () => {
     const headings = new Set([...texts.get("docs/CONTRACT.md")!.matchAll(/^## §(\d+)\./gm)].map((m) => Number(m[1])));
     expect(headings.size).toBeGreaterThanOrEqual(20);
