@@ -4,7 +4,9 @@
 // of (a) one replica and (b) four replicas, on four ports of the same
 // zero-latency engine (test/helpers/engineReplicas.ts at a fixed latency of
 // 0, a process a port, so the engines' cost is the same in both), beside the naive Bun.serve + fetch proxy
-// (bench/naive-proxy.ts) as the baseline of §20. Prompts carry a system
+// (bench/naive-proxy.ts) as the baseline of §20, and the same naive proxy
+// sending each request to the next of the four in turn (what spreading over
+// four engines costs by itself). Prompts carry a system
 // prompt of one of 40 kinds (the prefix key hashes its first 1,024
 // characters). Rounds alternate; figures are medians; CPU per request is
 // the offpeak process's user + system time over wrk's requests.
@@ -69,10 +71,14 @@ const engines = ports.map((p) => Bun.spawn([process.execPath, ...engineArgs({ po
 const bases = ports.map((p) => `http://127.0.0.1:${p}/v1`);
 const naivePort = await freePort();
 const naive = Bun.spawn([process.execPath, "bench/naive-proxy.ts", String(naivePort), bases[0]!], { stdout: "ignore" });
+// The same naive proxy sending each request to the next of the four engines in turn: what spreading alone costs.
+const naive4Port = await freePort();
+const naive4 = Bun.spawn([process.execPath, "bench/naive-proxy.ts", String(naive4Port), bases.join(",")], { stdout: "ignore" });
 const servers: Awaited<ReturnType<typeof startBenchServer>>[] = [];
 try {
   for (const b of bases) await waitFor(`${b}/models`);
   await waitFor(`http://127.0.0.1:${naivePort}/`);
+  await waitFor(`http://127.0.0.1:${naive4Port}/`);
   const upstream = (replicas: string[]) => ({ upstreams: [{ name: "fake", engine: "openai", models: ["fake-model"], max_concurrency: 256, queue_size: 1024, replicas: replicas.map((base_url) => ({ base_url })) }] });
   const one = await startBenchServer({}, upstream(bases.slice(0, 1)));
   const four = await startBenchServer({}, upstream(bases));
@@ -81,13 +87,14 @@ try {
     { name: "naive proxy", url: `http://127.0.0.1:${naivePort}/v1/chat/completions`, pid: naive.pid },
     { name: "offpeak, 1 replica", url: `${one.base}/chat/completions`, pid: one.pid },
     { name: "offpeak, 4 replicas", url: `${four.base}/chat/completions`, pid: four.pid },
+    { name: "naive, 4 in turn", url: `http://127.0.0.1:${naive4Port}/v1/chat/completions`, pid: naive4.pid },
   ];
   for (const v of variants) await wrk(v.url);
   const rps = new Map<string, number[]>(variants.map((v) => [v.name, []]));
   const cpu = new Map<string, number[]>(variants.map((v) => [v.name, []]));
   let errors = 0;
   for (let round = 0; round < ROUNDS; round++) {
-    const order = [...variants.slice(round % 3), ...variants.slice(0, round % 3)];
+    const order = [...variants.slice(round % variants.length), ...variants.slice(0, round % variants.length)];
     for (const v of order) {
       const c0 = cpuSeconds(v.pid);
       const r = await wrk(v.url);
@@ -97,6 +104,7 @@ try {
     }
   }
   const naiveRps = median(rps.get("naive proxy")!);
+  const naive4Rps = median(rps.get("naive, 4 in turn")!);
   const oneCpu = median(cpu.get("offpeak, 1 replica")!);
   console.log(`chat pass-through, 32 connections, ${seconds} s a run, ${ROUNDS} rounds alternating, medians; non-2xx: ${errors}`);
   for (const v of variants) {
@@ -104,9 +112,11 @@ try {
     const c = median(cpu.get(v.name)!);
     console.log(`  ${v.name.padEnd(22)} ${r.toFixed(0).padStart(6)} req/s  ${(r / naiveRps).toFixed(3)}× the naive proxy  CPU ${c.toFixed(0)} µs a request${v.name.startsWith("offpeak") ? ` (${(c / oneCpu).toFixed(3)}× 1 replica)` : ""}`);
   }
+  console.log(`  offpeak, 4 replicas against the naive proxy sending to the four in turn: ${(median(rps.get("offpeak, 4 replicas")!) / naive4Rps).toFixed(3)}×`);
   console.log(`  peak RSS: 1 replica ${one.peakRssMb().toFixed(0)} MB, 4 replicas ${four.peakRssMb().toFixed(0)} MB`);
 } finally {
   for (const s of servers) await s.stop();
   naive.kill();
+  naive4.kill();
   for (const e of engines) e.kill();
 }
