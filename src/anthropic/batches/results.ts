@@ -16,6 +16,7 @@ import type { BatchRow } from "../../db/schema";
 import { anthropicErrorType, ApiError, statusOfErrorBody } from "../../errors";
 import { fileLocator, fileStream } from "../../files/content";
 import { storedChunks } from "../../files/storedChunks";
+import { textBlocks } from "../../jsonl/lineReader";
 import { newId } from "../../ids";
 import { toMessage } from "../message";
 import { getMessageBatch } from "./service";
@@ -67,7 +68,7 @@ function resultStream(ctx: AppContext, sources: [string | null, Translate][]): R
         const [fileId, t] = sources[next++]!;
         const row = fileId ? (await ctx.db.select().from(ctx.db.t.files).where(eq(ctx.db.t.files.id, fileId)))[0] : undefined;
         if (!row) continue;
-        blocks = lineBlocks(storedChunks(await fileLocator(ctx, row.id), () => fileStream(ctx, row)));
+        blocks = textBlocks(storedChunks(await fileLocator(ctx, row.id), () => fileStream(ctx, row)));
         translate = t;
       }
       const { value, done } = await blocks.next();
@@ -89,41 +90,6 @@ function resultStream(ctx: AppContext, sources: [string | null, Translate][]): R
       if (out) return controller.enqueue(out);
     }
   }
-}
-
-/**
- * The text of `chunks` a block of whole lines at a time (the last may lack
- * its newline), a leading byte order mark dropped, as ../../jsonl/lineReader.ts
- * reads lines. A chunk is not kept: the bytes of a line cut by its end are
- * copied (../../files/storedChunks.ts reuses its buffer).
- */
-async function* lineBlocks(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<string> {
-  const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
-  let carry: Uint8Array | null = null;
-  let first = true;
-  const text = (bytes: Uint8Array): string => {
-    const t = decoder.decode(bytes);
-    if (!first) return t;
-    first = false;
-    return t.charCodeAt(0) === 0xfeff ? t.slice(1) : t;
-  };
-  for await (const chunk of chunks) {
-    let data = chunk;
-    if (carry) {
-      data = new Uint8Array(carry.length + chunk.length);
-      data.set(carry, 0);
-      data.set(chunk, carry.length);
-      carry = null;
-    }
-    const lastNl = data.lastIndexOf(10);
-    if (lastNl === -1) {
-      carry = data === chunk ? chunk.slice() : data;
-      continue;
-    }
-    if (lastNl + 1 < data.length) carry = data.slice(lastNl + 1);
-    yield text(data.subarray(0, lastNl + 1));
-  }
-  if (carry) yield text(carry);
 }
 
 const resultLine = (customId: unknown, result: Json) => JSON.stringify({ custom_id: customId, result }) + "\n";
