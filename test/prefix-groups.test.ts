@@ -7,7 +7,7 @@
 import { describe, expect, test } from "bun:test";
 import { MAX_LINES, PrefixGroups, WAIT, type Next, type Placement } from "../src/batches/worker/prefixGroups";
 import { inFlightOf, newReplicaCells, placedOn } from "../src/inference/replicas/cells";
-import { prefixClosed, prefixOpened, prefixStateOn, prefixWarmed, prefixesOn } from "../src/inference/replicas/openPrefixes";
+import { prefixClosed, prefixKeysOn, prefixOpened, prefixStateOn, prefixWarmed, prefixesOn } from "../src/inference/replicas/openPrefixes";
 
 /** `live` replicas; a prefix's home is key % (number of replicas); room below `room` in flight (`inFlight`, set by the test). */
 function placement(live: number[], room: number, inFlight: number[], groups: number[] = []): Placement {
@@ -23,6 +23,7 @@ function placement(live: number[], room: number, inFlight: number[], groups: num
     closed: (r) => void (groups[r] = (groups[r] ?? 0) - 1),
     warmed: () => {},
     stateOn: () => 0,
+    keysOn: () => [],
     placed: () => {},
     ended: () => {},
   };
@@ -39,6 +40,7 @@ function sharedPlacement(cells: ReturnType<typeof newReplicaCells>, room: number
     closed: (r, key) => prefixClosed(cells, r, key),
     warmed: (r, key) => prefixWarmed(cells, r, key),
     stateOn: (r, key) => prefixStateOn(cells, r, key),
+    keysOn: (r) => prefixKeysOn(cells, r),
     placed: () => {},
     ended: () => {},
   };
@@ -61,6 +63,7 @@ function placedPlacement(live: number[], room: number): Placement & { placedOn: 
     closed: (r) => void (groups[r] = (groups[r] ?? 0) - 1),
     warmed: () => {},
     stateOn: () => 0,
+    keysOn: () => [],
     placed: (r) => void placedOn[r]!++,
     ended: (r) => void placedOn[r]!--,
   };

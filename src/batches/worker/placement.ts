@@ -1,7 +1,7 @@
 // Where a model's prefix groups (./prefixGroups.ts) go: its replicas taking
 // work now, a prefix's home among them, and whether one has room.
 import { inFlightOf, limitNow, lineEnded, linePlaced, placedOn, wantedFull } from "../../inference/replicas/cells";
-import { prefixClosed, prefixOpened, prefixStateOn, prefixWarmed, prefixesOn } from "../../inference/replicas/openPrefixes";
+import { prefixClosed, prefixKeysOn, prefixOpened, prefixStateOn, prefixWarmed, prefixesOn } from "../../inference/replicas/openPrefixes";
 import { homeOf } from "../../inference/replicas/pick";
 import type { PricedModel } from "../types";
 import type { BatchRequest } from "./resultLines";
@@ -36,6 +36,7 @@ export function placementOf(model: PricedModel, bound: number): Placement {
     closed: (idx, key) => prefixClosed(cells, idx, key),
     warmed: (idx, key) => prefixWarmed(cells, idx, key),
     stateOn: (idx, key) => prefixStateOn(cells, idx, key),
+    keysOn: (idx) => prefixKeysOn(cells, idx),
     placed: (idx) => linePlaced(cells, idx),
     ended: (idx) => lineEnded(cells, idx),
   };

@@ -51,6 +51,8 @@ export interface Placement {
   warmed(replica: number, key: number): void;
   /** Prefix `key` on a replica now, every window's groups counted: 0 not open, 1 open, 2 open and warm. */
   stateOn(replica: number, key: number): 0 | 1 | 2;
+  /** The prefixes open on a replica now, in any window (a few: as many as its engine caches, or twice that). */
+  keysOn(replica: number): readonly number[];
   /** A line was placed on a replica (next() returned it), and it ended there (ended()). */
   placed(replica: number): void;
   ended(replica: number): void;
@@ -113,7 +115,7 @@ export class PrefixGroups<T> {
     for (const r of live) {
       if (!p.hasRoom(r)) continue;
       // A prefix another window has open on r: it takes no place of its own there.
-      const joined = this.largestClosed((x) => p.stateOn(r, x.key) !== 0);
+      const joined = this.largestJoinable(p.keysOn(r));
       if (joined) return this.take(this.openOn(joined, r));
       if (p.groupsOn(r) >= OPEN_PER_REPLICA) continue;
       // 2.
@@ -187,6 +189,16 @@ export class PrefixGroups<T> {
       this.closeGroup(g);
     }
     return { item, key: g.key, replica: g.replica, group: g };
+  }
+
+  /** Of this window's groups not open yet, the one with the most lines among those of `keys` (looked up by key: the window may hold hundreds of groups, a replica has a few prefixes open). */
+  private largestJoinable(keys: readonly number[]): Group<T> | null {
+    let best: Group<T> | null = null;
+    for (const k of keys) {
+      const g = this.byKey.get(k);
+      if (g && g.replica === -1 && (!best || g.items.length > best.items.length)) best = g;
+    }
+    return best;
   }
 
   /** The group not open yet with the most lines, among those `where` accepts. */

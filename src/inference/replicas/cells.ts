@@ -104,8 +104,9 @@ export const limitNow = (cells: ReplicaCells, r: { idx: number; limit: number })
 export const setAdaptiveLimit = (cells: ReplicaCells, r: number, limit: number): void => void Atomics.store(cells, at(r, LIMIT), limit);
 /** A request or a line wanted replica r and found it at its limit: the limit binds (its controller may try a higher one). */
 export const wantedFull = (cells: ReplicaCells, r: number): void => void Atomics.add(cells, at(r, WANTED), 1);
-/** Reads and clears the count of wantedFull() calls. */
-export const takeWanted = (cells: ReplicaCells, r: number): number => Atomics.exchange(cells, at(r, WANTED), 0);
+/** The count of wantedFull() calls since it was last set (its controller's meter reads it, then sets it to 0). */
+export const wantedOf = (cells: ReplicaCells, r: number): number => Atomics.load(cells, at(r, WANTED));
+export const setWanted = (cells: ReplicaCells, r: number, n: number): void => void Atomics.store(cells, at(r, WANTED), n);
 
 /** A request starts on replica r. */
 export function enter(cells: ReplicaCells, r: number): void {

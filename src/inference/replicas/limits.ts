@@ -16,7 +16,7 @@
 import { AdaptiveLimit } from "../admission/adaptive";
 import { WindowMeter, type MeteredLane } from "../admission/windowMeter";
 import type { ModelEntry } from "../registry";
-import { REPLICA_METER, inFlightOf, limitNow, placedOn, replicaBase, setAdaptiveLimit, takeWanted, type ReplicaCells } from "./cells";
+import { REPLICA_METER, inFlightOf, limitNow, placedOn, replicaBase, setAdaptiveLimit, setWanted, wantedOf, type ReplicaCells } from "./cells";
 import type { ReplicaView } from "./pick";
 import type { ReplicaSets } from "./set";
 
@@ -31,10 +31,10 @@ function laneOf(cells: ReplicaCells, idx: number): MeteredLane {
   return {
     meter: { cells, base: replicaBase(idx) },
     get pressure() {
-      return takeWanted(cells, idx);
+      return wantedOf(cells, idx);
     },
-    set pressure(_: number) {
-      // Read-and-clear is the getter's (takeWanted).
+    set pressure(n: number) {
+      setWanted(cells, idx, n);
     },
     get limit() {
       return limitNow(cells, { idx, limit: 0 });
@@ -70,17 +70,6 @@ export class ReplicaLimits {
     let sum = 0;
     for (const v of views) sum += this.of(v, ceiling).ctl.limit;
     return sum;
-  }
-
-  /** What each replica's controller knows, by replica id (GET /metrics, tests). */
-  states(upstream: string): { id: string; limit: number; latencyMs: number | null; floorMs: number | null }[] {
-    return this.sets
-      .views(upstream)
-      .filter((v) => this.byIdx.has(v.idx))
-      .map((v) => {
-        const c = this.byIdx.get(v.idx)!.ctl;
-        return { id: v.id, limit: c.limit, latencyMs: c.latencyMs, floorMs: c.floorMs };
-      });
   }
 
   private of(v: ReplicaView, ceiling: number): ReplicaLimit {

@@ -102,3 +102,14 @@ export function prefixStateOn(cells: ReplicaCells, r: number, key: number): 0 | 
   }
   return 0;
 }
+
+/** The prefixes open on replica r in some window now (keys as given, unsigned). */
+export function prefixKeysOn(cells: ReplicaCells, r: number): number[] {
+  const base = prefixTableOf(r);
+  const keys: number[] = [];
+  for (let i = 0; i < SLOTS; i++) {
+    const e = entry(base, i);
+    if (Atomics.load(cells, e + 1) > 0) keys.push(Atomics.load(cells, e) >>> 0);
+  }
+  return keys;
+}
