@@ -102,6 +102,11 @@ describe("a message batch through @anthropic-ai/sdk", () => {
       expect(m.content).toMatchObject([{ type: "text", text: texts[r.custom_id]! }]);
       expect(m.usage.output_tokens).toBeGreaterThan(0);
     }
+    // A message keeps its id however often the results are read (it was written with the answer).
+    const again = await resultsOf(client, created.id);
+    const idOf = (rs: typeof results) => Object.fromEntries(rs.map((r) => [r.custom_id, r.result.type === "succeeded" ? r.result.message.id : null]));
+    expect(idOf(again)).toEqual(idOf(results));
+    expect(Object.values(idOf(results))).toEqual(expect.arrayContaining([expect.stringMatching(/^msg_/)]));
     ended = b;
   });
 

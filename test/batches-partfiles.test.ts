@@ -19,4 +19,13 @@ describe("part-file recovery", () => {
     const r = await recoverParts(out, join(dir, "err-0.jsonl")).then((x) => [...x.done.keys()], (e) => String(e));
     expect(r).toEqual(["a"]);
   });
+
+  test("a message batch's answer (Anthropic's message): its usage read back in the endpoint's terms, cache reads counted in the input", async () => {
+    const message = { id: "msg_1", type: "message", usage: { input_tokens: 8, output_tokens: 9, cache_creation_input_tokens: null, cache_read_input_tokens: 4 } };
+    const line = JSON.stringify({ id: "batch_req_x", custom_id: "m", response: { status_code: 200, request_id: null, body: message }, error: null }) + "\n";
+    const out = join(dir, "out-1.jsonl");
+    writeFileSync(out, line);
+    const { done } = await recoverParts(out, join(dir, "err-1.jsonl"));
+    expect(done.get("m")).toEqual({ prompt_tokens: 12, completion_tokens: 9, prompt_tokens_details: { cached_tokens: 4 } });
+  });
 });

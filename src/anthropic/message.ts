@@ -71,6 +71,13 @@ export function usageOf(usage: unknown): AnthropicUsage {
   };
 }
 
+/** usageOf's inverse: a message's usage in chat completion terms (what a batch's totals read). */
+export function chatUsageOf(usage: unknown): { prompt_tokens: number; completion_tokens: number; prompt_tokens_details: { cached_tokens: number } | null } {
+  const u = (usage ?? {}) as { input_tokens?: unknown; output_tokens?: unknown; cache_read_input_tokens?: unknown };
+  const cached = typeof u.cache_read_input_tokens === "number" && u.cache_read_input_tokens >= 0 ? u.cache_read_input_tokens : null;
+  return { prompt_tokens: num(u.input_tokens) + (cached ?? 0), completion_tokens: num(u.output_tokens), prompt_tokens_details: cached === null ? null : { cached_tokens: cached } };
+}
+
 /** A tool call's `arguments` (JSON text) as the `input` object of a tool_use block; anything that is not an object is {}. */
 export function toolInput(args: unknown): Json {
   if (typeof args !== "string" || args.trim() === "") return {};

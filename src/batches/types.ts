@@ -56,7 +56,20 @@ export interface RunTask extends ShardRef {
   retryBaseMs: number;
   /** Requests in flight at once for unlimited upstream models (a limited model's bound is its limit now: worker/runShard.ts). */
   concurrency: number;
+  /** How a 2xx answer is written to the output file; absent: "endpoint". */
+  answerShape?: AnswerShape;
 }
+
+/**
+ * How a 2xx answer goes into a batch's output file: as the endpoint answered
+ * it ("endpoint"), or translated to Anthropic's `message` ("message": a
+ * message batch, docs/CONTRACT.md §22). A message batch's results are then
+ * its output lines with only their envelope changed
+ * (src/anthropic/batches/results.ts), and each message keeps its id however
+ * often they are read. Its usage is Anthropic's: worker/partFiles.ts reads
+ * it back after a restart.
+ */
+export type AnswerShape = "endpoint" | "message";
 
 export type WorkerTask = ValidateTask | RunTask;
 

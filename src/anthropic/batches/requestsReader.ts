@@ -1,8 +1,10 @@
 // The body of POST /v1/messages/batches, `{"requests": [{…}, {…}, …]}`, read
 // as it streams (docs/CONTRACT.md §22: up to 256 MB, never held whole): a
-// byte-level scanner for this one shape that hands over each element of
-// `requests` as its own JSON text, for JSON.parse one at a time. Only the
-// elements that end in the chunk being read are held (plus that chunk).
+// scanner for this one shape that hands over each element of `requests` as
+// its own JSON text, for JSON.parse one at a time. Each chunk is decoded
+// once and scanned as text (an element is a slice of it: decoding each
+// element by itself cost as much as parsing it). Only the elements that end
+// in the chunk being read are held (plus that chunk).
 //
 // The shape around the elements is checked here: one top-level object whose
 // only key is `requests`, an array of objects; anything else is a 400
@@ -75,13 +77,13 @@ async function* elements(body: ChunkReader, maxBytes: number, onChunk: ((chunk: 
   let phase: Phase = "start";
   let sawRequests = false;
   let index = 0;
-  // The element being read: the pieces of it from earlier chunks (copies: chunks are not ours to keep).
-  let pieces: Uint8Array[] = [];
+  // The element being read: its text from earlier chunks.
+  let pieces = "";
   let depth = 0;
   let inString = false;
   let escaped = false;
   // The top-level key being read (only "requests" is taken; a longer name is cut for the message).
-  let key: number[] = [];
+  let key = "";
   let keyEscaped = false;
 
   for (;;) {
@@ -91,7 +93,9 @@ async function* elements(body: ChunkReader, maxBytes: number, onChunk: ((chunk: 
     total += c.length;
     if (total > maxBytes) throw tooLarge(maxBytes);
     onChunk?.(c);
-    const n = c.length;
+    // A character cut between chunks is kept by the decoder for the next.
+    const t = decoder.decode(c, { stream: true });
+    const n = t.length;
     let i = 0;
     // An element that began in an earlier chunk goes on from the chunk's start.
     let elementStart = phase === "element" ? 0 : -1;
@@ -100,7 +104,7 @@ async function* elements(body: ChunkReader, maxBytes: number, onChunk: ((chunk: 
         // To the element's closing brace, minding strings.
         let closed = false;
         while (i < n) {
-          const b = c[i++]!;
+          const b = t.charCodeAt(i++);
           if (inString) {
             if (escaped) escaped = false;
             else if (b === BACKSLASH) escaped = true;
@@ -113,31 +117,25 @@ async function* elements(body: ChunkReader, maxBytes: number, onChunk: ((chunk: 
           }
         }
         if (!closed) break; // kept below, with the rest of this chunk
-        const tail = c.subarray(elementStart, i);
-        let text: string;
-        if (pieces.length === 0) text = decoder.decode(tail);
-        else {
-          pieces.push(tail);
-          text = decoder.decode(Buffer.concat(pieces));
-          pieces = [];
-        }
+        const text = pieces + t.slice(elementStart, i);
+        pieces = "";
         take({ index: index++, text });
         phase = "afterElement";
         // A chunk may be large (a body that came in faster than it is read): at most GROUP elements are held.
         if (index % GROUP === 0) yield;
         continue;
       }
-      const b = c[i++]!;
+      const b = t.charCodeAt(i++);
       if (phase === "key") {
         if (keyEscaped) {
           keyEscaped = false;
-          if (key.length < 64) key.push(b);
+          if (key.length < 64) key += t[i - 1];
         } else if (b === BACKSLASH) keyEscaped = true;
         else if (b === QUOTE) phase = "colon";
-        else if (key.length < 64) key.push(b);
+        else if (key.length < 64) key += t[i - 1];
         continue;
       }
-      if (WS[b]) continue;
+      if (b < 256 && WS[b]) continue;
       switch (phase) {
         case "start":
           if (b !== OPEN_OBJECT) throw new ApiError("invalid_value", "The request body must be a JSON object with `requests`");
@@ -148,13 +146,13 @@ async function* elements(body: ChunkReader, maxBytes: number, onChunk: ((chunk: 
           if (b === CLOSE_OBJECT) phase = "end";
           else if (b === COMMA && sawRequests) phase = "beforeKey";
           else if (b === QUOTE) {
-            key = [];
+            key = "";
             phase = "key";
           } else throw syntax("expected a key or '}'");
           break;
         case "colon": {
           if (b !== COLON) throw syntax("expected ':' after a key");
-          const name = Buffer.from(key).toString("utf8");
+          const name = key;
           if (name !== "requests") throw new ApiError("invalid_value", `${name}: Extra inputs are not permitted`, { param: name });
           if (sawRequests) throw new ApiError("invalid_value", "requests: given more than once", { param: "requests" });
           sawRequests = true;
@@ -186,9 +184,11 @@ async function* elements(body: ChunkReader, maxBytes: number, onChunk: ((chunk: 
           throw syntax("more after the closing '}'");
       }
     }
-    if (phase === "element") pieces.push(c.slice(elementStart, n));
+    if (phase === "element") pieces += t.slice(elementStart, n);
     yield;
   }
+  // Bytes the decoder still held: an unfinished character, after the end or in the middle of it.
+  if (decoder.decode().length > 0 && phase === "end") throw syntax("more after the closing '}'");
   if (phase !== "end") throw phase === "start" ? new ApiError("invalid_value", "The request body must be a JSON object with `requests`") : syntax("it ends early");
   if (!sawRequests) throw new ApiError("missing_field", "requests: Field required", { param: "requests" });
 }

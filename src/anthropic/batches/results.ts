@@ -1,9 +1,10 @@
 // GET /v1/messages/batches/{id}/results (docs/CONTRACT.md §22): JSON Lines
 // `{custom_id, result}`, made from the ended batch's own result files as
-// they are read — each line of the output file as `succeeded` with the
-// chat answer translated to a message (../message.ts), each line of the
-// error file as `errored` (the error in Anthropic's shape) or, for a line
-// its batch's cancel or expiry stopped, `canceled` / `expired`. Pulled a
+// they are read — each line of the output file as `succeeded` with its
+// message (the batch engine wrote the answer as one: messageLine below only
+// changes the envelope), each line of the error file as `errored` (the
+// error in Anthropic's shape) or, for a line its batch's cancel or expiry
+// stopped, `canceled` / `expired`. Pulled a
 // chunk at a time as the client reads: never whole in memory, whatever
 // the batch's size; the files are read into one reused buffer where they
 // lie on the disk, and the lines go out as strings, so that reading a
@@ -21,7 +22,6 @@ import { newId } from "../../ids";
 import { toMessage } from "../message";
 import { getMessageBatch } from "./service";
 import { stopOf } from "./stopped";
-import { succeededText } from "./succeededLine";
 import { isEnded } from "./view";
 
 type Json = Record<string, unknown>;
@@ -96,9 +96,38 @@ const resultLine = (customId: unknown, result: Json) => JSON.stringify({ custom_
 const errored = (status: number, message: string): Json => ({ type: "errored", error: { type: "error", error: { type: anthropicErrorType(status), message } } });
 
 function succeededLine(text: string): string {
-  // Most lines are written from their text (./succeededLine.ts); the rest are parsed and translated.
-  const id = newId("msg_");
-  return succeededText(text, id) ?? succeededLineParsed(text, id);
+  // The batch engine wrote the answer as a message already: only the envelope changes.
+  const spliced = messageLine(text);
+  if (spliced !== null) return spliced;
+  // A batch run before answers were written as messages: its chat completions translated here.
+  return succeededLineParsed(text, newId("msg_"));
+}
+
+const HEAD = '{"id":"batch_req_';
+const CUSTOM_ID = '","custom_id":"';
+const BODY = '"body":{"id":"msg_';
+const TAIL = '},"error":null}';
+
+/**
+ * An output line whose answer is a message (src/batches/types.ts
+ * AnswerShape), as the batch engine writes it —
+ * `{"id":"batch_req_…","custom_id":"…","response":{…,"body":<message>},"error":null}` —
+ * as its result line, by cutting the text; null for any other line. A
+ * message batch's custom_id has no character JSON escapes (create.ts), and
+ * `"body":` cannot occur inside a JSON string, so the first one after the
+ * custom_id is the answer's.
+ */
+export function messageLine(text: string): string | null {
+  if (!text.startsWith(HEAD) || !text.endsWith(TAIL)) return null;
+  const idAt = text.indexOf(CUSTOM_ID, HEAD.length);
+  if (idAt === -1) return null;
+  const from = idAt + CUSTOM_ID.length;
+  const to = text.indexOf('"', from);
+  const bodyAt = text.indexOf(BODY, to);
+  if (to === -1 || bodyAt === -1 || !text.startsWith('","type":"message"', text.indexOf('"', bodyAt + BODY.length))) return null;
+  const customId = text.slice(from, to);
+  if (customId.includes("\\")) return null;
+  return `{"custom_id":"${customId}","result":{"type":"succeeded","message":${text.slice(bodyAt + 7, text.length - TAIL.length)}}}\n`;
 }
 
 /** A `succeeded` line the full way: the output line parsed, its answer translated by toMessage (any shape the engine writes). */

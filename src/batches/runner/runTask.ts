@@ -37,5 +37,7 @@ export async function runTaskOf(ctx: AppContext, batch: BatchRow, shard: ShardRo
     maxAttempts: ctx.config.batches.maxAttempts,
     retryBaseMs: ctx.config.batches.retryBaseMs,
     concurrency: SHARD_CONCURRENCY,
+    // A message batch's answers are written as Anthropic's messages: its results are then read without translating each line.
+    answerShape: batch.api === "anthropic" ? "message" : "endpoint",
   };
 }

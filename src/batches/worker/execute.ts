@@ -8,20 +8,22 @@ import { ApiError } from "../../errors";
 import type { EndpointKind } from "../../endpoints";
 import { endpointKind } from "../../endpoints";
 import { SerializedAnswer } from "../../endpoints/kind";
-import type { PricedModel, RunTask } from "../types";
+import type { AnswerShape, PricedModel, RunTask } from "../types";
 import { Attempts, attempt, backOff, chooseReplica, done, judge, lineCall, passGate, stopStateOf, type ShardControl } from "./lineSteps";
-import { failedLine, ids, resultLine, splicedLine, stoppedLine, type BatchRequest, type LastFailure, type LineResult } from "./resultLines";
+import { failedLine, ids, okLine, resultLine, splicedLine, stoppedLine, type BatchRequest, type LastFailure, type LineResult } from "./resultLines";
 import { healthMemory } from "./upstreamGate";
 import { acquireSlot, type SlotRelease } from "./slots";
 
 export { stoppedLine, type BatchRequest, type LineResult, type ShardControl };
 
-/** Built-in models: no I/O, so this runs inline in the line loop. The endpoint's module says how the built-in answers. */
-export function runBuiltin(req: BatchRequest, _model: PricedModel, kind: EndpointKind): LineResult {
+/** Built-in models: no I/O, so this runs inline in the line loop. The endpoint's module says how the built-in answers; `shape`, how the answer is written. */
+export function runBuiltin(req: BatchRequest, _model: PricedModel, kind: EndpointKind, shape?: AnswerShape): LineResult {
   const requestId = ids.next("req_");
   try {
     const body = kind.answer(req.body, ids, Math.floor(Date.now() / 1000));
-    const line = body instanceof SerializedAnswer ? splicedLine(req.custom_id, 200, requestId, body.json) : resultLine(req.custom_id, 200, requestId, body, null);
+    let line: string;
+    if (shape === "message") line = okLine(shape, req.custom_id, 200, requestId, null, body instanceof SerializedAnswer ? JSON.parse(body.json) : body);
+    else line = body instanceof SerializedAnswer ? splicedLine(req.custom_id, 200, requestId, body.json) : resultLine(req.custom_id, 200, requestId, body, null);
     return { ok: true, line, usage: body.usage };
   } catch (e) {
     if (!(e instanceof ApiError)) throw e;
@@ -32,7 +34,7 @@ export function runBuiltin(req: BatchRequest, _model: PricedModel, kind: Endpoin
 /** Resolves with the result line, or null when a pause left the request without a final answer. */
 /** `replica`: the one the prefix window chose for the line's first attempt (-1: the dispatch chooses); `key`: its prefix key, when the window has it. */
 export async function runUpstream(req: BatchRequest, model: PricedModel, task: RunTask, control: ShardControl, replica = -1, key: number | null = null): Promise<LineResult | null> {
-  const call = lineCall(req, model, endpointKind(task.endpoint).path, key);
+  const call = lineCall(req, model, endpointKind(task.endpoint).path, key, task.answerShape);
   const attempts = new Attempts(healthMemory(), model.upstreamIdx);
   let last: LastFailure | null = null;
   let avoid = -1;
@@ -81,7 +83,7 @@ export async function runLine(req: BatchRequest, model: PricedModel, task: RunTa
   }
   try {
     await new Promise((r) => setTimeout(r, model.latencyMs));
-    return runBuiltin(req, model, endpointKind(task.endpoint));
+    return runBuiltin(req, model, endpointKind(task.endpoint), task.answerShape);
   } finally {
     release?.();
   }

@@ -17,8 +17,8 @@ import { leftReplica, pickReplica, prefixKey, type ReplicaView } from "../../inf
 import { epochOf, isDown, isUp, reportFate, type HealthMemory } from "../../inference/upstream/health";
 import { postJson, type UpstreamTarget } from "../../inference/upstream/transport";
 import { countUpstreamAttempt } from "../../metrics/worker";
-import type { PricedModel, RunTask } from "../types";
-import { ids, answerLine, resultLine, type BatchRequest, type LastFailure, type LineResult } from "./resultLines";
+import type { AnswerShape, PricedModel, RunTask } from "../types";
+import { ids, okLine, resultLine, type BatchRequest, type LastFailure, type LineResult } from "./resultLines";
 import { acquireSlot, type SlotRelease } from "./slots";
 import { READY, claim, enterUpstream, healthMemory, nextTick, ready, settled, tellSuspect } from "./upstreamGate";
 import { replicaCells, replicaTimes, replicasOf } from "./replicas";
@@ -103,13 +103,15 @@ export interface LineCall {
   upstreamModel: string;
   /** The upstream's name: its replica set. */
   upstream: string | null;
+  /** How a 2xx answer is written (../types.ts). */
+  shape: AnswerShape | undefined;
 }
 
-export function lineCall(req: BatchRequest, model: PricedModel, path: string, key: number | null = null): LineCall {
+export function lineCall(req: BatchRequest, model: PricedModel, path: string, key: number | null = null, shape?: AnswerShape): LineCall {
   const upstreamModel = model.upstreamModel ?? model.id;
   // docs/CONTRACT.md §21 batch_priority: the engine lets interactive requests overtake batch lines it holds.
   const body = model.batchPriority === null || model.batchPriority === undefined ? { ...req.body, model: upstreamModel, stream: false } : { ...req.body, model: upstreamModel, stream: false, priority: model.batchPriority };
-  return { target: model, path, payload: JSON.stringify(body), timeoutMs: model.timeoutMs, key, body: req.body, upstreamModel, upstream: model.upstream ?? null };
+  return { target: model, path, payload: JSON.stringify(body), timeoutMs: model.timeoutMs, key, body: req.body, upstreamModel, upstream: model.upstream ?? null, shape };
 }
 
 /**
@@ -208,7 +210,7 @@ export function judge(req: BatchRequest, tried: Tried, model: PricedModel, call:
   if (replicaEnded(tried, fate, call.upstream) && mem && reportFate(mem, u, fate, true)) tellSuspect(u, describe(fate, call.path, call.timeoutMs));
   switch (fate.kind) {
     case "answer":
-      return { kind: "done", result: { ok: true, line: answerLine(req.custom_id, res.status, requestId, text, body), usage: (body as { usage?: unknown }).usage ?? null }, outcome };
+      return { kind: "done", result: { ok: true, line: okLine(call.shape, req.custom_id, res.status, requestId, text, body), usage: (body as { usage?: unknown }).usage ?? null }, outcome };
     case "invalid_answer": {
       // No answer: an error line with response null (only 2xx answers go to
       // the output file, and a body of our making would pass for the

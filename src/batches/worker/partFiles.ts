@@ -5,6 +5,7 @@
 // read again: only the input line says which model (under our id) ran it —
 // the response's own model field is the upstream's name for it.
 import { closeSync, existsSync, ftruncateSync, openSync } from "node:fs";
+import { chatUsageOf } from "../../anthropic/message";
 import { readLines } from "../../jsonl/lineReader";
 import { zeroTotals, type ShardTotals } from "../types";
 
@@ -38,8 +39,9 @@ export async function recoverParts(outPath: string, errPath: string): Promise<Re
       for (const { text } of lines) {
         if (!text) continue;
         const rec = JSON.parse(text) as { custom_id: string; response: { body?: unknown } | null };
-        const body = rec.response?.body as { usage?: unknown } | undefined;
-        done.set(rec.custom_id, body?.usage ?? null);
+        const body = rec.response?.body as { type?: unknown; usage?: unknown } | undefined;
+        // A message batch's answer is Anthropic's message (../types.ts AnswerShape): its usage back in the endpoint's terms.
+        done.set(rec.custom_id, body?.type === "message" && body.usage ? chatUsageOf(body.usage) : (body?.usage ?? null));
         if (ok) totals.completed++;
         else totals.failed++;
       }

@@ -1,7 +1,9 @@
 // The result lines a batch line ends as (docs/CONTRACT.md §5): an answer in the output
 // file, an error (a request's failed answer, or offpeak's own error with
 // `response: null`) in the error file.
+import { toMessage } from "../../anthropic/message";
 import { IdStream } from "../../ids";
+import type { AnswerShape } from "../types";
 
 export interface LineResult {
   ok: boolean;
@@ -45,6 +47,12 @@ export function splicedLine(customId: string, status: number, requestId: string 
   const head = JSON.stringify({ id: ids.next("batch_req_"), custom_id: customId, response: { status_code: status, request_id: requestId, body: 0 } });
   // head ends with `"body":0}}`: put the answer where the 0 is.
   return head.slice(0, -3) + text + "},\"error\":null}\n";
+}
+
+/** The output line of a 2xx answer, in `shape` (../types.ts AnswerShape). `text`: the answer as sent (null: `body` was made here). */
+export function okLine(shape: AnswerShape | undefined, customId: string, status: number, requestId: string | null, text: string | null, body: unknown): string {
+  if (shape === "message") return splicedLine(customId, status, requestId, JSON.stringify(toMessage(body, { id: ids.next("msg_") })));
+  return text === null ? resultLine(customId, status, requestId, body, null) : answerLine(customId, status, requestId, text, body);
 }
 
 export function stoppedLine(customId: string, code: "batch_cancelled" | "batch_expired"): LineResult {

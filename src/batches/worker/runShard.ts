@@ -297,7 +297,7 @@ export async function runShard(task: RunTask, models: Map<string, PricedModel>, 
         if (model.kind !== "upstream" && model.latencyMs === 0 && !model.limited) {
           // Back to CPU work after a wait on requests in flight: a turn again.
           if (!holdsTurn()) await takeTurn();
-          record(runBuiltin(req, model, kind), model);
+          record(runBuiltin(req, model, kind, task.answerShape), model);
           continue;
         }
         // A model with several replicas: its lines wait in the prefix window,
