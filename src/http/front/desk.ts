@@ -258,6 +258,12 @@ class FrontDesk {
       case "failed":
         void this.failed(run, m);
         return;
+      case "elsewhere": {
+        // The call never reached its replica: another one of the model (the failure counted on the one left), or none.
+        const next = run.held.get(m.id)?.admission?.elsewhereAfter(m.fate);
+        run.send({ t: "reply", id: m.id, elsewhere: next ? { baseUrl: next.baseUrl!, ownClient: next.ownClient ?? false } : null });
+        return;
+      }
       case "done":
         this.done(run, m);
         return;

@@ -50,6 +50,12 @@ const desk: MainDesk = {
       post({ t: "failed", id, fate: classify(failure), timedOut: failure.timedOut });
     });
   },
+  elsewhere(id, failure: CallFailure) {
+    return new Promise((resolve) => {
+      waiting.set(id, (reply) => resolve("elsewhere" in reply ? reply.elsewhere : null));
+      post({ t: "elsewhere", id, fate: classify(failure) });
+    });
+  },
   done(done) {
     // A request answered whole has no stream to end: a revocation that raced its answer is forgotten.
     if (!done.streaming) revokedEarly.delete(done.id);

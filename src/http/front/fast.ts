@@ -2,8 +2,9 @@
 // the body is read and checked here, then the main thread's own
 // pass-through runs here (src/inference/upstream/pass.ts), admitted by
 // message to the main thread (FrontAdmission: one ASK, one DONE, an END
-// for a stream), so a client cannot tell which thread answered it
-// (test/http-front.test.ts asks both).
+// for a stream; an ELSEWHERE for a replica that refused the call), so a
+// client cannot tell which thread answered it (test/http-front.test.ts
+// asks both).
 import { TypeCompiler } from "@sinclair/typebox/compiler";
 import { chatBody, checkMessages, checkStreamFields } from "../../chatCompletions/fields";
 import { chatCompletions as chatKind } from "../../endpoints/chatCompletions";
@@ -15,6 +16,7 @@ import type { StreamHold } from "../../auth/revocations";
 import type { SlotOutcome } from "../../inference/admission/slotCells";
 import type { CallFailure, Fate } from "../../inference/upstream/fate";
 import { passUpstream, type AdmissionPort, type Admitted } from "../../inference/upstream/pass";
+import type { UpstreamTarget } from "../../inference/upstream/transport";
 import { jsonOnly, limitJsonBody, rawBodyOf } from "../jsonBody";
 import type { Answer, Ask, Done, EarlyFailure, Reply } from "./protocol";
 
@@ -22,6 +24,8 @@ import type { Answer, Ask, Done, EarlyFailure, Reply } from "./protocol";
 export interface MainDesk {
   ask(ask: Omit<Ask, "t" | "id">, id: number, clientSignal: AbortSignal): Promise<Reply>;
   failed(id: number, failure: CallFailure): Promise<Answer>;
+  /** The call never reached its replica: another to try (the main thread counted the failure), or null. */
+  elsewhere(id: number, failure: CallFailure): Promise<{ baseUrl: string; ownClient: boolean } | null>;
   done(done: Omit<Done, "t">): void;
   end(id: number, tokens: number): void;
   /** The hold that ends request `id`'s stream when its key is revoked. */
@@ -138,6 +142,8 @@ class FrontAdmission implements AdmissionPort {
   private readonly id: number;
   private requestId: string | null = null;
   private headers: Record<string, string> = {};
+  /** The model's upstream key (its replicas share it), for a target elsewhere. */
+  private apiKey: string | null = null;
   private fate: Fate | null = null;
   private upstreamStatus: number | null = null;
   private tokens = 0;
@@ -166,6 +172,7 @@ class FrontAdmission implements AdmissionPort {
     const route = go.route!;
     this.requestId = go.requestId;
     this.headers = go.headers;
+    this.apiKey = route.apiKey;
     const target = go.replica ? { baseUrl: go.replica.baseUrl, apiKey: route.apiKey, ownClient: go.replica.ownClient } : route;
     return { target, upstream: route, upstreamModel: route.upstreamModel, headers: go.headers, metersTokens: go.metersTokens, requestId: go.requestId };
   }
@@ -180,6 +187,11 @@ class FrontAdmission implements AdmissionPort {
   }
 
   cancelled(): void {}
+
+  async elsewhere(failure: CallFailure): Promise<UpstreamTarget | null> {
+    const next = await this.main.elsewhere(this.id, failure);
+    return next && { baseUrl: next.baseUrl, apiKey: this.apiKey, ownClient: next.ownClient };
+  }
 
   settle(_outcome: SlotOutcome, tokens: number): void {
     // The main thread measures the slot by the upstream's status (DONE).

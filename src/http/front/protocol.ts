@@ -7,7 +7,8 @@
 // per request (the key, the model, rate limits and a slot: ASK, answered by
 // REPLY) and tells it once when the answer went out (DONE: the request log
 // and metrics, the slot, tokens against tpm, the upstream's health) and,
-// for a stream, once more when it ended (END). Every other request is
+// for a stream, once more when it ended (END). A call its replica refused
+// asks for another replica of the model (ELSEWHERE). Every other request is
 // relayed whole to the main thread's own handler over a Unix socket
 // (./relay.ts), so it is answered exactly as without front threads.
 //
@@ -99,6 +100,13 @@ export interface Failed {
   timedOut: boolean;
 }
 
+/** The upstream call never reached its replica (refused: fate.ts neverSent); the main thread counts it and names another replica to try (Reply `elsewhere`). */
+export interface Elsewhere {
+  t: "elsewhere";
+  id: number;
+  fate: Fate;
+}
+
 /** The answer went out with `status`. `streaming`: an END follows when the stream ends. */
 export interface Done {
   t: "done";
@@ -122,7 +130,7 @@ export interface End {
   tokens: number;
 }
 
-export type FrontMessage = Ask | Gone | Failed | Done | End;
+export type FrontMessage = Ask | Gone | Failed | Elsewhere | Done | End;
 
 /** An answer made on the main thread (errors), sent as is. */
 export interface Answer {
@@ -162,7 +170,9 @@ export type Reply =
   | { t: "reply"; id: number; go: Go }
   /** Relay the request to the main thread. `spread`: its model spreads over several replicas, and the thread did not know (Ask.prefix null): its next asks for it carry the prefix key. */
   | { t: "reply"; id: number; relay: true; spread?: { model: string; route?: ModelRoute } }
-  | { t: "reply"; id: number; keyOk: true };
+  | { t: "reply"; id: number; keyOk: true }
+  /** Another replica for a call that never reached its own (Elsewhere); null: none left (the thread then sends Failed). */
+  | { t: "reply"; id: number; elsewhere: { baseUrl: string; ownClient: boolean } | null };
 
 /** The key of request `id` was revoked: its stream ends. */
 export interface Revoke {

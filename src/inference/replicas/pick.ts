@@ -162,6 +162,23 @@ export function pickReplica(replicas: readonly ReplicaView[], cells: ReplicaCell
   // src/inference/upstream/health.ts): meanwhile any replica is tried.
   if (candidates.length === 0) candidates = replicas.slice();
   if (avoid >= 0 && candidates.length > 1) candidates = candidates.filter((r) => r.idx !== avoid);
+  return chosen(candidates, cells, key, times);
+}
+
+/**
+ * Another replica for an interactive request whose call never reached the
+ * replicas it `tried` (refused: src/inference/upstream/fate.ts neverSent),
+ * ranked as pickReplica ranks them: among those whose breaker is closed
+ * and not tried yet; null when none is left (the request fails as it
+ * would have on one engine).
+ */
+export function pickUntried(replicas: readonly ReplicaView[], cells: ReplicaCells, key: number, tried: readonly number[], times: EngineTimes | null = null): ReplicaView | null {
+  const candidates = replicas.filter((r) => !isOpen(cells, r.idx) && !tried.includes(r.idx));
+  return candidates.length === 0 ? null : chosen(candidates, cells, key, times);
+}
+
+/** Among `candidates` (at least one): the first in the key's ranking with room under the bounded load, else the least loaded. */
+function chosen(candidates: readonly ReplicaView[], cells: ReplicaCells, key: number, times: EngineTimes | null): ReplicaView {
   if (candidates.length === 1) return candidates[0]!;
   let total = 1;
   let weights = 0;

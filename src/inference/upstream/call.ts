@@ -13,7 +13,7 @@ import type { ModelEntry } from "../registry";
 import type { UpstreamAnswer } from "./answer";
 import { CANCELLED, classify, failureLabel, type CallFailure, type Fate } from "./fate";
 import { enter } from "../replicas/cells";
-import { leftReplica, pickReplica, prefixKey, type ReplicaView } from "../replicas/pick";
+import { leftReplica, pickReplica, pickUntried, prefixKey, type ReplicaView } from "../replicas/pick";
 import type { ReplicaSets } from "../replicas/set";
 import { timeoutError } from "./interactive";
 import { callTarget, type CallPort, type CallTarget } from "./pass";
@@ -43,16 +43,19 @@ export function callUpstream({ model, path, body, raw, clientSignal }: UpstreamC
  * One request's call to its model's upstream, as the main thread keeps it:
  * made, it has checked the upstream is up, counted the request and chosen
  * the replica (`target`); then exactly one of answered, failed or cancelled
- * says how it left the replica (later ones are ignored).
+ * says how it left the replica (later ones are ignored), unless elsewhere
+ * moved it to another replica first.
  */
 export class UpstreamLeg implements CallPort, CallTarget {
-  readonly target: UpstreamTarget;
+  target: UpstreamTarget;
   readonly upstreamModel: string;
   /** The upstream has several replicas taking work (the prompt's prefix chose among them). */
   readonly spread: boolean;
-  private readonly on: OnReplica | null;
-  private readonly startedAt: number;
+  private on: OnReplica | null;
+  private startedAt: number;
   private left = false;
+  /** The replicas whose connection refused this request (elsewhere); null until one did. */
+  private tried: number[] | null = null;
 
   /** `prompt`: the body, whose prompt's prefix chooses among several replicas, or that prefix's key (a front thread's; see replicaFor). */
   constructor(
@@ -96,6 +99,36 @@ export class UpstreamLeg implements CallPort, CallTarget {
     this.leave(CANCELLED);
   }
 
+  elsewhere(failure: CallFailure): UpstreamTarget | null {
+    return this.elsewhereAfter(classify(failure));
+  }
+
+  /**
+   * The call never reached its replica (`fate`: refused; ./fate.ts
+   * neverSent): another replica of the upstream whose breaker is closed and
+   * that this request has not tried, entered; the failure is counted on the
+   * one left, as any failure is (its breaker opens after a few in a row).
+   * Null when there is none: nothing is counted then, and failed() says
+   * what to answer, as with one engine.
+   */
+  elsewhereAfter(fate: Fate): UpstreamTarget | null {
+    const on = this.on;
+    if (!on || this.left) return null;
+    const tried = (this.tried ??= []);
+    tried.push(on.replica.idx);
+    const next = pickUntried(on.sets.views(on.upstream), on.sets.cells, on.key, tried, on.sets.times);
+    if (!next) return null;
+    const model = this.upstream;
+    countUpstreamError(model.id, failureLabel(fate) ?? "connection");
+    if (this.leave(fate)) model.health?.noteFate(model.upstreamIdx, fate, this.path, model.timeoutMs);
+    enter(on.sets.cells, next.idx);
+    this.on = { ...on, replica: next, target: targetOf(model, next) };
+    this.target = this.on.target;
+    this.left = false;
+    this.startedAt = performance.now();
+    return this.target;
+  }
+
   /** True when the upstream as a whole is to hear the fate (see replicaEnded); false if the leg was left already. */
   private leave(fate: Fate): boolean {
     if (this.left) return false;
@@ -116,6 +149,8 @@ export type Prompt = Record<string, unknown> | number;
 interface OnReplica {
   sets: ReplicaSets;
   upstream: string;
+  /** The prompt's prefix key (0: none): it ranks the replicas again if this one refuses. */
+  key: number;
   replica: ReplicaView;
   target: UpstreamTarget;
   spread: boolean;
@@ -132,11 +167,14 @@ function replicaFor(model: ModelEntry, upstreamModel: string, prompt: Prompt): O
   if (!sets || !model.upstream) return null;
   const views = sets.views(model.upstream);
   // One replica: no prefix to hash.
-  const replica = views.length === 1 ? views[0]! : pickReplica(views, sets.cells, typeof prompt === "number" ? prompt : prefixKey(upstreamModel, prompt), -1, sets.times);
+  const key = views.length === 1 ? 0 : typeof prompt === "number" ? prompt : prefixKey(upstreamModel, prompt);
+  const replica = views.length === 1 ? views[0]! : pickReplica(views, sets.cells, key, -1, sets.times);
   if (!replica) throw new ApiError("upstream_unavailable", `Upstream ${model.upstreamName} has no replica taking requests (all drained or removed).`, { headers: { "retry-after": "1" } });
   enter(sets.cells, replica.idx);
-  return { sets, upstream: model.upstream, replica, target: { baseUrl: replica.baseUrl, apiKey: model.apiKey, ownClient: replica.ownClient }, spread: views.length > 1 };
+  return { sets, upstream: model.upstream, key, replica, target: targetOf(model, replica), spread: views.length > 1 };
 }
+
+const targetOf = (model: ModelEntry, replica: ReplicaView): UpstreamTarget => ({ baseUrl: replica.baseUrl, apiKey: model.apiKey, ownClient: replica.ownClient });
 
 /**
  * The request left its replica (its answer's headers came, or it failed).

@@ -88,6 +88,26 @@ function failureFate({ error, timedOut, clientGone }: CallFailure): Fate {
   return failure("connection");
 }
 
+/**
+ * System codes of a call that failed to connect: refused, or no address for
+ * the host. No byte of the request left, so the engine cannot have started
+ * it. A reset, a timeout or a 5xx is not among them: the engine may be
+ * running the request by then.
+ */
+const NOT_CONNECTED = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN"]);
+
+/**
+ * Whether a failed call never reached its engine (see NOT_CONNECTED): the
+ * only failure an interactive request may be sent again for, to another
+ * replica (./pass.ts callTarget). Both clients carry the system's code:
+ * fetch's error and the strict client's UpstreamConnectionError.
+ */
+export function neverSent({ error, timedOut, clientGone }: CallFailure): boolean {
+  if (timedOut || clientGone) return false;
+  const code = (error as { code?: unknown } | null | undefined)?.code;
+  return typeof code === "string" && NOT_CONNECTED.has(code);
+}
+
 /** Whether the fate says the engine failed as a whole (it counts toward the upstream going down). */
 export const isEngineFailure = (fate: Fate): boolean => fate.kind === "engine_failure";
 

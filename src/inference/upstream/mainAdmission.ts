@@ -16,7 +16,7 @@ import type { Release } from "../admission/scheduler";
 import { ANSWERED, UNMEASURED, type SlotOutcome } from "../admission/slotCells";
 import type { ModelEntry } from "../registry";
 import { UpstreamLeg, type Prompt } from "./call";
-import type { CallFailure, Fate } from "./fate";
+import { classify, type CallFailure, type Fate } from "./fate";
 import type { UpstreamNamed } from "./interactive";
 import type { AdmissionPort, Admitted } from "./pass";
 import type { UpstreamTarget } from "./transport";
@@ -99,6 +99,17 @@ export class MainAdmission implements AdmissionPort, Admitted {
 
   cancelled(): void {
     this.leg?.cancelled();
+  }
+
+  elsewhere(failure: CallFailure): UpstreamTarget | null {
+    return this.elsewhereAfter(classify(failure));
+  }
+
+  /** The call never reached its replica (`fate`, as a front thread saw it too): the next replica to try, or null (./call.ts UpstreamLeg.elsewhereAfter). */
+  elsewhereAfter(fate: Fate): UpstreamTarget | null {
+    const next = this.leg?.elsewhereAfter(fate) ?? null;
+    if (next) this.target = next;
+    return next;
   }
 
   settle(outcome: SlotOutcome, tokens: number): void {

@@ -6,8 +6,10 @@
 // for the mapped model name); the answer comes back as the upstream sent
 // it: 4xx verbatim, 5xx/timeouts/unreachable as our errors before the first
 // byte, a stream event by event as it arrives (a client disconnect cancels
-// the upstream request). Output tokens count against the key's tpm, read
-// the way the endpoint's module says.
+// the upstream request). A call that never reached its engine (refused)
+// goes to another replica of the model, if it has one (callTarget). Output
+// tokens count against the key's tpm, read the way the endpoint's module
+// says.
 //
 // What only the server's state can decide goes through an admission port:
 // the key, the model, rate limits and a slot (admit), the upstream's health
@@ -25,7 +27,7 @@ import { ApiError } from "../../errors";
 import { UNMEASURED, slotOutcome, type SlotOutcome } from "../admission/slotCells";
 import type { UpstreamAnswer } from "./answer";
 import { Deadline } from "./deadline";
-import { CallFailure, classify, type Fate } from "./fate";
+import { CallFailure, classify, neverSent, type Fate } from "./fate";
 import { StreamUsage, answerTokens, attachDeadline, passThrough, upstreamFailure, upstreamText, type UpstreamNamed } from "./interactive";
 import { postJson, type UpstreamTarget } from "./transport";
 
@@ -55,7 +57,21 @@ export interface CallPort {
   failed(failure: CallFailure): never | Promise<never>;
   /** The client went away during the call: nobody's fault, not counted. */
   cancelled(): void;
+  /**
+   * The call never reached its engine (./fate.ts neverSent): counted as its
+   * replica's failure, and another replica to send it to instead; null when
+   * the model has none left (nothing counted then: failed() follows).
+   */
+  elsewhere(failure: CallFailure): UpstreamTarget | null | Promise<UpstreamTarget | null>;
 }
+
+/**
+ * Replicas a request goes to after the one chosen refused it (at most; and
+ * never one it tried): a model of two or three engines survives any one
+ * refusing, and a request of a model of many does not walk all of them
+ * while they come down one by one.
+ */
+export const MAX_ELSEWHERE = 2;
 
 /** The steps of a pass-through that need the server's state (see the top of this file). */
 export interface AdmissionPort extends CallPort {
@@ -88,6 +104,12 @@ export interface PassRequest {
  * headers came (the body is read from the answer); a failure is the port's
  * to count and to word; a client that left rethrows the abort (answered
  * 499, not counted as an upstream fault).
+ *
+ * A replica that refused the connection (or whose host has no address)
+ * cannot have started the request: it goes to another replica of the model
+ * (port.elsewhere), within the same deadline, and the client sees one
+ * answer. Only then: after a reset, a timeout or any answer the engine may
+ * be running it, and sending it again could run it twice.
  */
 export async function callTarget(port: CallPort, to: CallTarget, path: EndpointPath, body: Record<string, unknown>, raw: string | undefined, clientSignal: () => AbortSignal): Promise<UpstreamAnswer> {
   const deadline = new Deadline(to.upstream.timeoutMs, clientSignal);
@@ -96,16 +118,26 @@ export async function callTarget(port: CallPort, to: CallTarget, path: EndpointP
   // pass-through.
   const payload = raw !== undefined && body.model === to.upstreamModel ? raw : JSON.stringify({ ...body, model: to.upstreamModel });
   let res: UpstreamAnswer;
-  try {
-    res = await postJson(to.target, path, payload, deadline);
-  } catch (e) {
-    const failure = new CallFailure(e, deadline.timedOut, deadline.clientGone());
-    deadline.clear();
-    if (failure.clientGone) {
-      port.cancelled();
-      throw e;
+  let target = to.target;
+  for (let tries = 0; ; tries++) {
+    try {
+      res = await postJson(target, path, payload, deadline);
+      break;
+    } catch (e) {
+      const failure = new CallFailure(e, deadline.timedOut, deadline.clientGone());
+      if (failure.clientGone) {
+        deadline.clear();
+        port.cancelled();
+        throw e;
+      }
+      const next = tries < MAX_ELSEWHERE && neverSent(failure) ? await port.elsewhere(failure) : null;
+      if (next) {
+        target = next;
+        continue;
+      }
+      deadline.clear();
+      return port.failed(failure);
     }
-    return port.failed(failure);
   }
   attachDeadline(res, to.upstream, deadline);
   port.answered(res.status, classify(res));
