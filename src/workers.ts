@@ -8,3 +8,4 @@ export const BATCH_WORKER = new URL("./batches/worker/entry.ts", import.meta.url
 export const RETRY_WORKER = new URL("./batches/retry.worker.ts", import.meta.url);
 export const CHECKPOINT_WORKER = new URL("./db/checkpoint.worker.ts", import.meta.url);
 export const FRONT_WORKER = new URL("./http/front/entry.ts", import.meta.url);
+export const LINES_WORKER = new URL("./anthropic/batches/lines.worker.ts", import.meta.url);

@@ -126,6 +126,47 @@ describe("a message batch through @anthropic-ai/sdk", () => {
     }
   }, SCENARIO_MS);
 
+  test("creates at once, one refused and one cut off by its client mid-body: each of the others is the batch of its own requests, and a create after them works", async () => {
+    const client = sdk();
+    const set = (tag: string, n: number) => Array.from({ length: n }, (_, i) => req(`${tag}-${i}`, `${tag} text ${i}`, { max_tokens: 4 }));
+    // A client that sends part of a body and goes away: its create's Worker is left mid-body.
+    const cut = new AbortController();
+    let chunks = 0;
+    const partial = new ReadableStream<Uint8Array>({
+      async pull(c) {
+        if (chunks++ === 0) c.enqueue(new TextEncoder().encode('{"requests":[' + set("cut", 200).map((r) => JSON.stringify(r)).join(",") + ","));
+        else {
+          await Bun.sleep(50);
+          cut.abort();
+        }
+      },
+    });
+    const cutOff = raw("", { method: "POST", headers: { "content-type": "application/json" }, body: partial, duplex: "half", signal: cut.signal } as RequestInit).then(
+      () => "answered",
+      () => "aborted",
+    );
+    // Four at once: what a key may have under way (the upload slots).
+    const [a, refused, c] = await Promise.all([
+      client.messages.batches.create({ requests: set("a", 500) }),
+      rejection(client.messages.batches.create({ requests: [...set("r", 2000), req("r-7", "again")] })),
+      client.messages.batches.create({ requests: set("c", 1) }),
+    ]);
+    expect(await cutOff).toBe("aborted");
+    expect(refused).toBeInstanceOf(Anthropic.BadRequestError);
+    expect(String((refused as Error).message)).toMatch(/requests\.2000\.custom_id: duplicate custom_id 'r-7'/);
+    const after = await client.messages.batches.create({ requests: set("d", 5) });
+    for (const [batch, tag, n] of [
+      [a, "a", 500],
+      [c, "c", 1],
+      [after, "d", 5],
+    ] as const) {
+      expect(batch.request_counts.processing).toBe(n);
+      await waitEnded(client, batch.id);
+      const results = await resultsOf(client, batch.id);
+      expect(results.map((r) => r.custom_id).sort()).toEqual(set(tag, n).map((r) => r.custom_id).sort());
+    }
+  }, SCENARIO_MS);
+
   test("results and delete before the batch ends: 400 invalid_request_error; after it ends, delete removes it and its files", async () => {
     const client = sdk();
     const running = await client.messages.batches.create({ requests: Array.from({ length: 400 }, (_, i) => req(`r${i}`, `line ${i}`)) });

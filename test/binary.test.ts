@@ -113,6 +113,16 @@ test("the executable runs alone in an empty folder: upload, validate, download b
   expect(err.code).toBe("duplicate_custom_id");
   expect(err.message).toMatch(/\bline 2\b/);
 
+  // A message batch's create reads its requests in a Worker of its own: embedded too. One made and one refused, naming the request.
+  const mb = (requests: unknown[]) => fetch(`${url}/v1/messages/batches`, { method: "POST", headers: { ...auth, "content-type": "application/json" }, body: JSON.stringify({ requests }) });
+  const mreq = (id: string) => ({ custom_id: id, params: { model: "offpeak-echo", max_tokens: 5, messages: [{ role: "user", content: `hi ${id}` }] } });
+  const made = await mb([mreq("m1"), mreq("m2")]);
+  expect(made.status).toBe(200);
+  expect((await json(made)).request_counts.processing).toBe(2);
+  const refusedMb = await mb([mreq("m1"), mreq("m1")]);
+  expect(refusedMb.status).toBe(400);
+  expect((await json(refusedMb)).error.message).toMatch(/requests\.1\.custom_id: duplicate/);
+
   // No key → 401, and /docs is served from the binary.
   expect((await fetch(`${url}/api/v1/files`)).status).toBe(401);
   expect((await fetch(`${url}/docs`)).status).toBe(200);

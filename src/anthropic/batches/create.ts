@@ -1,10 +1,11 @@
 // POST /v1/messages/batches (docs/CONTRACT.md §22): a message batch is made
 // as an OpenAI batch is, so that it runs as one (docs/CONTRACT.md §5: the
 // same engine, scheduling, durability, events, webhooks, cluster). The
-// body is read as it streams (./requestsReader.ts); each request is
-// checked and translated to a chat completion (../request.ts) and written
-// as a line of a batch input file — `{custom_id, method, url, body}` — into
-// the file store while the body is still arriving. Any bad request refuses
+// body is read as it streams and handed to a Worker (./linesClient.ts),
+// where each request is checked and translated to a chat completion
+// (./requestLines.ts); its line of the batch input file —
+// `{custom_id, method, url, body}` — comes back and is written into the
+// file store while the body is still arriving. Any bad request refuses
 // the whole batch, naming it (`requests.N.params.…`, its custom_id), and the
 // file written so far is dropped: nothing is made. Once all is read the
 // file's row and the batch's row (api "anthropic", endpoint
@@ -30,22 +31,14 @@ import { createBatch } from "../../batches/service";
 import { drain } from "../../files/upload";
 import { withIdempotency, type BodyDigest } from "../../idempotency";
 import { uploadSlotsOf } from "../../files/uploadSlots";
-import { toChatRequest } from "../request";
-import { readRequests, tooLarge } from "./requestsReader";
+import { RequestLinesJob } from "./linesClient";
+import { MAX_BODY_BYTES } from "./requestLines";
+import { tooLarge } from "./requestsReader";
 
-/** docs/CONTRACT.md §22: Anthropic's limits on one message batch. */
-export const MAX_REQUESTS = 100_000;
-export const MAX_BODY_BYTES = 256 * 1024 * 1024;
-const CUSTOM_ID = /^[a-zA-Z0-9_-]{1,64}$/;
 const JSON_TYPE = /^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i;
-/** Lines are gathered into writes of about this much. */
-const FLUSH_CHARS = 1 << 20;
-/** The buffer they are encoded into: one flush in one write, unless its characters are not all ASCII. */
+/** The buffer the lines are encoded into: one piece of them (requestLines.ts) in one write, unless its characters are not all ASCII. */
 const OUT_BYTES = 2 << 20;
 const encoder = new TextEncoder();
-
-const bad = (param: string, message: string) => new ApiError("invalid_value", `${param}: ${message}`, { param });
-const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
 
 /**
  * Makes the batch and answers `answer(row)` (the caller's view of it, made
@@ -100,18 +93,13 @@ async function digestBody(body: IdleReader, digest: BodyDigest): Promise<void> {
 }
 
 async function receive(ctx: AppContext, project: string, body: IdleReader, digest: BodyDigest): Promise<BatchRow> {
-  const onChunk = digest.active ? (chunk: Uint8Array) => digest.update(chunk) : undefined;
-  const models = servingModels(ctx);
   const fileId = newId("file-");
   const writer = ctx.store.createWriter(fileId);
-  const seen = new Set<string>();
-  let pending = "";
   // The lines are encoded into one buffer used for every write (the writer copies or writes before it returns):
   // a new buffer a flush was garbage the collector did not count, and RSS grew with the body.
   const out = new Uint8Array(OUT_BYTES);
-  const flush = async () => {
-    let rest = pending;
-    pending = "";
+  const write = async (lines: string) => {
+    let rest = lines;
     while (rest) {
       const { read, written } = encoder.encodeInto(rest, out);
       const sent = writer.write(out.subarray(0, written));
@@ -119,19 +107,21 @@ async function receive(ctx: AppContext, project: string, body: IdleReader, diges
       rest = read < rest.length ? rest.slice(read) : "";
     }
   };
+  const job = new RequestLinesJob(servingModels(ctx), write);
   let committed = false;
   try {
-    for await (const elements of readRequests(body, MAX_BODY_BYTES, onChunk)) {
-      for (const { index, text } of elements) {
-        if (index >= MAX_REQUESTS) throw bad("requests", `at most ${MAX_REQUESTS} requests may be sent in one batch`);
-        pending += lineOf(index, text, seen, models);
-      }
-      if (pending.length >= FLUSH_CHARS) await flush();
+    let total = 0;
+    for (;;) {
+      const { done, value } = await body.read();
+      if (done) break;
+      if (!value || value.length === 0) continue;
+      if ((total += value.length) > MAX_BODY_BYTES) throw tooLarge(MAX_BODY_BYTES);
+      if (digest.active) digest.update(value);
+      await job.send(value);
     }
     // The whole body is in (its answer may be kept for an Idempotency-Key's replay).
     digest.complete();
-    if (seen.size === 0) throw bad("requests", "must hold at least one request");
-    await flush();
+    const count = await job.end();
     writer.finish?.();
     await writer.commit();
     committed = true;
@@ -139,7 +129,7 @@ async function receive(ctx: AppContext, project: string, body: IdleReader, diges
     return await ctx.db.transaction(async (tx) => {
       const [file] = await tx
         .insert(ctx.db.t.files)
-        .values({ id: fileId, project, filename: "message_batch_requests.jsonl", purpose: "batch", bytes: writer.bytes, status: "processed", createdAt: now, lineCount: seen.size })
+        .values({ id: fileId, project, filename: "message_batch_requests.jsonl", purpose: "batch", bytes: writer.bytes, status: "processed", createdAt: now, lineCount: count })
         .returning();
       return createBatch(ctx, project, { input_file_id: fileId, endpoint: chatKind.endpoint, completion_window: "24h" }, { q: tx, file: file as FileRow, api: "anthropic" });
     });
@@ -148,51 +138,15 @@ async function receive(ctx: AppContext, project: string, body: IdleReader, diges
     // A committed blob whose rows did not make it: removed too (nothing is made).
     if (committed) ctx.store.delete(fileId);
     throw e;
+  } finally {
+    job.close();
   }
 }
 
 /** The models a message batch's requests may name: those that answer chat completions (an `api: "anthropic"` upstream speaks only /v1/messages). */
-function servingModels(ctx: AppContext): Set<string> {
-  return new Set(
-    ctx.registry
-      .list()
-      .filter((m) => serves(chatKind, m.kind) && m.api !== "anthropic")
-      .map((m) => m.id),
-  );
-}
-
-/** One request, checked, as its line of the batch input file. */
-function lineOf(index: number, text: string, seen: Set<string>, models: Set<string>): string {
-  const at = `requests.${index}`;
-  let req: unknown;
-  try {
-    req = JSON.parse(text);
-  } catch {
-    throw new ApiError("invalid_json", `${at}: not valid JSON`, { param: at });
-  }
-  if (!isObject(req)) throw bad(at, "must be an object");
-  for (const k of Object.keys(req)) if (k !== "custom_id" && k !== "params") throw bad(`${at}.${k}`, "Extra inputs are not permitted");
-  const customId = req.custom_id;
-  if (customId === undefined) throw new ApiError("missing_field", `${at}.custom_id: Field required`, { param: `${at}.custom_id` });
-  if (typeof customId !== "string" || !CUSTOM_ID.test(customId))
-    throw bad(`${at}.custom_id`, `must match ^[a-zA-Z0-9_-]{1,64}$ (got ${JSON.stringify(String(customId).slice(0, 80))})`);
-  if (seen.has(customId)) throw new ApiError("duplicate_custom_id", `${at}.custom_id: duplicate custom_id '${customId}'; each must be unique within the batch`, { param: `${at}.custom_id` });
-  seen.add(customId);
-  const params = req.params;
-  if (params === undefined) throw new ApiError("missing_field", `${at}.params: Field required (custom_id '${customId}')`, { param: `${at}.params` });
-  if (!isObject(params)) throw bad(`${at}.params`, `must be an object (custom_id '${customId}')`);
-  let chat: Record<string, unknown>;
-  try {
-    chat = toChatRequest(params);
-  } catch (e) {
-    if (!(e instanceof ApiError)) throw e;
-    // The translation names the field within params: prefixed with where the request is.
-    throw new ApiError(e.code, `${at}.params.${e.message} (custom_id '${customId}')`, { param: `${at}.params${e.param ? `.${e.param}` : ""}` });
-  }
-  if (params.stream === true) throw bad(`${at}.params.stream`, `streaming is not supported in a message batch (custom_id '${customId}')`);
-  delete chat.stream;
-  delete chat.stream_options;
-  if (!models.has(chat.model as string))
-    throw bad(`${at}.params.model`, `model '${String(chat.model).slice(0, 200)}' is not available for message batches (custom_id '${customId}')`);
-  return JSON.stringify({ custom_id: customId, method: "POST", url: chatKind.endpoint, body: chat }) + "\n";
+function servingModels(ctx: AppContext): string[] {
+  return ctx.registry
+    .list()
+    .filter((m) => serves(chatKind, m.kind) && m.api !== "anthropic")
+    .map((m) => m.id);
 }

@@ -1,0 +1,111 @@
+// The main thread's side of a message batch's create (./lines.worker.ts):
+// the body's chunks go to a Worker as they are read, and the lines of the
+// batch input file come back, in order, to be written. Parsing, checking
+// and translating 100,000 requests is the CPU of a create: on the HTTP
+// thread it held every other request back for seconds, and its garbage
+// grew that thread's heap.
+//
+// Backpressure both ways: at most MAX_CHUNKS chunks sent and not yet read
+// by the Worker, and at most MAX_WRITES pieces of lines waiting to be
+// written; the create reads its body no faster. One Worker per create at a
+// time; one is kept for the next create (a fresh Worker's JIT starts cold).
+import { ApiError, type ErrorCode } from "../../errors";
+import { LINES_WORKER } from "../../workers";
+
+const MAX_CHUNKS = 8;
+const MAX_WRITES = 4;
+
+let idle: Worker | null = null;
+
+/** One create's Worker: send() the body's chunks, then end(); lines go to `write` in order. */
+export class RequestLinesJob {
+  private readonly worker: Worker;
+  private chunksOut = 0;
+  private writesOut = 0;
+  private writing: Promise<void> = Promise.resolve();
+  private room: (() => void) | null = null;
+  private failure: unknown = null;
+  private readonly result: Promise<number>;
+  /** The Worker answered done or refused: it is ready for another create. */
+  private finished = false;
+
+  constructor(models: string[], write: (lines: string) => Promise<void> | void) {
+    this.worker = idle ?? new Worker(LINES_WORKER);
+    idle = null;
+    this.worker.ref();
+    this.result = new Promise<number>((resolve, reject) => {
+      this.worker.onmessage = (e: MessageEvent) => {
+        const m = e.data as { type: "taken" } | { type: "lines"; text: string } | { type: "done"; count: number } | { type: "refused"; error: { code: ErrorCode | null; message: string; param: string | null } };
+        if (m.type === "taken") this.chunksOut--;
+        else if (m.type === "lines") {
+          this.writesOut++;
+          this.writing = this.writing.then(async () => {
+            await write(m.text);
+            this.writesOut--;
+            this.wake();
+          });
+          this.writing.catch((err) => this.fail(err));
+        } else if (m.type === "done") {
+          this.finished = true;
+          // Every write is in (or one failed) before the count is the answer.
+          this.writing.then(() => resolve(m.count), reject);
+        } else {
+          this.finished = true;
+          const { code, message, param } = m.error;
+          const err = code ? new ApiError(code, message, { param }) : new Error(message);
+          this.fail(err);
+          reject(err);
+        }
+        this.wake();
+      };
+      this.worker.onerror = (e) => {
+        const err = new Error(`message batch lines: ${e.message}`);
+        this.fail(err);
+        reject(err);
+      };
+    });
+    // Read by the caller at the end; a refusal before then is seen by send().
+    this.result.catch(() => {});
+    this.worker.postMessage({ type: "begin", models });
+  }
+
+  /** Sends a chunk of the body (a copy: the chunk is not ours to give away); waits while the Worker or the writes are behind. Throws the refusal once there is one. */
+  async send(chunk: Uint8Array): Promise<void> {
+    this.check();
+    this.worker.postMessage({ type: "chunk", bytes: chunk.slice() });
+    this.chunksOut++;
+    while ((this.chunksOut >= MAX_CHUNKS || this.writesOut >= MAX_WRITES) && this.failure === null && !this.finished) await new Promise<void>((r) => (this.room = r));
+    this.check();
+  }
+
+  /** The body is all sent: the number of requests once every line is written, or the refusal thrown. */
+  async end(): Promise<number> {
+    this.check();
+    this.worker.postMessage({ type: "end" });
+    return this.result;
+  }
+
+  /** The create is over (answered or not): the Worker is kept for the next if it finished cleanly, else ended. */
+  close(): void {
+    this.worker.onmessage = null;
+    this.worker.onerror = null;
+    if (this.finished && idle === null) {
+      this.worker.unref(); // an idle Worker must not keep the process alive
+      idle = this.worker;
+    } else this.worker.terminate();
+  }
+
+  private check(): void {
+    if (this.failure !== null) throw this.failure;
+  }
+
+  private fail(err: unknown): void {
+    this.failure ??= err;
+    this.wake();
+  }
+
+  private wake(): void {
+    this.room?.();
+    this.room = null;
+  }
+}
