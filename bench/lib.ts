@@ -174,8 +174,8 @@ export function spawnBun(args: string[], opts: { env?: Record<string, string>; c
   };
 }
 
-/** The benchmarks' loopback engine: the tests' engine model (test/helpers/engineReplicas.ts), run as a process of its own. */
-export const ENGINE_SCRIPT = join(ROOT, "test", "helpers", "engineReplicas.ts");
+/** The benchmarks' loopback engine: the tests' engine model (test/helpers/engineReplicas.ts), run as a process of its own by test/helpers/engineCli.ts. */
+export const ENGINE_SCRIPT = join(ROOT, "test", "helpers", "engineCli.ts");
 
 /**
  * `bun` arguments that start the engine (ENGINE_SCRIPT) in a process of its

@@ -15,8 +15,9 @@ import { CallFailure, classify } from "../src/inference/upstream/fate";
 import { DOWN, FAIL_THRESHOLD, SUSPECT, UP, markDown, markUp, newHealthMemory, pausedFor, report429, reportFailure, stateOf, windowOf, type HealthMemory } from "../src/inference/upstream/health";
 import { UpstreamConnectionError } from "../src/inference/upstream/httpClient";
 import type { FromWorker } from "../src/batches/types";
-import { closedPort, plans, startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
+import { plans, startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { eventually } from "./helpers/inference";
+import { freePort } from "./helpers/env";
 
 const U = 5;
 let mem: HealthMemory;
@@ -176,7 +177,7 @@ describe("2. attempt", () => {
   });
 
   test("nobody listening: a failure that says it was refused", async () => {
-    const tried = await attempt(lineCall(req(), model({ baseUrl: `http://127.0.0.1:${await closedPort()}` }), "/chat/completions"));
+    const tried = await attempt(lineCall(req(), model({ baseUrl: `http://127.0.0.1:${freePort()}` }), "/chat/completions"));
     expect(tried.res).toBeNull();
     if (!tried.res) expect(classify(tried.failure)).toMatchObject({ kind: "engine_failure", cause: "refused" });
   });

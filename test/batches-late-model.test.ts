@@ -1,15 +1,16 @@
 // a model discovered after the batch Workers were spawned.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { chatReq, createBatch, pollUntil, sleep } from "./helpers/batches";
-import { closedPort, startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
+import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { startTestServer, type TestServer } from "./helpers/server";
 import { SCENARIO_MS } from "./helpers/wait";
+import { freePort } from "./helpers/env";
 
 let t: TestServer;
 let up: ReturnType<typeof Bun.serve> | null = null;
 let port = 0;
 beforeAll(async () => {
-  port = await closedPort();
+  port = freePort();
   // The upstream is down when offpeak starts: discovery finds no models.
   t = await startTestServer({ env: { OFFPEAK_UPSTREAM_URL: `http://127.0.0.1:${port}/v1`, OFFPEAK_BATCH_WORKERS: "1" } });
 });

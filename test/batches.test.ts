@@ -21,8 +21,9 @@ import {
   waitBatch,
   type ResultLine,
 } from "./helpers/batches";
-import { closedPort, inShare, plans, startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
+import { inShare, plans, startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { startTestServer, uploadRaw, type TestServer } from "./helpers/server";
+import { freePort } from "./helpers/env";
 
 const json = (res: Response): Promise<any> => res.json();
 const configDir = mkdtempSync(join(tmpdir(), "offpeak-batch-cfg-"));
@@ -900,7 +901,7 @@ describe("upstream failures without an HTTP answer", () => {
   let slow: FakeUpstream;
 
   beforeAll(async () => {
-    const port = await closedPort();
+    const port = freePort();
     // Answers "slow …" after 3 s, everything else at once.
     slow = await startFakeUpstream({ models: ["slow-chat"], latencyMs: (c) => (c.startsWith("slow ") ? 3000 : 0) });
     // Discovery would fail against a closed port, so the models are named in config.

@@ -7,10 +7,9 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chatLine, startTestServer, type TestServer } from "./helpers/server";
-import { closedPort } from "./helpers/fakeUpstream";
 import { formatDuration, Progress, renderBar, renderPlain } from "../src/cli/progress";
 import { SCENARIO_MS } from "./helpers/wait";
-import { cleanEnv } from "./helpers/env";
+import { cleanEnv, freePort } from "./helpers/env";
 
 const ROOT = join(import.meta.dir, "..");
 const MAIN = join(ROOT, "src/main.ts");
@@ -277,7 +276,7 @@ describe("--timeout", () => {
   });
 
   test("--timeout also bounds a wait for an unreachable server (exit 2 when no record was ever seen)", async () => {
-    const port = await closedPort();
+    const port = freePort();
     const r = await cli(["batches", "wait", "batch_x", "--interval", "0.05", "--timeout", "1"], { OFFPEAK_BASE_URL: `http://127.0.0.1:${port}/v1` });
     expectCode(r, 2);
     expect(r.stderr).toMatch(/cannot reach offpeak/);
@@ -415,7 +414,7 @@ describe("exit 2: usage and connection errors", () => {
   });
 
   test("an unreachable server", async () => {
-    const port = await closedPort();
+    const port = freePort();
     for (const args of [["files", "list"], ["batches", "get", "batch_x"], ["batch", "run", writeLines("unreach.jsonl", [chatLine("a")])]]) {
       const r = await cli([...args, "--base-url", `http://127.0.0.1:${port}/v1`]);
       expectCode(r, 2);
@@ -427,7 +426,7 @@ describe("exit 2: usage and connection errors", () => {
 describe("healthcheck", () => {
   test("0 against a live server, 1 against nothing", async () => {
     expectCode(await cli(["healthcheck", "--url", `${t.url}/healthz`]), 0);
-    const port = await closedPort();
+    const port = freePort();
     const down = await cli(["healthcheck"], { PORT: String(port) });
     expectCode(down, 1);
     expect(down.stderr).toContain(`http://127.0.0.1:${port}/healthz`);

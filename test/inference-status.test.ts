@@ -4,9 +4,9 @@
 // without a key.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import pkg from "../package.json";
-import { closedPort } from "./helpers/fakeUpstream";
 import { REQUEST_ID, configWriter, eventually, json, startScriptedUpstream, type ScriptedUpstream } from "./helpers/inference";
 import { startTestServer, type TestServer } from "./helpers/server";
+import { freePort } from "./helpers/env";
 
 const cfg = configWriter("offpeak-status-");
 afterAll(() => cfg.cleanup());
@@ -103,7 +103,7 @@ describe("a healthy server", () => {
 
 describe("degraded", () => {
   test("an upstream that is down at start: degraded (still 200), its model unhealthy, the rest healthy", async () => {
-    const port = await closedPort();
+    const port = freePort();
     const config = cfg.write("dead.json", { upstreams: [{ name: "dead", base_url: `http://127.0.0.1:${port}/v1`, models: ["dead-chat"] }] });
     const t = await startTestServer({ argv: ["--config", config], env: { OFFPEAK_BATCH_WORKERS: "1" } });
     try {

@@ -9,7 +9,6 @@
 // unreachable → 502.
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import { closedPort } from "./helpers/fakeUpstream";
 import {
   REQUEST_ID,
   configWriter,
@@ -29,6 +28,7 @@ import {
   type ScriptedUpstream,
 } from "./helpers/inference";
 import { startTestServer, type TestServer } from "./helpers/server";
+import { freePort } from "./helpers/env";
 
 const UPSTREAM_KEY = "sk-upstream-secret-from-env-1234";
 const MAPPED_KEY = "sk-mapped-upstream-key-5678";
@@ -40,7 +40,7 @@ const cfg = configWriter("offpeak-inf-up-");
 
 beforeAll(async () => {
   up = await startScriptedUpstream({ models: ["up-chat", "up-embed", "org/up-model"] });
-  const dead = await closedPort();
+  const dead = freePort();
   const config = cfg.write("upstreams.json", {
     upstreams: [
       { name: "mapped", base_url: up.baseUrl, api_key_env: "MAPPED_UPSTREAM_KEY", models: ["alias-chat"], model_map: { "alias-chat": "real/model-name" } },

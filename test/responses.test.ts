@@ -6,10 +6,11 @@
 // field; 401/403/404; rate limits, metrics and the OpenAPI document.
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import { closedPort, startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
+import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
 import { REQUEST_ID, configWriter, deferred, eventually, expectError, json, jsonResponse, pushStream, sseReader, startScriptedUpstream, within, type ScriptedUpstream } from "./helpers/inference";
 import { startTestServer, type TestServer } from "./helpers/server";
 import { clearOfMinuteEnd } from "./helpers/wait";
+import { freePort } from "./helpers/env";
 
 const RESP_ID = /^resp_[0-9A-Za-z]{24}$/;
 const MSG_ID = /^msg_[0-9A-Za-z]{24}$/;
@@ -25,7 +26,7 @@ const cfg = configWriter("offpeak-responses-");
 beforeAll(async () => {
   fake = await startFakeUpstream({ models: ["fake-model"] });
   up = await startScriptedUpstream({ models: ["up-resp", "tight-resp"] });
-  const dead = await closedPort();
+  const dead = freePort();
   const config = cfg.write("responses.json", {
     upstreams: [
       { name: "fake", base_url: fake.baseUrl, models: ["fake-model"] },

@@ -4,9 +4,10 @@
 // the start, and "ok" again once it answers. GET /models/{id} is in the
 // OpenAPI document, and ids with "/" still work through it.
 import { afterAll, describe, expect, test } from "bun:test";
-import { closedPort, startFakeUpstream } from "./helpers/fakeUpstream";
+import { startFakeUpstream } from "./helpers/fakeUpstream";
 import { configWriter, eventually, expectError, json } from "./helpers/inference";
 import { startTestServer, type TestServer } from "./helpers/server";
+import { freePort } from "./helpers/env";
 
 const cfg = configWriter("offpeak-status-upstreams-");
 afterAll(() => cfg.cleanup());
@@ -29,7 +30,7 @@ function serveModelsOn(port: number, models: string[]) {
 
 describe("an upstream that discovers its models", () => {
   test("OFFPEAK_UPSTREAM_URL down from the start: degraded; once it answers, ok with its models", async () => {
-    const port = await closedPort();
+    const port = freePort();
     let t: TestServer | undefined;
     let late: ReturnType<typeof serveModelsOn> | undefined;
     try {
@@ -71,7 +72,7 @@ describe("an upstream that discovers its models", () => {
   });
 
   test("an upstreams[] entry without `models`, down from the start: degraded", async () => {
-    const port = await closedPort();
+    const port = freePort();
     const config = cfg.write("discover-dead.json", { upstreams: [{ name: "gone", base_url: `http://127.0.0.1:${port}/v1` }] });
     const t = await startTestServer({ argv: ["--config", config], env: { OFFPEAK_BATCH_WORKERS: "1" } });
     try {

@@ -5,10 +5,10 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { hostname } from "node:os";
 import { chatReq, createBatch, pollUntil } from "./helpers/batches";
-import { closedPort } from "./helpers/fakeUpstream";
 import { configWriter, json } from "./helpers/inference";
 import { startTestServer, type TestServer } from "./helpers/server";
 import { SCENARIO_MS } from "./helpers/wait";
+import { freePort } from "./helpers/env";
 
 const cfg = configWriter("offpeak-status-visibility-");
 const NODE_NAME = "status-secret-host";
@@ -20,7 +20,7 @@ const keys: Record<"alpha" | "beta" | "gamma", string> = { alpha: "", beta: "", 
 const batchIds: string[] = [];
 
 beforeAll(async () => {
-  port = await closedPort();
+  port = freePort();
   // One request at a time, 2 s each: the batches keep running for the whole test.
   const config = cfg.write("status.json", {
     upstreams: [{ name: "gpu", base_url: `http://127.0.0.1:${port}/v1`, models: ["gpu-chat"] }],

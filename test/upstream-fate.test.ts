@@ -10,7 +10,8 @@ import { ANSWER, CallFailure, INVALID_ANSWER, classify, describe, failureLabel, 
 import { FAIL_THRESHOLD, SUSPECT, UP, newHealthMemory, pausedFor, reportFailure, reportFate, stateOf, windowOf, report429, tryEnterWindow } from "../src/inference/upstream/health";
 import { UpstreamConnectionError, UpstreamProtocolError } from "../src/inference/upstream/httpClient";
 import { getModels, ownClientFor, postJson } from "../src/inference/upstream/transport";
-import { closedPort, startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
+import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
+import { freePort } from "./helpers/env";
 
 const answer = (status: number, headers: Record<string, string> = {}) => new OwnAnswer(status, Object.entries(headers), new Uint8Array(), null);
 const fetchError = (code: string) => Object.assign(new TypeError(`${code}: fetch failed`), { code });
@@ -204,7 +205,7 @@ group("the transport", () => {
   });
 
   test("real failures get the same fate from either client: refused, malformed, timed out", async () => {
-    const closed = await closedPort();
+    const closed = freePort();
     const garbage = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data: (s) => void (s.write("HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\n{}"), s.end()) } });
     const silent = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data: () => {} } });
     const fateOf = async (baseUrl: string, ownClient: boolean, ms = 5000): Promise<Fate> => {
@@ -251,7 +252,7 @@ group("the transport", () => {
     } finally {
       odd.stop(true);
     }
-    const refused = await getModels(`http://127.0.0.1:${await closedPort()}`, null, 5000);
+    const refused = await getModels(`http://127.0.0.1:${freePort()}`, null, 5000);
     expect(refused).toMatchObject({ ok: false, fate: { kind: "engine_failure", cause: "refused" } });
     expect(refused.ok || refused.error.startsWith("GET /models: ")).toBe(true);
   });
