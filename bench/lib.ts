@@ -102,13 +102,8 @@ export function cmdlineOf(pid: number): string[] {
   return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").filter(Boolean);
 }
 
-/** A TCP port that was free a moment ago on 127.0.0.1. */
-export function freePort(): number {
-  const s = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
-  const port = s.port!;
-  s.stop(true);
-  return port;
-}
+/** A TCP port that was free a moment ago on 127.0.0.1 (the tests' own). */
+export { freePort } from "../test/helpers/env";
 
 /** Polls `url` until it answers 2xx, the child exits, or `timeoutMs` passes. */
 export async function waitForHttp(url: string, child?: { exitCode: number | null }, timeoutMs = 15_000): Promise<void> {

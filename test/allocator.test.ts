@@ -7,7 +7,7 @@ import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { freshDataDir, SERVE_READY } from "./helpers/server";
 import { pollUntil } from "./helpers/batches";
-import { cleanEnv } from "./helpers/env";
+import { cleanEnv, freePort } from "./helpers/env";
 
 /** Without the allocator settings that serve sets for itself, so a test sees what it sets. */
 const allocEnv = (extra: Record<string, string>) => cleanEnv(extra, (k) => k === "MIMALLOC_PURGE_DELAY" || k === "BUN_CONFIG_MAX_HTTP_REQUESTS");
@@ -17,9 +17,7 @@ const ROOT = join(import.meta.dir, "..");
 /** Starts `serve` with `env`, waits for its answer, returns the process's environment as it runs and what it printed. */
 async function serveWith(env: Record<string, string>) {
   const dataDir = freshDataDir();
-  const port = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
-  const p = port.port!;
-  port.stop(true);
+  const p = freePort();
   const proc = Bun.spawn([process.execPath, join(ROOT, "src/main.ts"), "serve", "--port", String(p), "--host", "127.0.0.1", "--data-dir", dataDir], {
     cwd: ROOT,
     env: allocEnv(env),

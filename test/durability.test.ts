@@ -24,6 +24,7 @@ import { tmpdir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { chatReq, pollUntil } from "./helpers/batches";
 import { missingPrerequisite } from "./helpers/ci";
+import { cleanEnv } from "./helpers/env";
 import { ADMIN_KEY, SERVE_READY } from "./helpers/server";
 import { SCENARIO_MS } from "./helpers/wait";
 
@@ -74,9 +75,7 @@ interface Server {
 async function startServer(name: string, opts: { env?: Record<string, string>; wrap?: string[] } = {}): Promise<Server> {
   const dataDir = join(tmp, name);
   const log = join(tmp, `${name}.fsync.log`);
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("OFFPEAK_") && k !== "PORT" && k !== "HOST") env[k] = v;
-  Object.assign(env, { OFFPEAK_ADMIN_KEY: ADMIN_KEY, OFFPEAK_LOG_LEVEL: "warn", OFFPEAK_BATCH_WORKERS: "2", OFFPEAK_TEST_FSYNC_LOG: log }, opts.env);
+  const env = cleanEnv({ OFFPEAK_ADMIN_KEY: ADMIN_KEY, OFFPEAK_LOG_LEVEL: "warn", OFFPEAK_BATCH_WORKERS: "2", OFFPEAK_TEST_FSYNC_LOG: log, ...opts.env });
   const proc = Bun.spawn([...(opts.wrap ?? []), process.execPath, MAIN, "serve", "--port", "0", "--host", "127.0.0.1", "--data-dir", dataDir], {
     cwd: ROOT,
     env,

@@ -21,6 +21,7 @@ import { setThreadSettings, threadSettings } from "../src/threadSettings";
 import { revokeKey } from "../src/keys/service";
 import { clearOfMinuteEnd } from "./helpers/wait";
 import { startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstream";
+import { cleanEnv, freePort } from "./helpers/env";
 
 /** An upstream that answers by the last message's content: "fail500", "fail400", "hang", "slow" (streams a chunk per 100 ms), else at once. */
 function startUpstream(): Server<undefined> {
@@ -452,15 +453,9 @@ describe("what the main thread keeps for a front thread's request", () => {
 
 describe("a front thread that fails", () => {
   test("is replaced: the port answers again, and the slot its stream held is let go", async () => {
-    const port = await new Promise<number>((resolve) => {
-      const probe = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
-      resolve(probe.port!);
-      probe.stop(true);
-    });
-    const env: Record<string, string> = {};
-    for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("OFFPEAK_")) env[k] = v;
+    const port = freePort();
     const proc = Bun.spawn([process.execPath, join(import.meta.dir, "../src/main.ts"), "serve", "--port", String(port), "--data-dir", mkdtempSync(join(dir, "crash-")), "--config", configFile()], {
-      env: { ...env, OFFPEAK_ADMIN_KEY: ADMIN_KEY, OFFPEAK_HTTP_THREADS: "1", OFFPEAK_TEST_FRONT_CRASH_PATH: "/crash-front", OFFPEAK_NO_REEXEC: "1" },
+      env: cleanEnv({ OFFPEAK_ADMIN_KEY: ADMIN_KEY, OFFPEAK_HTTP_THREADS: "1", OFFPEAK_TEST_FRONT_CRASH_PATH: "/crash-front", OFFPEAK_NO_REEXEC: "1" }),
       stdout: "ignore",
       stderr: "pipe",
     });

@@ -10,7 +10,7 @@ import { plans, startFakeUpstream, type FakeUpstream } from "./helpers/fakeUpstr
 import { pollUntil } from "./helpers/batches";
 import { Registry } from "../src/metrics/registry";
 import { routeMatcher } from "../src/metrics/http";
-import { freePort } from "./helpers/env";
+import { cleanEnv, freePort } from "./helpers/env";
 
 const ROOT = join(import.meta.dir, "..");
 /** Response.json() typed loosely, for assertions. */
@@ -273,12 +273,10 @@ describe("structured logs", () => {
   test("one JSON line per request with id, key, project, route, status, duration; batch state changes; no secret anywhere", async () => {
     const dataDir = freshDataDir();
     const admin = "sk-op-log-test-admin-0000000000000000000000";
-    const port = await freePort();
-    const env: Record<string, string> = {};
-    for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("OFFPEAK_") && k !== "PORT" && k !== "HOST") env[k] = v;
+    const port = freePort();
     const proc: Subprocess<"ignore", "pipe", "pipe"> = Bun.spawn([process.execPath, MAIN, "serve", "--port", String(port), "--host", "127.0.0.1", "--data-dir", dataDir], {
       cwd: ROOT,
-      env: { ...env, OFFPEAK_ADMIN_KEY: admin, OFFPEAK_LOG_LEVEL: "info" },
+      env: cleanEnv({ OFFPEAK_ADMIN_KEY: admin, OFFPEAK_LOG_LEVEL: "info" }),
       stdout: "pipe",
       stderr: "pipe",
       stdin: "ignore",

@@ -6,6 +6,7 @@ import type { Subprocess } from "bun";
 import { join, resolve } from "node:path";
 import OpenAI from "openai";
 import { pollUntil } from "./batches";
+import { cleanEnv } from "./env";
 import { ADMIN_KEY, SERVE_READY } from "./server";
 
 const ROOT = resolve(import.meta.dir, "..", "..");
@@ -32,9 +33,7 @@ export async function killChildren(): Promise<void> {
 
 /** The test process's environment without offpeak's own settings, plus the admin key and `env`. */
 export function childEnv(env: Record<string, string> = {}): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("OFFPEAK_") && k !== "PORT" && k !== "HOST") out[k] = v;
-  return { ...out, OFFPEAK_ADMIN_KEY: ADMIN_KEY, OFFPEAK_LOG_LEVEL: "warn", ...env };
+  return cleanEnv({ OFFPEAK_ADMIN_KEY: ADMIN_KEY, OFFPEAK_LOG_LEVEL: "warn", ...env });
 }
 
 export interface ChildOptions {

@@ -43,6 +43,7 @@ import { SQL } from "bun";
 import { chownSync, existsSync, lstatSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, relative } from "node:path";
+import { freePort } from "./env";
 
 export interface TestPostgres {
   /** The server's port on 127.0.0.1. */
@@ -304,14 +305,6 @@ function copyBinaries(nativeDir: string): string {
     return cache;
   }
   return tmp;
-}
-
-/** A port on 127.0.0.1 that was free a moment ago. */
-function freePort(): number {
-  const s = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
-  const port = s.port;
-  s.stop(true);
-  return port;
 }
 
 /**
