@@ -11,24 +11,13 @@
 // Usage: bun bench/chat-proxy.ts [seconds-per-run=5] [rounds=5]
 import { writeFileSync } from "node:fs";
 import { BENCH_KEY, freePort, startBenchServer } from "./server";
-import { cpuSeconds, engineArgs } from "./lib";
+import { anyAnswer, cpuSeconds, engineArgs, waitForHttp } from "./lib";
 
 const seconds = Number(process.argv[2] ?? 5);
 const ROUNDS = Number(process.argv[3] ?? 5);
 if (!Bun.which("wrk")) {
   console.error("wrk not found: apt-get install wrk");
   process.exit(2);
-}
-
-async function waitFor(url: string, headers: Record<string, string> = {}) {
-  for (let i = 0; i < 200; i++) {
-    try {
-      await fetch(url, { headers }); // any answer means it is listening
-      return;
-    } catch {}
-    await Bun.sleep(50);
-  }
-  throw new Error(`${url} did not come up`);
 }
 
 const body = JSON.stringify({ model: "fake-model", messages: [{ role: "user", content: "Say hello to the benchmark." }], max_tokens: 16 });
@@ -102,9 +91,9 @@ function countLines(stream: ReadableStream<Uint8Array>) {
 }
 
 try {
-  await waitFor(`${upBase}/models`);
-  await waitFor(`http://127.0.0.1:${naivePort}/`);
-  await waitFor(`http://127.0.0.1:${elysiaPort}/`);
+  await waitForHttp(`${upBase}/models`, undefined, 10_000, anyAnswer);
+  await waitForHttp(`http://127.0.0.1:${naivePort}/`, undefined, 10_000, anyAnswer);
+  await waitForHttp(`http://127.0.0.1:${elysiaPort}/`, undefined, 10_000, anyAnswer);
   const config = { upstreams: [{ name: "fake", base_url: upBase, models: ["fake-model"], max_concurrency: 256, queue_size: 1024 }] };
   // The default log level (info): one request line per request.
   logged = await startBenchServer({ OFFPEAK_LOG_LEVEL: "info" }, config, { stderr: "pipe" });

@@ -105,13 +105,16 @@ export function cmdlineOf(pid: number): string[] {
 /** A TCP port that was free a moment ago on 127.0.0.1 (the tests' own). */
 export { freePort } from "../test/helpers/env";
 
-/** Polls `url` until it answers 2xx, the child exits, or `timeoutMs` passes. */
-export async function waitForHttp(url: string, child?: { exitCode: number | null }, timeoutMs = 15_000): Promise<void> {
+/** Any answer at all: the server listens (for waitForHttp). */
+export const anyAnswer = () => true;
+
+/** Polls `url` until it answers 2xx (or as `accept` likes), the child exits, or `timeoutMs` passes: the benchmarks' one wait for a server. */
+export async function waitForHttp(url: string, child?: { exitCode: number | null }, timeoutMs = 15_000, accept: (res: Response) => boolean = (res) => res.ok): Promise<void> {
   const deadline = performance.now() + timeoutMs;
   for (;;) {
     if (child && child.exitCode !== null) throw new Error(`process exited (code ${child.exitCode}) before ${url} answered`);
     try {
-      if ((await fetch(url)).ok) return;
+      if (accept(await fetch(url))) return;
     } catch {}
     if (performance.now() > deadline) throw new Error(`${url} did not answer within ${timeoutMs} ms`);
     await Bun.sleep(50);

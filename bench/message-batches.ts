@@ -14,6 +14,7 @@
 // Usage: bun bench/message-batches.ts [--n 1000000] [--runs 3]
 import { benchArgs, cpuSeconds, machineNote, median, rssMb } from "./lib";
 import { auth, startBenchServer, type BenchServer } from "./server";
+import { pollUntil } from "../test/helpers/wait";
 
 const args = benchArgs();
 const n = Number(args.opt("n") ?? 1_000_000);
@@ -58,14 +59,6 @@ async function eachLine(res: Response, each: (v: { custom_id: string; [k: string
 }
 
 const root = (s: BenchServer) => s.base.replace(/\/api\/v1$/, "");
-
-async function poll<T>(get: () => Promise<T>, done: (v: T) => boolean): Promise<T> {
-  for (;;) {
-    const v = await get();
-    if (done(v)) return v;
-    await Bun.sleep(50);
-  }
-}
 
 /** Bodies made before the clock starts: the client's own work is not what is measured. */
 const messageBodies = sizes.map((size, g) => messageBody(g * PER_BATCH, size));
@@ -131,9 +124,10 @@ async function messageSide(s: BenchServer, ph: Phases): Promise<number> {
   let ok = 0;
   for (const id of ids) {
     ph.to("run");
-    await poll(
+    await pollUntil(
       () => fetch(`${root(s)}/v1/messages/batches/${id}`, { headers: auth }).then((r) => r.json() as Promise<{ processing_status: string }>),
       (b) => b.processing_status === "ended",
+      { stallMs: Infinity },
     );
     ph.to("results");
     await eachLine(await fetch(`${root(s)}/v1/messages/batches/${id}/results`, { headers: auth }), (l) => {
@@ -163,9 +157,10 @@ async function openaiSide(s: BenchServer, ph: Phases): Promise<number> {
   let ok = 0;
   for (const id of ids) {
     ph.to("run");
-    const b = await poll(
+    const b = await pollUntil(
       () => fetch(`${s.base}/batches/${id}`, { headers: auth }).then((r) => r.json() as Promise<{ status: string; output_file_id: string | null }>),
       (b) => ["completed", "failed", "expired", "cancelled"].includes(b.status),
+      { stallMs: Infinity },
     );
     ph.to("results");
     await eachLine(await fetch(`${s.base}/files/${b.output_file_id}/content`, { headers: auth }), (l) => {

@@ -14,7 +14,7 @@
 // Usage: bun bench/replicas-dispatch.ts [seconds-per-run=5] [rounds=5]
 import { writeFileSync } from "node:fs";
 import { BENCH_KEY, freePort, startBenchServer } from "./server";
-import { cpuSeconds, engineArgs } from "./lib";
+import { anyAnswer, cpuSeconds, engineArgs, waitForHttp } from "./lib";
 
 const seconds = Number(process.argv[2] ?? 5);
 const ROUNDS = Number(process.argv[3] ?? 5);
@@ -54,17 +54,6 @@ async function wrk(url: string): Promise<Run> {
   return { rps: Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1]), requests: Number(/(\d+) requests in/.exec(out)?.[1]), errors: non2xx };
 }
 
-async function waitFor(url: string) {
-  for (let i = 0; i < 200; i++) {
-    try {
-      await fetch(url);
-      return;
-    } catch {}
-    await Bun.sleep(50);
-  }
-  throw new Error(`${url} did not come up`);
-}
-
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const ports = await Promise.all([0, 1, 2, 3].map(() => freePort()));
 const engines = ports.map((p) => Bun.spawn([process.execPath, ...engineArgs({ ports: [p] })], { stdout: "ignore" }));
@@ -76,9 +65,9 @@ const naive4Port = await freePort();
 const naive4 = Bun.spawn([process.execPath, "bench/naive-proxy.ts", String(naive4Port), bases.join(",")], { stdout: "ignore" });
 const servers: Awaited<ReturnType<typeof startBenchServer>>[] = [];
 try {
-  for (const b of bases) await waitFor(`${b}/models`);
-  await waitFor(`http://127.0.0.1:${naivePort}/`);
-  await waitFor(`http://127.0.0.1:${naive4Port}/`);
+  for (const b of bases) await waitForHttp(`${b}/models`, undefined, 10_000, anyAnswer);
+  await waitForHttp(`http://127.0.0.1:${naivePort}/`, undefined, 10_000, anyAnswer);
+  await waitForHttp(`http://127.0.0.1:${naive4Port}/`, undefined, 10_000, anyAnswer);
   const upstream = (replicas: string[]) => ({ upstreams: [{ name: "fake", engine: "openai", models: ["fake-model"], max_concurrency: 256, queue_size: 1024, replicas: replicas.map((base_url) => ({ base_url })) }] });
   const one = await startBenchServer({}, upstream(bases.slice(0, 1)));
   const four = await startBenchServer({}, upstream(bases));

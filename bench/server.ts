@@ -18,7 +18,7 @@ export interface BenchServer {
 
 // Peak RSS in MB (10^6 bytes) and free ports: the one bench helper library (./lib.ts).
 // (Until 2026-11-29 this file's peakRssMb returned MiB: BENCHMARKS.md labels those figures MiB.)
-import { freePort, peakRssMb, percentile } from "./lib";
+import { freePort, peakRssMb, percentile, waitForHttp } from "./lib";
 export { freePort, peakRssMb, percentile };
 
 export async function startBenchServer(env: Record<string, string> = {}, config?: unknown, opts: { stderr?: "inherit" | "pipe" } = {}): Promise<BenchServer> {
@@ -36,13 +36,7 @@ export async function startBenchServer(env: Record<string, string> = {}, config?
     stderr: opts.stderr ?? "inherit",
   });
   const base = `http://127.0.0.1:${port}/api/v1`;
-  for (let i = 0; ; i++) {
-    try {
-      if ((await fetch(`http://127.0.0.1:${port}/healthz`)).ok) break;
-    } catch {}
-    if (i > 200) throw new Error("server did not start");
-    await Bun.sleep(50);
-  }
+  await waitForHttp(`http://127.0.0.1:${port}/healthz`, proc, 10_000);
   return {
     pid: proc.pid,
     stderr: opts.stderr === "pipe" ? (proc.stderr as ReadableStream<Uint8Array>) : null,
