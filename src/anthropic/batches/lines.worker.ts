@@ -1,10 +1,9 @@
 // Worker side of a message batch's create (./linesClient.ts): the body's
 // bytes come in as they are read, the batch input file's lines go back.
-// Protocol, one create at a time per Worker:
+// Protocol, one create per Worker:
 //   {begin, models} → {chunk, bytes}… → {end}
 // replies {taken} as each chunk is read (the main thread's backpressure),
-// {lines, text} in order, then {done, count} or {refused, error}. After
-// {done} or {refused} the Worker is ready for another create.
+// {lines, text} in order, then {done, count} or {refused, error}.
 import { ApiError } from "../../errors";
 import type { ChunkReader } from "../../files/multipart";
 import { requestLines } from "./requestLines";
@@ -53,6 +52,4 @@ self.onmessage = (event: MessageEvent) => {
 function finish(mine: Chunks, reply: object): void {
   if (chunks === mine) chunks = null;
   self.postMessage(reply);
-  // What the create left goes now, not when the next one grows the heap.
-  Bun.gc(false);
 }

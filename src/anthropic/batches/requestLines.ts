@@ -46,36 +46,38 @@ export async function requestLines(body: ChunkReader, models: Set<string>, emit:
 
 /** One request, checked, as its line of the batch input file. */
 function lineOf(index: number, text: string, seen: Set<string>, models: Set<string>): string {
-  const at = `requests.${index}`;
   let req: unknown;
   try {
     req = JSON.parse(text);
   } catch {
-    throw new ApiError("invalid_json", `${at}: not valid JSON`, { param: at });
+    throw new ApiError("invalid_json", `${at(index)}: not valid JSON`, { param: at(index) });
   }
-  if (!isObject(req)) throw bad(at, "must be an object");
-  for (const k of Object.keys(req)) if (k !== "custom_id" && k !== "params") throw bad(`${at}.${k}`, "Extra inputs are not permitted");
+  if (!isObject(req)) throw bad(at(index), "must be an object");
+  for (const k in req) if (k !== "custom_id" && k !== "params") throw bad(`${at(index)}.${k}`, "Extra inputs are not permitted");
   const customId = req.custom_id;
-  if (customId === undefined) throw new ApiError("missing_field", `${at}.custom_id: Field required`, { param: `${at}.custom_id` });
+  if (customId === undefined) throw new ApiError("missing_field", `${at(index)}.custom_id: Field required`, { param: `${at(index)}.custom_id` });
   if (typeof customId !== "string" || !CUSTOM_ID.test(customId))
-    throw bad(`${at}.custom_id`, `must match ^[a-zA-Z0-9_-]{1,64}$ (got ${JSON.stringify(String(customId).slice(0, 80))})`);
-  if (seen.has(customId)) throw new ApiError("duplicate_custom_id", `${at}.custom_id: duplicate custom_id '${customId}'; each must be unique within the batch`, { param: `${at}.custom_id` });
+    throw bad(`${at(index)}.custom_id`, `must match ^[a-zA-Z0-9_-]{1,64}$ (got ${JSON.stringify(String(customId).slice(0, 80))})`);
+  if (seen.has(customId)) throw new ApiError("duplicate_custom_id", `${at(index)}.custom_id: duplicate custom_id '${customId}'; each must be unique within the batch`, { param: `${at(index)}.custom_id` });
   seen.add(customId);
   const params = req.params;
-  if (params === undefined) throw new ApiError("missing_field", `${at}.params: Field required (custom_id '${customId}')`, { param: `${at}.params` });
-  if (!isObject(params)) throw bad(`${at}.params`, `must be an object (custom_id '${customId}')`);
+  if (params === undefined) throw new ApiError("missing_field", `${at(index)}.params: Field required (custom_id '${customId}')`, { param: `${at(index)}.params` });
+  if (!isObject(params)) throw bad(`${at(index)}.params`, `must be an object (custom_id '${customId}')`);
   let chat: Record<string, unknown>;
   try {
     chat = toChatRequest(params);
   } catch (e) {
     if (!(e instanceof ApiError)) throw e;
     // The translation names the field within params: prefixed with where the request is.
-    throw new ApiError(e.code, `${at}.params.${e.message} (custom_id '${customId}')`, { param: `${at}.params${e.param ? `.${e.param}` : ""}` });
+    throw new ApiError(e.code, `${at(index)}.params.${e.message} (custom_id '${customId}')`, { param: `${at(index)}.params${e.param ? `.${e.param}` : ""}` });
   }
-  if (params.stream === true) throw bad(`${at}.params.stream`, `streaming is not supported in a message batch (custom_id '${customId}')`);
-  delete chat.stream;
-  delete chat.stream_options;
+  // (Only `stream: true` puts stream fields in the translation, and it is refused here: nothing to take out.)
+  if (params.stream === true) throw bad(`${at(index)}.params.stream`, `streaming is not supported in a message batch (custom_id '${customId}')`);
   if (!models.has(chat.model as string))
-    throw bad(`${at}.params.model`, `model '${String(chat.model).slice(0, 200)}' is not available for message batches (custom_id '${customId}')`);
-  return JSON.stringify({ custom_id: customId, method: "POST", url: chatKind.endpoint, body: chat }) + "\n";
+    throw bad(`${at(index)}.params.model`, `model '${String(chat.model).slice(0, 200)}' is not available for message batches (custom_id '${customId}')`);
+  // The custom_id's characters need no escape (CUSTOM_ID).
+  return `{"custom_id":"${customId}","method":"POST","url":"${chatKind.endpoint}","body":${JSON.stringify(chat)}}\n`;
 }
+
+/** Where a request is, in the names of errors (made only for one). */
+const at = (index: number) => `requests.${index}`;
