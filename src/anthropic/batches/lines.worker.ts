@@ -1,9 +1,10 @@
 // Worker side of a message batch's create (./linesClient.ts): the body's
 // bytes come in as they are read, the batch input file's lines go back.
-// Protocol, one create per Worker:
+// Protocol, one create at a time:
 //   {begin, models} → {chunk, bytes}… → {end}
 // replies {taken} as each chunk is read (the main thread's backpressure),
-// {lines, text} in order, then {done, count} or {refused, error}.
+// {lines, text} in order, then {done, count} or {refused, error}, after
+// which the Worker may take another create.
 import { ApiError } from "../../errors";
 import type { ChunkReader } from "../../files/multipart";
 import { requestLines } from "./requestLines";
@@ -52,4 +53,6 @@ self.onmessage = (event: MessageEvent) => {
 function finish(mine: Chunks, reply: object): void {
   if (chunks === mine) chunks = null;
   self.postMessage(reply);
+  // What this create left goes now: the Worker may wait idle for the next (./linesClient.ts).
+  Bun.gc(true);
 }
