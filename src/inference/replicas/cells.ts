@@ -76,9 +76,9 @@ export function kvCacheOf(cells: ReplicaCells, times: EngineTimes | null, r: num
 }
 
 /** A replica's load for the dispatch: its requests in flight from here, or the engine's own count when that is known and larger (other nodes' and clients' requests). */
-export function loadOf(cells: ReplicaCells, times: EngineTimes | null, r: number): number {
+export function loadOf(cells: ReplicaCells, times: EngineTimes | null, r: number, now = times ? Date.now() : 0): number {
   const own = inFlightOf(cells, r);
-  const engine = times ? engineLoadOf(cells, times, r) : -1;
+  const engine = times ? engineLoadOf(cells, times, r, now) : -1;
   return engine > own ? engine : own;
 }
 export const isOpen = (cells: ReplicaCells, r: number): boolean => Atomics.load(cells, at(r, OPEN)) === 1;

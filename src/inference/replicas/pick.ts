@@ -156,6 +156,8 @@ export function homeOf(replicas: readonly ReplicaView[], cells: ReplicaCells, ke
  */
 export function pickReplica(replicas: readonly ReplicaView[], cells: ReplicaCells, key: number, avoid = -1, times: EngineTimes | null = null): ReplicaView | null {
   if (replicas.length <= 1) return replicas[0] ?? null;
+  // The usual case, every breaker closed and nothing to avoid: the replicas themselves, no copy.
+  if (avoid < 0 && !anyOpen(replicas, cells)) return chosen(replicas, cells, key, times);
   let candidates = replicas.filter((r) => !isOpen(cells, r.idx));
   // Every breaker open: the upstream fails as a whole, as one engine would,
   // and its health takes over (it goes down once probes fail too;
@@ -163,6 +165,12 @@ export function pickReplica(replicas: readonly ReplicaView[], cells: ReplicaCell
   if (candidates.length === 0) candidates = replicas.slice();
   if (avoid >= 0 && candidates.length > 1) candidates = candidates.filter((r) => r.idx !== avoid);
   return chosen(candidates, cells, key, times);
+}
+
+/** Whether any of `replicas` has its breaker open. */
+function anyOpen(replicas: readonly ReplicaView[], cells: ReplicaCells): boolean {
+  for (const r of replicas) if (isOpen(cells, r.idx)) return true;
+  return false;
 }
 
 /**
@@ -180,10 +188,12 @@ export function pickUntried(replicas: readonly ReplicaView[], cells: ReplicaCell
 /** Among `candidates` (at least one): the first in the key's ranking with room under the bounded load, else the least loaded. */
 function chosen(candidates: readonly ReplicaView[], cells: ReplicaCells, key: number, times: EngineTimes | null): ReplicaView {
   if (candidates.length === 1) return candidates[0]!;
+  // One clock reading for every load read here (a reading's age is checked against it).
+  const now = times ? Date.now() : 0;
   let total = 1;
   let weights = 0;
   for (const r of candidates) {
-    total += loadOf(cells, times, r.idx);
+    total += loadOf(cells, times, r.idx, now);
     weights += r.weight;
   }
   if (key !== 0) {
@@ -199,10 +209,10 @@ function chosen(candidates: readonly ReplicaView[], cells: ReplicaCells, key: nu
       if (!best) break;
       last = bestScore;
       if (atLimit(cells, best)) continue;
-      if (loadOf(cells, times, best.idx) + 1 <= Math.max(1, Math.ceil((LOAD_FACTOR * total * best.weight) / weights))) return best;
+      if (loadOf(cells, times, best.idx, now) + 1 <= Math.max(1, Math.ceil((LOAD_FACTOR * total * best.weight) / weights))) return best;
     }
   }
-  return leastLoaded(candidates, cells, times);
+  return leastLoaded(candidates, cells, times, now);
 }
 
 /** Whether replica `r` has its limit in flight now (its own max_concurrency, or its controller's); if so, it is noted as wanted (the limit binds). */
@@ -214,13 +224,13 @@ function atLimit(cells: ReplicaCells, r: ReplicaView): boolean {
 }
 
 /** The replica with the fewest requests in flight per unit of weight (ties: the emptier KV cache, then the first listed). */
-export function leastLoaded(replicas: readonly ReplicaView[], cells: ReplicaCells, times: EngineTimes | null = null): ReplicaView {
+export function leastLoaded(replicas: readonly ReplicaView[], cells: ReplicaCells, times: EngineTimes | null = null, now = times ? Date.now() : 0): ReplicaView {
   let best = replicas[0]!;
   let bestLoad = Infinity;
   for (const r of replicas) {
     const full = atLimit(cells, r) ? 1e9 : 0;
     // The engine's KV cache use (0–1, when it says) breaks ties between equal counts: the emptier cache holds the new prompt without evicting another's prefix.
-    const load = full + (loadOf(cells, times, r.idx) + 1 + (kvCacheOf(cells, times, r.idx) ?? 0)) / r.weight;
+    const load = full + (loadOf(cells, times, r.idx, now) + 1 + (kvCacheOf(cells, times, r.idx, now) ?? 0)) / r.weight;
     if (load < bestLoad) {
       best = r;
       bestLoad = load;
