@@ -908,7 +908,8 @@ describe("upstream failures without an HTTP answer", () => {
     const config = writeConfig("dead.json", {
       upstreams: [
         { name: "dead", base_url: `http://127.0.0.1:${port}/v1`, models: ["dead-chat"], timeout_s: 5 },
-        { name: "slow", base_url: slow.baseUrl, models: ["slow-chat"], timeout_s: 0.3 },
+        // A second to answer: on a loaded machine a shorter limit can end an attempt before the engine has read it (then it counts two, not three).
+        { name: "slow", base_url: slow.baseUrl, models: ["slow-chat"], timeout_s: 1 },
       ],
     });
     t = await startTestServer({ argv: ["--config", config], env: { OFFPEAK_BATCH_RETRY_BASE_MS: "5", OFFPEAK_BATCH_MAX_ATTEMPTS: "3", OFFPEAK_BATCH_WORKERS: "1" } });

@@ -47,7 +47,7 @@ class Output {
       for (const w of this.waiters.splice(0)) w();
     })();
   }
-  async waitFor(re: RegExp, timeoutMs = 15_000): Promise<RegExpExecArray> {
+  async waitFor(re: RegExp, timeoutMs = 60_000): Promise<RegExpExecArray> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const m = re.exec(this.text);
@@ -83,7 +83,8 @@ async function serve(dataDir: string, env: Record<string, string>): Promise<Serv
 }
 
 async function waitHealthy(url: string, proc: Subprocess, stderr: () => string): Promise<void> {
-  const deadline = Date.now() + 20_000;
+  // A start takes a fraction of a second; a loaded machine may take many times that (the process exiting ends the wait at once).
+  const deadline = Date.now() + 120_000;
   for (;;) {
     if (proc.exitCode !== null) throw new Error(`server exited early with ${proc.exitCode}: ${stderr()}`);
     try {

@@ -59,8 +59,23 @@ afterAll(async () => {
 
 const windowOf = (t: number) => Math.floor(t / WINDOW_MS);
 
+/**
+ * The node's window that admitted a request: its windows are whole multiples
+ * of WINDOW_MS, and its x-ratelimit-reset-* says (in whole seconds, rounded
+ * up) how long the admitting window had left. On a loaded machine a request
+ * may reach its node seconds after it was sent, so the send time alone can
+ * name the wrong window. The send time where the header leaves a doubt.
+ */
+function admittingWindow(res: Response, sent: number, answered: number): number {
+  const reset = res.headers.get("x-ratelimit-reset-requests") ?? res.headers.get("x-ratelimit-reset-tokens");
+  const s = reset ? Number.parseInt(reset, 10) : NaN;
+  if (!Number.isFinite(s)) return windowOf(sent);
+  const end = Math.ceil((sent + s * 1000 - 1000) / WINDOW_MS);
+  return end * WINDOW_MS <= answered + s * 1000 ? end - 1 : windowOf(sent);
+}
+
 interface Tally {
-  /** Per window (by send time): 200s, and their total_tokens. */
+  /** Per window (the admitting node's): 200s, and their total_tokens. */
   ok: Map<number, number>;
   tokens: Map<number, number>;
   other: number[];
@@ -74,7 +89,7 @@ async function send(node: ChildServer, key: string, content: string, t: Tally): 
     body: JSON.stringify({ model: "offpeak-echo", messages: [{ role: "user", content }] }),
     key,
   });
-  const w = windowOf(sent);
+  const w = admittingWindow(res, sent, Date.now());
   if (res.status === 200) {
     const usage = ((await res.json()) as { usage: { total_tokens: number } }).usage;
     t.ok.set(w, (t.ok.get(w) ?? 0) + 1);

@@ -276,7 +276,8 @@ describe("official openai SDK", () => {
     const res = await postJson(`/uploads/${upload.id}/complete`, { part_ids: ids });
     expect(res.status).toBe(400);
     expect((await json(res)).error.message).toContain("it is expired");
-    expect(await sweepExpiredUploads(t.server.ctx)).toBeGreaterThanOrEqual(1);
+    // The server's own sweep may have taken it already (then this one finds none).
+    await sweepExpiredUploads(t.server.ctx);
     await t.server.ctx.store.settled();
     expect(await partsStored(fileId)).toEqual([]);
     expect((await rawPart(upload.id, enc.encode("x"))).status).toBe(400);
