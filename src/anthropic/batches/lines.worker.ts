@@ -7,6 +7,7 @@
 // which the Worker may take another create.
 import { ApiError } from "../../errors";
 import type { ChunkReader } from "../../files/multipart";
+import { worked } from "../../batches/worker/garbage";
 import { requestLines } from "./requestLines";
 
 declare const self: Worker;
@@ -39,7 +40,11 @@ self.onmessage = (event: MessageEvent) => {
   else if (msg.type === "end") chunks?.push(null);
   else if (msg.type === "begin") {
     const mine = (chunks = new Chunks());
-    requestLines(mine, new Set(msg.models), (text) => self.postMessage({ type: "lines", text })).then(
+    requestLines(mine, new Set(msg.models), (text) => {
+      self.postMessage({ type: "lines", text });
+      // The requests read and the lines made of them are garbage once sent: collected on a budget, as a batch Worker's.
+      worked(2 * text.length);
+    }).then(
       (count) => finish(mine, { type: "done", count }),
       (e) => {
         // Not an ApiError: a fault of ours, answered as one (code null) on the main thread.
