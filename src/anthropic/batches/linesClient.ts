@@ -11,7 +11,8 @@
 //
 // A create's Worker is kept for the next create while creates follow each
 // other (a fresh one's JIT starts cold: ≈40% more CPU a request), and
-// ended once idle for IDLE_MS; it collects its garbage after each create.
+// ended once idle for IDLE_MS; it collects its garbage as it goes (on the
+// batch Workers' budget) and after each create.
 // A Worker kept for good held ≈50 MB of peak RSS through the batches'
 // run and their results.
 import { ApiError, type ErrorCode } from "../../errors";
