@@ -36,9 +36,6 @@ import { MAX_BODY_BYTES } from "./requestLines";
 import { tooLarge } from "./requestsReader";
 
 const JSON_TYPE = /^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i;
-/** The buffer the lines are encoded into: one piece of them (requestLines.ts) in one write, unless its characters are not all ASCII. */
-const OUT_BYTES = 2 << 20;
-const encoder = new TextEncoder();
 
 /**
  * Makes the batch and answers `answer(row)` (the caller's view of it, made
@@ -95,17 +92,10 @@ async function digestBody(body: IdleReader, digest: BodyDigest): Promise<void> {
 async function receive(ctx: AppContext, project: string, body: IdleReader, digest: BodyDigest): Promise<BatchRow> {
   const fileId = newId("file-");
   const writer = ctx.store.createWriter(fileId);
-  // The lines are encoded into one buffer used for every write (the writer copies or writes before it returns):
-  // a new buffer a flush was garbage the collector did not count, and RSS grew with the body.
-  const out = new Uint8Array(OUT_BYTES);
-  const write = async (lines: string) => {
-    let rest = lines;
-    while (rest) {
-      const { read, written } = encoder.encodeInto(rest, out);
-      const sent = writer.write(out.subarray(0, written));
-      if (sent) await sent;
-      rest = read < rest.length ? rest.slice(read) : "";
-    }
+  // The lines come encoded in the Worker's few buffers, each given back once written (./linesClient.ts).
+  const write = async (bytes: Uint8Array) => {
+    const sent = writer.write(bytes);
+    if (sent) await sent;
   };
   const job = new RequestLinesJob(servingModels(ctx), write);
   let committed = false;

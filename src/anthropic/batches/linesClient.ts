@@ -1,6 +1,6 @@
 // The main thread's side of a message batch's create (./lines.worker.ts):
 // the body's chunks go to a Worker as they are read, and the lines of the
-// batch input file come back, in order, to be written. Parsing, checking
+// batch input file come back, encoded, in order, to be written. Parsing, checking
 // and translating 100,000 requests is the CPU of a create: on the HTTP
 // thread it held every other request back for seconds, and its garbage
 // grew that thread's heap.
@@ -59,17 +59,24 @@ export class RequestLinesJob {
   private readonly result: Promise<number>;
   /** The Worker answered done or refused. */
   private finished = false;
+  private closed = false;
 
-  constructor(models: string[], write: (lines: string) => Promise<void> | void) {
+  constructor(models: string[], write: (bytes: Uint8Array) => Promise<void> | void) {
     this.worker = takeWorker();
     this.result = new Promise<number>((resolve, reject) => {
       this.worker.onmessage = (e: MessageEvent) => {
-        const m = e.data as { type: "taken" } | { type: "lines"; text: string } | { type: "done"; count: number } | { type: "refused"; error: { code: ErrorCode | null; message: string; param: string | null } };
+        const m = e.data as
+          | { type: "taken" }
+          | { type: "bytes"; buffer: ArrayBuffer; length: number }
+          | { type: "done"; count: number }
+          | { type: "refused"; error: { code: ErrorCode | null; message: string; param: string | null } };
         if (m.type === "taken") this.chunksOut--;
-        else if (m.type === "lines") {
+        else if (m.type === "bytes") {
           this.writesOut++;
           this.writing = this.writing.then(async () => {
-            await write(m.text);
+            await write(new Uint8Array(m.buffer, 0, m.length));
+            // Written (the writer copies or writes before it resolves): the buffer goes back to be filled again.
+            if (!this.closed) this.worker.postMessage({ type: "buffer", buffer: m.buffer }, [m.buffer]);
             this.writesOut--;
             this.wake();
           });
@@ -123,6 +130,7 @@ export class RequestLinesJob {
 
   /** The create is over (answered or not): its Worker is kept for the next if it answered (done or refused), else ended. */
   close(): void {
+    this.closed = true;
     this.worker.onmessage = null;
     this.worker.onerror = null;
     if (this.finished && idle === null) keep(this.worker);

@@ -23,10 +23,10 @@ const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typ
 
 /**
  * Reads the body from `body` and hands its lines to `emit`, a piece at a
- * time, in order; resolves with the number of requests, or throws the
+ * time, in order (waiting for it when it returns a promise); resolves with the number of requests, or throws the
  * ApiError that refuses the batch. `models`: those a request may name.
  */
-export async function requestLines(body: ChunkReader, models: Set<string>, emit: (lines: string) => void): Promise<number> {
+export async function requestLines(body: ChunkReader, models: Set<string>, emit: (lines: string) => void | Promise<void>): Promise<number> {
   const seen = new Set<string>();
   let pending = "";
   for await (const elements of readRequests(body, Infinity)) {
@@ -35,12 +35,12 @@ export async function requestLines(body: ChunkReader, models: Set<string>, emit:
       pending += lineOf(index, text, seen, models);
     }
     if (pending.length >= FLUSH_CHARS) {
-      emit(pending);
+      await emit(pending);
       pending = "";
     }
   }
   if (seen.size === 0) throw bad("requests", "must hold at least one request");
-  if (pending) emit(pending);
+  if (pending) await emit(pending);
   return seen.size;
 }
 
