@@ -19,8 +19,8 @@ let large: EngineReplica;
 let t: TestServer;
 
 beforeAll(async () => {
-  small = await startEngineReplica({ maxRunning: 4, decodeMs: 60, prefillMsPerKChar: 0 }, { index: 0, models: [MODEL] });
-  large = await startEngineReplica({ maxRunning: 32, decodeMs: 60, prefillMsPerKChar: 0 }, { index: 1, models: [MODEL] });
+  small = await startEngineReplica({ maxRunning: 4, decodeMs: 150, prefillMsPerKChar: 0 }, { index: 0, models: [MODEL] });
+  large = await startEngineReplica({ maxRunning: 32, decodeMs: 150, prefillMsPerKChar: 0 }, { index: 1, models: [MODEL] });
   const config = cfg.write("c.json", {
     upstreams: [{ name: "engines", models: [MODEL], max_concurrency: "auto", max_concurrency_limit: 48, replicas: [{ base_url: small.baseUrl }, { base_url: large.baseUrl }] }],
   });
