@@ -19,7 +19,7 @@ function chunked(bytes: Uint8Array, cuts: number[]) {
 
 async function elementsOf(bytes: Uint8Array, cuts: number[]): Promise<string[]> {
   const out: string[] = [];
-  for await (const group of readRequests(chunked(bytes, cuts), 1 << 20)) for (const e of group) out.push(e.text);
+  for await (const group of readRequests(chunked(bytes, cuts))) for (const e of group) out.push(e.text);
   return out;
 }
 

@@ -29,7 +29,7 @@ const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typ
 export async function requestLines(body: ChunkReader, models: Set<string>, emit: (lines: string) => void | Promise<void>): Promise<number> {
   const seen = new Set<string>();
   let pending = "";
-  for await (const elements of readRequests(body, Infinity)) {
+  for await (const elements of readRequests(body)) {
     for (const { index, text } of elements) {
       if (index >= MAX_REQUESTS) throw bad("requests", `at most ${MAX_REQUESTS} requests may be sent in one batch`);
       pending += lineOf(index, text, seen, models);

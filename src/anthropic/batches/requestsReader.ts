@@ -46,14 +46,14 @@ type Phase = "start" | "beforeKey" | "key" | "colon" | "value" | "firstElement" 
  * generator per element, 100,000 of them, made a message batch's create
  * slower; a whole chunk's, when a chunk holds much of the body, held them
  * all).
- * `maxBytes`: a body longer than that is refused (413) as soon as it is
- * seen; `onChunk` sees every chunk as read (an Idempotency-Key's digest).
+ * (The body's size limit and an Idempotency-Key's digest are the reader's
+ * caller's: ./create.ts reads the body and hands the chunks over.)
  * A refusal of the body's shape comes after the elements before it.
  */
-export async function* readRequests(body: ChunkReader, maxBytes: number, onChunk?: (chunk: Uint8Array) => void): AsyncGenerator<RequestElement[]> {
+export async function* readRequests(body: ChunkReader): AsyncGenerator<RequestElement[]> {
   let done: RequestElement[] = [];
   try {
-    for await (const _ of elements(body, maxBytes, onChunk, (e) => done.push(e))) {
+    for await (const _ of elements(body, (e) => done.push(e))) {
       if (done.length > 0) {
         yield done;
         done = [];
@@ -74,9 +74,8 @@ const NONE = -2;
 const GROUP = 256;
 
 /** Reads the body; `take` gets each element as it ends; yields once per chunk read, and after every GROUP elements. */
-async function* elements(body: ChunkReader, maxBytes: number, onChunk: ((chunk: Uint8Array) => void) | undefined, take: (e: RequestElement) => void): AsyncGenerator<void> {
+async function* elements(body: ChunkReader, take: (e: RequestElement) => void): AsyncGenerator<void> {
   const decoder = new TextDecoder();
-  let total = 0;
   let phase: Phase = "start";
   let sawRequests = false;
   let index = 0;
@@ -93,9 +92,6 @@ async function* elements(body: ChunkReader, maxBytes: number, onChunk: ((chunk: 
     const { done, value: c } = await body.read();
     if (done) break;
     if (!c || c.length === 0) continue;
-    total += c.length;
-    if (total > maxBytes) throw tooLarge(maxBytes);
-    onChunk?.(c);
     // A character cut between chunks is kept by the decoder for the next.
     const t = decoder.decode(c, { stream: true });
     const n = t.length;

@@ -10,7 +10,7 @@ import { endpointKind } from "../../endpoints";
 import { SerializedAnswer } from "../../endpoints/kind";
 import type { AnswerShape, PricedModel, RunTask } from "../types";
 import { Attempts, attempt, backOff, chooseReplica, done, judge, lineCall, passGate, stopStateOf, type ShardControl } from "./lineSteps";
-import { failedLine, ids, okLine, resultLine, splicedLine, stoppedLine, type BatchRequest, type LastFailure, type LineResult } from "./resultLines";
+import { failedLine, ids, okLine, resultLine, stoppedLine, type BatchRequest, type LastFailure, type LineResult } from "./resultLines";
 import { healthMemory } from "./upstreamGate";
 import { acquireSlot, type SlotRelease } from "./slots";
 
@@ -21,9 +21,7 @@ export function runBuiltin(req: BatchRequest, _model: PricedModel, kind: Endpoin
   const requestId = ids.next("req_");
   try {
     const body = kind.answer(req.body, ids, Math.floor(Date.now() / 1000));
-    let line: string;
-    if (shape === "message") line = okLine(shape, req.custom_id, 200, requestId, null, body instanceof SerializedAnswer ? JSON.parse(body.json) : body);
-    else line = body instanceof SerializedAnswer ? splicedLine(req.custom_id, 200, requestId, body.json) : resultLine(req.custom_id, 200, requestId, body, null);
+    const line = body instanceof SerializedAnswer ? okLine(shape, req.custom_id, 200, requestId, body.json, undefined) : okLine(shape, req.custom_id, 200, requestId, null, body);
     return { ok: true, line, usage: body.usage };
   } catch (e) {
     if (!(e instanceof ApiError)) throw e;

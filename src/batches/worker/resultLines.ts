@@ -49,10 +49,16 @@ export function splicedLine(customId: string, status: number, requestId: string 
   return head.slice(0, -3) + text + "},\"error\":null}\n";
 }
 
-/** The output line of a 2xx answer, in `shape` (../types.ts AnswerShape). `text`: the answer as sent (null: `body` was made here). */
+/**
+ * The output line of a 2xx answer, in `shape` (../types.ts AnswerShape).
+ * `text`: the answer as JSON text (an upstream's, or a built-in's serialised
+ * answer); `body`: the answer parsed (undefined: parsed here only if a
+ * message needs it; a built-in's made object when `text` is null).
+ */
 export function okLine(shape: AnswerShape | undefined, customId: string, status: number, requestId: string | null, text: string | null, body: unknown): string {
-  if (shape === "message") return splicedLine(customId, status, requestId, JSON.stringify(toMessage(body, { id: ids.next("msg_") })));
-  return text === null ? resultLine(customId, status, requestId, body, null) : answerLine(customId, status, requestId, text, body);
+  if (shape === "message") return splicedLine(customId, status, requestId, JSON.stringify(toMessage(body === undefined ? JSON.parse(text!) : body, { id: ids.next("msg_") })));
+  if (text === null) return resultLine(customId, status, requestId, body, null);
+  return body === undefined ? splicedLine(customId, status, requestId, text) : answerLine(customId, status, requestId, text, body);
 }
 
 export function stoppedLine(customId: string, code: "batch_cancelled" | "batch_expired"): LineResult {
